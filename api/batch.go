@@ -1,0 +1,102 @@
+package api
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Limits of the Message Batches API.
+const (
+	MaxBatchRequests  = 100_000
+	MaxBatchBytes     = 256 << 20 // 256 MB per create body
+	MaxMessagesBytes  = 32 << 20  // 32 MB per Messages or count_tokens body
+	MaxCustomIDLength = 64
+	BatchLifetime     = 24 * time.Hour // a batch not ended by then expires
+	ResultsRetention  = 29 * 24 * time.Hour
+)
+
+// ValidCustomID reports whether id matches ^[a-zA-Z0-9_-]{1,64}$.
+func ValidCustomID(id string) bool {
+	if len(id) == 0 || len(id) > MaxCustomIDLength {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// BatchRequest is one request of a batch, and one line of a sluice input
+// file. Params stays raw so it is sent byte for byte.
+type BatchRequest struct {
+	CustomID string          `json:"custom_id"`
+	Params   json.RawMessage `json:"params"`
+}
+
+// BatchCreate is the body of POST /v1/messages/batches.
+type BatchCreate struct {
+	Requests []BatchRequest `json:"requests"`
+}
+
+// Batch processing statuses.
+const (
+	BatchInProgress = "in_progress"
+	BatchCanceling  = "canceling"
+	BatchEnded      = "ended"
+)
+
+// RequestCounts tallies a batch's requests. Every request counts as
+// Processing until the whole batch ends.
+type RequestCounts struct {
+	Processing int64 `json:"processing"`
+	Succeeded  int64 `json:"succeeded"`
+	Errored    int64 `json:"errored"`
+	Canceled   int64 `json:"canceled"`
+	Expired    int64 `json:"expired"`
+}
+
+// MessageBatch is the batch object returned by create, retrieve, list and
+// cancel. Timestamps are RFC 3339; nil means JSON null.
+type MessageBatch struct {
+	ID                string        `json:"id"`
+	Type              string        `json:"type"`
+	ProcessingStatus  string        `json:"processing_status"`
+	RequestCounts     RequestCounts `json:"request_counts"`
+	EndedAt           *time.Time    `json:"ended_at"`
+	CreatedAt         time.Time     `json:"created_at"`
+	ExpiresAt         time.Time     `json:"expires_at"`
+	ArchivedAt        *time.Time    `json:"archived_at"`
+	CancelInitiatedAt *time.Time    `json:"cancel_initiated_at"`
+	ResultsURL        *string       `json:"results_url"`
+}
+
+// DeletedBatch is the body of a successful delete.
+type DeletedBatch struct {
+	ID   string `json:"id"`
+	Type string `json:"type"`
+}
+
+// Result types of a batch result line.
+const (
+	ResultSucceeded = "succeeded"
+	ResultErrored   = "errored"
+	ResultCanceled  = "canceled"
+	ResultExpired   = "expired"
+)
+
+// BatchResult is the "result" object of a result line.
+type BatchResult struct {
+	Type    string     `json:"type"`
+	Message *Message   `json:"message,omitempty"`
+	Error   *ErrorBody `json:"error,omitempty"`
+}
+
+// BatchResultLine is one line of a batch results file, and of a sluice
+// results file.
+type BatchResultLine struct {
+	CustomID string      `json:"custom_id"`
+	Result   BatchResult `json:"result"`
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// demoCmd starts the simulator in-process and talks to it over loopback
+// HTTP, printing what a real client would see. It needs no keys.
+func demoCmd() *cobra.Command {
+	var flags simFlags
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Start the built-in simulator and show a message, a stream, errors and a batch round trip",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := flags.build(cmd)
+			if err != nil {
+				return err
+			}
+			srv, err := sim.New(cfg)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			go srv.Serve(ln)
+			defer srv.Shutdown(context.Background())
+			d := &demo{out: cmd.OutOrStdout(), base: "http://" + ln.Addr().String(), key: cfg.Orgs[0].Keys[0].Key, ctx: cmd.Context()}
+			fmt.Fprintf(d.out, "sluice demo: simulator (preset %s, time scale %g) on %s\n\n", flags.preset, cfg.TimeScale, d.base)
+			return d.run()
+		},
+	}
+	flags.register(cmd, 100)
+	return cmd
+}
+
+type demo struct {
+	out  io.Writer
+	base string
+	key  string
+	ctx  context.Context
+}
+
+func (d *demo) do(method, path string, body any) (*http.Response, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(d.ctx, method, d.base+path, rd)
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header.Set(api.HeaderAPIKey, d.key)
+	req.Header.Set(api.HeaderVersion, api.VersionDefault)
+	req.Header.Set("content-type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp, b, err
+}
+
+func (d *demo) headers(h http.Header) {
+	var names []string
+	for k := range h {
+		if l := strings.ToLower(k); strings.HasPrefix(l, "anthropic-") || l == "request-id" || l == "retry-after" {
+			names = append(names, k)
+		}
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		fmt.Fprintf(d.out, "  %s: %s\n", strings.ToLower(k), h.Get(k))
+	}
+}
+
+func (d *demo) run() error {
+	msg := map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 64,
+		"messages": []map[string]any{{"role": "user", "content": "Rate this answer from 0 to 100."}}}
+
+	fmt.Fprintln(d.out, "1. POST /v1/messages")
+	resp, body, err := d.do("POST", "/v1/messages", msg)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "  HTTP %d\n", resp.StatusCode)
+	d.headers(resp.Header)
+	fmt.Fprintf(d.out, "  %s\n\n", body)
+
+	fmt.Fprintln(d.out, "2. the same request with stream: true (server-sent events)")
+	msg["stream"] = true
+	resp, body, err = d.do("POST", "/v1/messages", msg)
+	if err != nil {
+		return err
+	}
+	events := map[string]int{}
+	var order []string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	for sc.Scan() {
+		if ev, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			if events[ev] == 0 {
+				order = append(order, ev)
+			}
+			events[ev]++
+		}
+	}
+	fmt.Fprintf(d.out, "  HTTP %d, %s\n  events:", resp.StatusCode, resp.Header.Get("content-type"))
+	for _, ev := range order {
+		fmt.Fprintf(d.out, " %s×%d", ev, events[ev])
+	}
+	fmt.Fprint(d.out, "\n\n")
+	delete(msg, "stream")
+
+	fmt.Fprintln(d.out, "3. an unknown key, then a missing anthropic-version")
+	key := d.key
+	d.key = "sk-ant-fake-not-a-key"
+	resp, body, err = d.do("POST", "/v1/messages", msg)
+	d.key = key
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(d.out, "  HTTP %d %s\n", resp.StatusCode, body)
+	req, _ := http.NewRequestWithContext(d.ctx, "POST", d.base+"/v1/messages", strings.NewReader(`{}`))
+	req.Header.Set(api.HeaderAPIKey, d.key)
+	if resp, err = http.DefaultClient.Do(req); err != nil {
+		return err
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	fmt.Fprintf(d.out, "  HTTP %d %s\n", resp.StatusCode, body)
+
+	fmt.Fprintln(d.out, "\n4. a Message Batch of 3 requests: create, poll, results")
+	var reqs []api.BatchRequest
+	for i := range 3 {
+		p, _ := json.Marshal(map[string]any{"model": "claude-haiku-4-5", "max_tokens": 32,
+			"messages": []map[string]any{{"role": "user", "content": fmt.Sprintf("item %d", i)}}})
+		reqs = append(reqs, api.BatchRequest{CustomID: fmt.Sprintf("item-%d", i), Params: p})
+	}
+	resp, body, err = d.do("POST", "/v1/messages/batches", api.BatchCreate{Requests: reqs})
+	if err != nil {
+		return err
+	}
+	var b api.MessageBatch
+	if err := json.Unmarshal(body, &b); err != nil || resp.StatusCode != 200 {
+		return fmt.Errorf("batch create: HTTP %d %s", resp.StatusCode, body)
+	}
+	fmt.Fprintf(d.out, "  created %s, %s, counts %+v\n", b.ID, b.ProcessingStatus, b.RequestCounts)
+	for b.ProcessingStatus != api.BatchEnded {
+		time.Sleep(100 * time.Millisecond)
+		resp, body, err = d.do("GET", "/v1/messages/batches/"+b.ID, nil)
+		if err != nil {
+			return err
+		}
+		if resp.StatusCode == 404 {
+			fmt.Fprintln(d.out, "  retrieve: 404 (read-after-write window just after create), retrying")
+			continue
+		}
+		json.Unmarshal(body, &b)
+	}
+	fmt.Fprintf(d.out, "  ended, counts %+v\n", b.RequestCounts)
+	_, body, err = d.do("GET", "/v1/messages/batches/"+b.ID+"/results", nil)
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(body)), "\n") {
+		var r api.BatchResultLine
+		json.Unmarshal([]byte(line), &r)
+		text := ""
+		if r.Result.Message != nil && len(r.Result.Message.Content) > 0 {
+			text = r.Result.Message.Content[0].Text
+			if len(text) > 60 {
+				text = text[:60] + "…"
+			}
+		}
+		fmt.Fprintf(d.out, "  %s %s %q\n", r.CustomID, r.Result.Type, text)
+	}
+
+	_, body, _ = d.do("GET", "/_sim/stats", nil)
+	var st sim.Stats
+	json.Unmarshal(body, &st)
+	fmt.Fprintf(d.out, "\n5. GET /_sim/stats: %d distinct requests answered, %d answered more than once\n",
+		st.Bodies.DistinctAnswered, st.Bodies.AnsweredMoreThanOnce)
+	return nil
+}

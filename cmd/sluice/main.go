@@ -1,0 +1,31 @@
+// Command sluice gets N Claude API calls done in the least wall-clock, or
+// the least money, without being a bad neighbour on shared keys.
+//
+// This file wires flags to packages; the work lives in the packages.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "Get N Claude API calls done fast, politely, durably",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(simCmd(), demoCmd())
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,316 @@
+package sim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+)
+
+// Duration is a time.Duration that reads and writes JSON as "1.5s", "24h".
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalJSON writes d in time.Duration's string form.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON accepts "1.5s"-style strings or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err == nil {
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return fmt.Errorf("sim: bad duration %q: %w", s, err)
+		}
+		*d = Duration(v)
+		return nil
+	}
+	var secs float64
+	if err := json.Unmarshal(b, &secs); err != nil {
+		return fmt.Errorf("sim: duration must be a string like \"2s\" or a number of seconds, got %s", b)
+	}
+	*d = Duration(secs * float64(time.Second))
+	return nil
+}
+
+// OTPM accounting modes.
+const (
+	// OTPMActual charges the output tokens a request really produces, as the
+	// rate-limits page has said since 2026-04.
+	OTPMActual = "actual"
+	// OTPMReserveMaxTokens reserves max_tokens at admission and refunds the
+	// unused part at the end, as the 2025 docs described.
+	OTPMReserveMaxTokens = "reserve_max_tokens"
+)
+
+// Key statuses.
+const (
+	KeyActive    = "active"
+	KeyRevoked   = "revoked"   // 401 authentication_error
+	KeyForbidden = "forbidden" // 403 permission_error
+)
+
+// Config is the whole simulated world. Every duration and per-minute limit is
+// in simulated time; TimeScale K turns it into real time (delays ÷ K, rates
+// × K). The zero value is not usable: start from a preset or Default.
+type Config struct {
+	// Seed makes answers, latency jitter and faults reproducible.
+	Seed uint64 `json:"seed"`
+	// TimeScale divides every latency and delay and multiplies every
+	// per-minute limit (so headers report limit × K). 1 is real time.
+	TimeScale float64 `json:"time_scale"`
+	// OTPMMode is OTPMActual (default) or OTPMReserveMaxTokens.
+	OTPMMode string `json:"otpm_mode"`
+	// BucketWindow is how much of a per-minute limit a full bucket holds:
+	// 60s means a bucket of the whole limit. Smaller windows model "60 RPM
+	// might be enforced as 1 request per second".
+	BucketWindow Duration `json:"bucket_window"`
+	// RetryAfterMs adds a retry-after-ms header to 429s (the API is not
+	// documented to send it; SDKs read it).
+	RetryAfterMs bool `json:"retry_after_ms,omitempty"`
+	// PromptCache enables the prompt-cache model.
+	PromptCache bool `json:"prompt_cache"`
+	// Pools maps extra model ids to pools, or overrides the catalog.
+	Pools map[string]api.Pool `json:"pools,omitempty"`
+	// Latency per pool; pools not listed use Latency["default"].
+	Latency map[string]LatencyModel `json:"latency"`
+	// Output is the deterministic answer-length model.
+	Output OutputModel `json:"output"`
+	// Faults injected into Messages calls.
+	Faults Faults `json:"faults"`
+	// Acceleration, when Enabled, refuses sharp rises of admitted rate.
+	Acceleration Acceleration `json:"acceleration"`
+	// Batch is the default batch processing model of every org.
+	Batch BatchModel  `json:"batch"`
+	Orgs  []OrgConfig `json:"orgs"`
+}
+
+// OrgConfig is one organization: its keys, limits and batch model.
+type OrgConfig struct {
+	Name string      `json:"name"` // a label for stats and logs
+	ID   string      `json:"id"`   // anthropic-organization-id
+	Keys []KeyConfig `json:"keys"`
+	// Limits per pool; pools not listed use DefaultLimits; a pool with
+	// neither is unlimited.
+	Limits        map[api.Pool]Limits `json:"limits"`
+	DefaultLimits *Limits             `json:"default_limits,omitempty"`
+	// Capacity is the org's server capacity in concurrent Messages calls;
+	// beyond it calls get 529 overloaded_error. 0 is unlimited.
+	Capacity int `json:"capacity,omitempty"`
+	// SpendCapReached makes every call a 429 with
+	// enforced_spend_limit_reached and no retry-after.
+	SpendCapReached bool `json:"spend_cap_reached,omitempty"`
+	// TokenCountRPM limits count_tokens, separately from Messages.
+	TokenCountRPM int64 `json:"token_count_rpm"`
+	// BatchRPM limits all batch endpoints together.
+	BatchRPM int64 `json:"batch_rpm"`
+	// BatchQueueCap is the most batch requests that may wait in the
+	// processing queue; a create beyond it gets 429.
+	BatchQueueCap int64 `json:"batch_queue_cap"`
+	// Batch overrides Config.Batch for this org.
+	Batch *BatchModel `json:"batch,omitempty"`
+}
+
+// KeyConfig is one API key of an org.
+type KeyConfig struct {
+	Label  string `json:"label"`
+	Key    string `json:"key"`
+	Status string `json:"status,omitempty"` // active (default), revoked, forbidden
+}
+
+// Limits are per-minute limits of one org × pool.
+type Limits struct {
+	RPM  int64 `json:"rpm"`
+	ITPM int64 `json:"itpm"`
+	OTPM int64 `json:"otpm"`
+}
+
+// LatencyModel: time to first token plus output tokens ÷ TokensPerSec, times
+// a log-normal jitter exp(Sigma·N(0,1)).
+type LatencyModel struct {
+	TTFT         Duration `json:"ttft"`
+	TokensPerSec float64  `json:"tokens_per_sec"`
+	Sigma        float64  `json:"sigma"`
+}
+
+// OutputModel picks each answer's length, uniformly in [Min, Max] tokens,
+// as a function of the request body (so it repeats), capped by max_tokens.
+type OutputModel struct {
+	Min int `json:"min"`
+	Max int `json:"max"`
+}
+
+// Faults are probabilities per Messages call.
+type Faults struct {
+	P500   float64 `json:"p500"`   // 500 api_error
+	P529   float64 `json:"p529"`   // 529 overloaded_error
+	PReset float64 `json:"preset"` // admitted and billed, then the connection drops with no answer
+	PSlow  float64 `json:"pslow"`  // latency multiplied by SlowFactor
+	// SlowFactor multiplies the latency of a slow answer (default 20).
+	SlowFactor float64 `json:"slow_factor"`
+}
+
+// Acceleration refuses an org × pool whose admitted rate over Window rises
+// above Factor × its rate over the last 6 × Window, once past FloorRPM.
+type Acceleration struct {
+	Enabled  bool     `json:"enabled"`
+	Window   Duration `json:"window"`
+	Factor   float64  `json:"factor"`
+	FloorRPM float64  `json:"floor_rpm"`
+}
+
+// BatchModel is how an org's Message Batches queue behaves.
+type BatchModel struct {
+	// A batch starts AdmissionBase + AdmissionPerRequest × n after create.
+	AdmissionBase       Duration `json:"admission_base"`
+	AdmissionPerRequest Duration `json:"admission_per_request"`
+	// ProcessingRate is requests per second the org's queue processes,
+	// oldest started batch first.
+	ProcessingRate float64 `json:"processing_rate"`
+	// StarveAbove > 0: batches with more requests than this start
+	// StarveFor later (the 8,000-request starvation the old system hit).
+	StarveAbove int      `json:"starve_above,omitempty"`
+	StarveFor   Duration `json:"starve_for,omitempty"`
+	// ReadAfterWrite: a batch answers 404 for this long after create.
+	ReadAfterWrite Duration `json:"read_after_write,omitempty"`
+	// CancelDelay is how long a canceling batch keeps processing.
+	CancelDelay Duration `json:"cancel_delay"`
+	// Expiry is the batch lifetime (24h in the API).
+	Expiry Duration `json:"expiry"`
+	// ErrorRate is the probability a processed row is errored (api_error).
+	ErrorRate float64 `json:"error_rate,omitempty"`
+}
+
+// LoadConfig reads a JSON config file. Fields left out keep the values of
+// base, so a file can override only what it names.
+func LoadConfig(path string, base Config) (Config, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Config{}, fmt.Errorf("sim: %w", err)
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	cfg := base
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("sim: config %s: %w", path, err)
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate reports the first problem that would make the world ill-defined.
+func (c *Config) Validate() error {
+	if c.TimeScale <= 0 {
+		return fmt.Errorf("sim: time_scale must be > 0, got %v", c.TimeScale)
+	}
+	switch c.OTPMMode {
+	case "", OTPMActual, OTPMReserveMaxTokens:
+	default:
+		return fmt.Errorf("sim: otpm_mode must be %q or %q, got %q", OTPMActual, OTPMReserveMaxTokens, c.OTPMMode)
+	}
+	if c.BucketWindow <= 0 || c.BucketWindow.D() > time.Minute {
+		return fmt.Errorf("sim: bucket_window must be in (0, 1m], got %v", c.BucketWindow.D())
+	}
+	if c.Output.Min < 1 || c.Output.Max < c.Output.Min {
+		return fmt.Errorf("sim: output needs 1 <= min <= max, got [%d, %d]", c.Output.Min, c.Output.Max)
+	}
+	if _, ok := c.Latency["default"]; !ok {
+		return errors.New(`sim: latency needs a "default" entry`)
+	}
+	for name, l := range c.Latency {
+		if l.TokensPerSec <= 0 || l.TTFT < 0 || l.Sigma < 0 {
+			return fmt.Errorf("sim: latency %q needs tokens_per_sec > 0, ttft >= 0, sigma >= 0", name)
+		}
+	}
+	f := c.Faults
+	for _, p := range []float64{f.P500, f.P529, f.PReset, f.PSlow} {
+		if p < 0 || p > 1 {
+			return fmt.Errorf("sim: fault probabilities must be in [0,1]")
+		}
+	}
+	if f.P500+f.P529 > 1 {
+		return fmt.Errorf("sim: p500 + p529 must not exceed 1")
+	}
+	if c.Acceleration.Enabled && (c.Acceleration.Window <= 0 || c.Acceleration.Factor <= 1) {
+		return fmt.Errorf("sim: acceleration needs window > 0 and factor > 1")
+	}
+	if len(c.Orgs) == 0 {
+		return errors.New("sim: no organizations configured")
+	}
+	if err := c.Batch.validate("batch"); err != nil {
+		return err
+	}
+	seenKey := map[string]bool{}
+	seenOrg := map[string]bool{}
+	for _, o := range c.Orgs {
+		if o.Name == "" || o.ID == "" {
+			return errors.New("sim: every org needs a name and an id")
+		}
+		if seenOrg[o.Name] || seenOrg[o.ID] {
+			return fmt.Errorf("sim: org %q defined twice", o.Name)
+		}
+		seenOrg[o.Name], seenOrg[o.ID] = true, true
+		if len(o.Keys) == 0 {
+			return fmt.Errorf("sim: org %q has no keys", o.Name)
+		}
+		for _, k := range o.Keys {
+			if k.Key == "" || k.Label == "" {
+				return fmt.Errorf("sim: org %q has a key without label or value", o.Name)
+			}
+			if seenKey[k.Key] {
+				// Never echo the key itself.
+				return fmt.Errorf("sim: key %q of org %q is used twice", k.Label, o.Name)
+			}
+			seenKey[k.Key] = true
+			switch k.Status {
+			case "", KeyActive, KeyRevoked, KeyForbidden:
+			default:
+				return fmt.Errorf("sim: key %q has unknown status %q", k.Label, k.Status)
+			}
+		}
+		if o.Batch != nil {
+			if err := o.Batch.validate("org " + o.Name + " batch"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b BatchModel) validate(where string) error {
+	if b.ProcessingRate <= 0 {
+		return fmt.Errorf("sim: %s: processing_rate must be > 0", where)
+	}
+	if b.Expiry <= 0 {
+		return fmt.Errorf("sim: %s: expiry must be > 0", where)
+	}
+	if b.ErrorRate < 0 || b.ErrorRate > 1 {
+		return fmt.Errorf("sim: %s: error_rate must be in [0,1]", where)
+	}
+	return nil
+}
+
+// latencyFor returns the latency model of pool p.
+func (c *Config) latencyFor(p api.Pool) LatencyModel {
+	if l, ok := c.Latency[string(p)]; ok {
+		return l
+	}
+	return c.Latency["default"]
+}
+
+// poolOf maps a model to its pool, config overrides first. ok is false for a
+// model neither the catalog nor the config knows: the API answers 404.
+func (c *Config) poolOf(model string) (api.Pool, bool) {
+	if p, ok := c.Pools[model]; ok {
+		return p, true
+	}
+	if m, ok := api.LookupModel(model); ok {
+		return m.Pool, true
+	}
+	return "", false
+}

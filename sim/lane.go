@@ -1,0 +1,239 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+)
+
+// lane is the simulated server-side rate limiting of one organization ×
+// model pool: RPM, ITPM and OTPM buckets, the optional acceleration limit,
+// the in-flight count and the lane's statistics. All fields are guarded by mu.
+type lane struct {
+	mu    sync.Mutex
+	org   *org
+	pool  api.Pool
+	scale float64
+	// per-minute limits in real time (configured × scale); 0 = unlimited.
+	rpm, itpm, otpm int64
+	req, in, out    bucket
+
+	accel              Acceleration
+	accelFast, accelSl float64 // decayed admission counts
+	accelLast          time.Time
+
+	inFlight int
+	stats    LaneStats
+	epoch    time.Time // stats start; perSecond[i] counts admissions in second i
+}
+
+// Reasons a request was not admitted.
+const (
+	limitedRequests     = "requests"
+	limitedInput        = "input_tokens"
+	limitedOutput       = "output_tokens"
+	limitedAcceleration = "acceleration"
+)
+
+func newLane(o *org, p api.Pool, lim Limits, cfg *Config, now time.Time) *lane {
+	k := cfg.TimeScale
+	l := &lane{org: o, pool: p, scale: k, accel: cfg.Acceleration, epoch: now, accelLast: now}
+	l.rpm, l.itpm, l.otpm = scaleLimit(lim.RPM, k), scaleLimit(lim.ITPM, k), scaleLimit(lim.OTPM, k)
+	window := cfg.BucketWindow.D().Seconds() / 60 // fraction of a minute a full bucket holds
+	mk := func(perMin int64) bucket {
+		return newBucket(float64(perMin)*window, float64(perMin)/60, now)
+	}
+	l.req, l.in, l.out = mk(l.rpm), mk(l.itpm), mk(l.otpm)
+	l.stats.LimitedBy = map[string]int64{}
+	return l
+}
+
+func scaleLimit(perMin int64, k float64) int64 {
+	if perMin <= 0 {
+		return 0
+	}
+	return int64(math.Round(float64(perMin) * k))
+}
+
+// admission is the outcome of lane.admit.
+type admission struct {
+	ok         bool
+	limitedBy  string        // which limit refused it
+	retryAfter time.Duration // when it would fit
+}
+
+// admit decides whether a request of in input tokens (those that count
+// toward ITPM) and outCharge output tokens fits now, and if so charges it
+// and counts it in flight.
+func (l *lane) admit(now time.Time, in, outCharge int64) admission {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var refused admission
+	refuse := func(why string, b *bucket, n float64) {
+		if w := b.wait(n, now); !refused.ok && (refused.limitedBy == "" || w > refused.retryAfter) {
+			refused = admission{limitedBy: why, retryAfter: w}
+		}
+	}
+	if !l.req.fits(1, now) {
+		refuse(limitedRequests, &l.req, 1)
+	}
+	if !l.in.fits(float64(in), now) {
+		refuse(limitedInput, &l.in, float64(in))
+	}
+	if !l.out.fits(float64(outCharge), now) {
+		refuse(limitedOutput, &l.out, float64(outCharge))
+	}
+	if refused.limitedBy == "" && l.accel.Enabled {
+		if w, ok := l.accelerationRefuses(now); ok {
+			refused = admission{limitedBy: limitedAcceleration, retryAfter: w}
+		}
+	}
+	if refused.limitedBy != "" {
+		l.stats.RateLimited++
+		l.stats.LimitedBy[refused.limitedBy]++
+		return refused
+	}
+	l.req.take(1, now)
+	l.in.take(float64(in), now)
+	l.out.take(float64(outCharge), now)
+	if l.accel.Enabled {
+		l.accelFast++
+		l.accelSl++
+	}
+	l.inFlight++
+	l.stats.Admitted++
+	l.stats.PeakConcurrency = max(l.stats.PeakConcurrency, l.inFlight)
+	sec := int(now.Sub(l.epoch) / time.Second)
+	if sec >= 0 && sec < maxHistogramSeconds {
+		for len(l.stats.AdmittedPerSecond) <= sec {
+			l.stats.AdmittedPerSecond = append(l.stats.AdmittedPerSecond, 0)
+		}
+		l.stats.AdmittedPerSecond[sec]++
+	}
+	return admission{ok: true}
+}
+
+// maxHistogramSeconds bounds the per-second histogram (one day).
+const maxHistogramSeconds = 86400
+
+// accelerationRefuses decays the admission counters to now and reports
+// whether one more admission would make the short-window rate exceed
+// Factor × the long-window rate (and the floor); if so, how long until the
+// short-window count decays enough. Requires l.mu.
+func (l *lane) accelerationRefuses(now time.Time) (time.Duration, bool) {
+	tauFast := l.accel.Window.D().Seconds() / l.scale
+	tauSlow := 6 * tauFast
+	if dt := now.Sub(l.accelLast).Seconds(); dt > 0 {
+		l.accelFast *= math.Exp(-dt / tauFast)
+		l.accelSl *= math.Exp(-dt / tauSlow)
+		l.accelLast = now
+	}
+	allowed := math.Max(l.accel.FloorRPM*l.scale/60, l.accel.Factor*l.accelSl/tauSlow) // per second
+	if (l.accelFast+1)/tauFast <= allowed {
+		return 0, false
+	}
+	// accelFast·e^(-t/τ) + 1 = allowed·τ  →  t = τ·ln(accelFast / (allowed·τ − 1))
+	target := allowed*tauFast - 1
+	wait := tauFast
+	if target > 0 {
+		wait = tauFast * math.Log(l.accelFast/target)
+	}
+	return time.Duration(wait * float64(time.Second)), true
+}
+
+// finish ends an admitted request: it leaves flight, and under
+// reserve-max-tokens accounting the unused reservation is refunded.
+func (l *lane) finish(now time.Time, refund int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.inFlight--
+	if refund > 0 {
+		l.out.give(float64(refund), now)
+	}
+}
+
+// charge adds output tokens produced beyond what admit charged.
+func (l *lane) charge(now time.Time, out int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.out.take(float64(out), now)
+}
+
+// count applies f to the lane's stats under the lock.
+func (l *lane) count(f func(s *LaneStats)) {
+	l.mu.Lock()
+	f(&l.stats)
+	l.mu.Unlock()
+}
+
+// setHeaders writes the anthropic-ratelimit-* family for the lane's state now.
+func (l *lane) setHeaders(h http.Header, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	fine := l.scale != 1 // sub-second resets only matter in a time-scaled world
+	put := func(name api.Limiter, limit, remaining int64, reset time.Time) {
+		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "limit"))] = []string{strconv.FormatInt(limit, 10)}
+		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "remaining"))] = []string{strconv.FormatInt(remaining, 10)}
+		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "reset"))] = []string{formatReset(reset, now, fine)}
+	}
+	if l.rpm > 0 {
+		put(api.LimiterRequests, l.rpm, l.req.remaining(now), l.req.resetAt(now))
+	}
+	if l.itpm > 0 {
+		put(api.LimiterInputTokens, l.itpm, api.RoundThousand(l.in.remaining(now)), l.in.resetAt(now))
+	}
+	if l.otpm > 0 {
+		put(api.LimiterOutputTokens, l.otpm, api.RoundThousand(l.out.remaining(now)), l.out.resetAt(now))
+	}
+	if l.itpm > 0 && l.otpm > 0 {
+		reset := l.in.resetAt(now)
+		if r := l.out.resetAt(now); r.After(reset) {
+			reset = r
+		}
+		put(api.LimiterTokens, l.itpm+l.otpm, api.RoundThousand(l.in.remaining(now)+l.out.remaining(now)), reset)
+	}
+}
+
+// formatReset renders a reset instant in RFC 3339: whole seconds rounded up,
+// as the API shows, or milliseconds when the world is time-scaled.
+func formatReset(t, now time.Time, fine bool) string {
+	t = t.UTC()
+	if fine {
+		return t.Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")
+	}
+	if t.Truncate(time.Second).Before(t) {
+		t = t.Truncate(time.Second).Add(time.Second)
+	}
+	return t.Format(time.RFC3339)
+}
+
+// limitMessage is the text of a rate-limit 429, in the API's wording.
+func (l *lane) limitMessage(why, model string) string {
+	var n int64
+	unit := ""
+	switch why {
+	case limitedRequests:
+		n, unit = l.rpm, "requests"
+	case limitedInput:
+		n, unit = l.itpm, "input tokens"
+	case limitedOutput:
+		n, unit = l.otpm, "output tokens"
+	default:
+		return fmt.Sprintf("This request was rate limited because your organization's usage increased too sharply (org: %s, model: %s). Ramp up your traffic gradually and maintain consistent usage patterns.", l.org.cfg.ID, model)
+	}
+	return fmt.Sprintf("This request would exceed your organization's rate limit of %s %s per minute (org: %s, model: %s). For details, refer to: https://docs.claude.com/en/api/rate-limits.", commas(n), unit, l.org.cfg.ID, model)
+}
+
+// commas renders 1200000 as "1,200,000".
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}

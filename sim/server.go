@@ -1,0 +1,431 @@
+package sim
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+)
+
+// Server is the simulated Anthropic API. It serves Messages, count_tokens,
+// models and Message Batches for the organizations of its Config, enforces
+// their rate limits, and answers every request deterministically.
+//
+// A Server is safe for concurrent use. Its state lives in a world that
+// POST /_sim/reset replaces whole, so a reset never races a request: a
+// request finishes in the world it started in.
+type Server struct {
+	cfg   Config
+	now   func() time.Time
+	w     atomic.Pointer[world]
+	mux   *http.ServeMux
+	httpS *http.Server
+}
+
+// Option configures a Server.
+type Option func(*Server)
+
+// WithClock replaces time.Now. Under testing/synctest the real clock is
+// already fake, so most tests need no option.
+func WithClock(now func() time.Time) Option { return func(s *Server) { s.now = now } }
+
+// New validates cfg and returns a Server for it.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	if cfg.OTPMMode == "" {
+		cfg.OTPMMode = OTPMActual
+	}
+	if cfg.Faults.SlowFactor <= 0 {
+		cfg.Faults.SlowFactor = 20
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, now: time.Now}
+	for _, o := range opts {
+		o(s)
+	}
+	s.w.Store(newWorld(&s.cfg, s.now()))
+	s.routes()
+	return s, nil
+}
+
+// Config returns the effective configuration.
+func (s *Server) Config() Config { return s.cfg }
+
+// Handler returns the HTTP handler of the API.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Serve answers on l until Shutdown. It returns http.ErrServerClosed after
+// a Shutdown, like http.Server.Serve.
+func (s *Server) Serve(l net.Listener) error {
+	s.httpS = &http.Server{Handler: s.mux, ReadHeaderTimeout: 30 * time.Second}
+	return s.httpS.Serve(l)
+}
+
+// Shutdown stops Serve gracefully.
+func (s *Server) Shutdown(ctx context.Context) error {
+	if s.httpS == nil {
+		return nil
+	}
+	return s.httpS.Shutdown(ctx)
+}
+
+// Reset replaces the world with a fresh one: full buckets, no batches, zero
+// stats, key statuses as configured.
+func (s *Server) Reset() { s.w.Store(newWorld(&s.cfg, s.now())) }
+
+// SetKeyStatus changes a key's status (active, revoked, forbidden) by label,
+// for tests of a key dying mid-run.
+func (s *Server) SetKeyStatus(label, status string) error {
+	switch status {
+	case KeyActive, KeyRevoked, KeyForbidden:
+	default:
+		return fmt.Errorf("sim: unknown key status %q", status)
+	}
+	for _, k := range s.w.Load().keys {
+		if k.label == label {
+			k.status.Store(status)
+			return nil
+		}
+	}
+	return fmt.Errorf("sim: no key labelled %q", label)
+}
+
+// world is everything a reset throws away.
+type world struct {
+	cfg     *Config
+	started time.Time
+	rng     *rng
+	ids     atomic.Uint64
+	orgs    []*org
+	byName  map[string]*org
+	keys    map[string]*keyEntry
+	bodies  bodyLedger
+}
+
+type keyEntry struct {
+	label  string
+	org    *org
+	status atomic.Value // string
+	used   atomic.Int64
+	denied atomic.Int64
+}
+
+func newWorld(cfg *Config, now time.Time) *world {
+	w := &world{cfg: cfg, started: now, rng: newRNG(cfg.Seed), byName: map[string]*org{}, keys: map[string]*keyEntry{}}
+	w.bodies.seen = map[uint64]uint32{}
+	for i := range cfg.Orgs {
+		o := newOrg(w, &cfg.Orgs[i], now)
+		w.orgs = append(w.orgs, o)
+		w.byName[o.cfg.Name] = o
+		for _, k := range o.cfg.Keys {
+			e := &keyEntry{label: k.Label, org: o}
+			st := k.Status
+			if st == "" {
+				st = KeyActive
+			}
+			e.status.Store(st)
+			w.keys[k.Key] = e
+		}
+	}
+	return w
+}
+
+// org is one organization's server-side state.
+type org struct {
+	w     *world
+	cfg   *OrgConfig
+	batch BatchModel
+
+	inFlight atomic.Int64 // Messages calls in flight, for Capacity
+
+	mu         sync.Mutex // guards lanes, tokenCount, batchRPM
+	lanes      map[api.Pool]*lane
+	tokenCount bucket
+	batchRPM   bucket
+	counters   OrgCounters
+
+	cacheMu sync.Mutex
+	cache   map[uint64]time.Time // prompt-cache prefix → expiry
+
+	batches batchQueue
+}
+
+func newOrg(w *world, cfg *OrgConfig, now time.Time) *org {
+	k := w.cfg.TimeScale
+	o := &org{w: w, cfg: cfg, batch: w.cfg.Batch, lanes: map[api.Pool]*lane{}, cache: map[uint64]time.Time{}}
+	if cfg.Batch != nil {
+		o.batch = *cfg.Batch
+	}
+	perMin := func(n int64) bucket {
+		r := float64(scaleLimit(n, k))
+		return newBucket(r, r/60, now)
+	}
+	o.tokenCount, o.batchRPM = perMin(cfg.TokenCountRPM), perMin(cfg.BatchRPM)
+	o.batches.init(o, now)
+	return o
+}
+
+// lane returns the org's lane for pool p, creating it on first use.
+func (o *org) lane(p api.Pool, now time.Time) *lane {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if l, ok := o.lanes[p]; ok {
+		return l
+	}
+	lim, ok := o.cfg.Limits[p]
+	if !ok && o.cfg.DefaultLimits != nil {
+		lim = *o.cfg.DefaultLimits
+	}
+	l := newLane(o, p, lim, o.w.cfg, now)
+	o.lanes[p] = l
+	return l
+}
+
+// takeSurface charges one call to a per-minute surface bucket (count_tokens
+// or batch endpoints) and reports how long to wait if it does not fit.
+func (o *org) takeSurface(b *bucket, now time.Time) (time.Duration, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !b.fits(1, now) {
+		return b.wait(1, now), false
+	}
+	b.take(1, now)
+	return 0, true
+}
+
+// surfaceHeaders writes the requests-* headers of a surface bucket.
+func (o *org) surfaceHeaders(h http.Header, b *bucket, now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if b.unlimited() {
+		return
+	}
+	fine := o.w.cfg.TimeScale != 1
+	h.Set(api.LimitHeaderName(api.LimiterRequests, "limit"), strconv.FormatInt(int64(b.capacity), 10))
+	h.Set(api.LimitHeaderName(api.LimiterRequests, "remaining"), strconv.FormatInt(b.remaining(now), 10))
+	h.Set(api.LimitHeaderName(api.LimiterRequests, "reset"), formatReset(b.resetAt(now), now, fine))
+}
+
+// cacheLookup applies the prompt-cache model: a prefix seen within its TTL
+// is read (and its TTL refreshed), otherwise written.
+func (o *org) cacheLookup(p *prompt, now time.Time, scale float64) (read, write int64) {
+	if p.cachePrefix == 0 {
+		return 0, 0
+	}
+	ttl := time.Duration(float64(p.cacheTTL) / scale)
+	o.cacheMu.Lock()
+	defer o.cacheMu.Unlock()
+	exp, ok := o.cache[p.cacheKey]
+	o.cache[p.cacheKey] = now.Add(ttl)
+	if ok && now.Before(exp) {
+		return p.cachePrefix, 0
+	}
+	return 0, p.cachePrefix
+}
+
+// bodyLedger counts how often each distinct request body was answered.
+type bodyLedger struct {
+	mu       sync.Mutex
+	seen     map[uint64]uint32
+	distinct int64
+	repeated int64 // bodies answered more than once
+	extra    int64 // answers beyond the first, summed
+}
+
+func (b *bodyLedger) answered(hash uint64) {
+	b.mu.Lock()
+	n := b.seen[hash]
+	b.seen[hash] = n + 1
+	switch n {
+	case 0:
+		b.distinct++
+	case 1:
+		b.repeated++
+		b.extra++
+	default:
+		b.extra++
+	}
+	b.mu.Unlock()
+}
+
+// newRequestID returns a unique "req_…" id.
+func (w *world) newRequestID() string {
+	n := w.ids.Add(1)
+	return "req_011" + strconv.FormatUint(mix(n^w.cfg.Seed<<32)|1<<63, 36)[1:]
+}
+
+// newID returns an id with the given prefix ("msg_", "msgbatch_").
+func (w *world) newID(prefix string) string {
+	n := w.ids.Add(1)
+	return prefix + "01" + strconv.FormatUint(mix(n+w.cfg.Seed)|1<<63, 36)[1:]
+}
+
+// --- HTTP plumbing shared by every handler ---
+
+func (s *Server) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("POST /v1/messages", s.handleMessages)
+	m.HandleFunc("POST /v1/messages/count_tokens", s.handleCountTokens)
+	m.HandleFunc("GET /v1/models", s.handleModels)
+	m.HandleFunc("GET /v1/models/{id}", s.handleModel)
+	m.HandleFunc("POST /v1/messages/batches", s.handleBatchCreate)
+	m.HandleFunc("GET /v1/messages/batches", s.handleBatchList)
+	m.HandleFunc("GET /v1/messages/batches/{id}", s.handleBatchRetrieve)
+	m.HandleFunc("DELETE /v1/messages/batches/{id}", s.handleBatchDelete)
+	m.HandleFunc("POST /v1/messages/batches/{id}/cancel", s.handleBatchCancel)
+	m.HandleFunc("GET /v1/messages/batches/{id}/results", s.handleBatchResults)
+	m.HandleFunc("GET /_sim/stats", s.handleStats)
+	m.HandleFunc("POST /_sim/reset", s.handleReset)
+	m.HandleFunc("POST /_sim/keys", s.handleKeyStatus)
+	m.HandleFunc("GET /_sim/config", s.handleConfig)
+	m.HandleFunc("/", s.handleNotFound)
+	s.mux = m
+}
+
+// call is one authenticated API call in progress.
+type call struct {
+	s     *Server
+	w     *world
+	rw    http.ResponseWriter
+	r     *http.Request
+	reqID string
+	key   *keyEntry
+	org   *org
+	now   time.Time
+}
+
+// begin authenticates r and checks its version. On failure it has already
+// written the error and returns nil.
+func (s *Server) begin(rw http.ResponseWriter, r *http.Request) *call {
+	w := s.w.Load()
+	c := &call{s: s, w: w, rw: rw, r: r, reqID: w.newRequestID(), now: s.now()}
+	rw.Header()["Request-Id"] = []string{c.reqID}
+	key := r.Header.Get(api.HeaderAPIKey)
+	if key == "" {
+		if a := r.Header.Get("Authorization"); strings.HasPrefix(a, "Bearer ") {
+			key = strings.TrimSpace(a[len("Bearer "):])
+		}
+	}
+	if key == "" {
+		c.fail(&requestError{401, api.ErrAuthentication, "x-api-key header is required"})
+		return nil
+	}
+	e, ok := w.keys[key]
+	if !ok {
+		c.fail(&requestError{401, api.ErrAuthentication, "invalid x-api-key"})
+		return nil
+	}
+	c.key, c.org = e, e.org
+	rw.Header()["Anthropic-Organization-Id"] = []string{e.org.cfg.ID}
+	switch e.status.Load().(string) {
+	case KeyRevoked:
+		e.denied.Add(1)
+		c.fail(&requestError{401, api.ErrAuthentication, "invalid x-api-key"})
+		return nil
+	case KeyForbidden:
+		e.denied.Add(1)
+		c.fail(&requestError{403, api.ErrPermission, "Your API key does not have permission to use the specified resource."})
+		return nil
+	}
+	rw.Header()["Anthropic-Workspace-Id"] = []string{"wrkspc_sim_" + e.org.cfg.Name}
+	switch v := r.Header.Get(api.HeaderVersion); v {
+	case api.Version20230601, api.Version20261021:
+	case "":
+		c.fail(badRequest("anthropic-version: header is required"))
+		return nil
+	default:
+		c.fail(badRequest("anthropic-version: %q is not a valid version", v))
+		return nil
+	}
+	e.used.Add(1)
+	return c
+}
+
+// readBody reads at most limit bytes of the request body; a larger body is
+// a 413 request_too_large, as the API's front end answers.
+func (c *call) readBody(limit int64) ([]byte, bool) {
+	if c.r.ContentLength > limit {
+		c.fail(&requestError{413, api.ErrRequestTooLarge, fmt.Sprintf("Request exceeds the maximum allowed number of bytes (%d).", limit)})
+		return nil, false
+	}
+	b, err := io.ReadAll(io.LimitReader(c.r.Body, limit+1))
+	if err != nil {
+		c.fail(badRequest("could not read request body: %v", err))
+		return nil, false
+	}
+	if int64(len(b)) > limit {
+		c.fail(&requestError{413, api.ErrRequestTooLarge, fmt.Sprintf("Request exceeds the maximum allowed number of bytes (%d).", limit)})
+		return nil, false
+	}
+	return b, true
+}
+
+// fail writes an API error body.
+func (c *call) fail(e *requestError) {
+	c.failWith(e.status, api.NewErrorBody(e.typ, c.reqID, "%s", e.msg))
+}
+
+func (c *call) failWith(status int, body api.ErrorBody) {
+	body.RequestID = c.reqID
+	h := c.rw.Header()
+	h["Content-Type"] = []string{"application/json"}
+	c.rw.WriteHeader(status)
+	c.rw.Write(body.Marshal())
+}
+
+// rateLimited writes a 429 with retry-after (whole seconds, at least 1).
+func (c *call) rateLimited(wait time.Duration, msg string) {
+	secs := int64((wait + time.Second - 1) / time.Second)
+	if secs < 1 {
+		secs = 1
+	}
+	h := c.rw.Header()
+	h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
+	if c.s.cfg.RetryAfterMs {
+		h["Retry-After-Ms"] = []string{strconv.FormatInt(max(1, wait.Milliseconds()), 10)}
+	}
+	c.fail(&requestError{429, api.ErrRateLimit, msg})
+}
+
+// writeJSON writes a 200 with v as JSON.
+func (c *call) writeJSON(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		c.fail(&requestError{500, api.ErrAPI, "internal error"})
+		return
+	}
+	c.rw.Header()["Content-Type"] = []string{"application/json"}
+	c.rw.Write(b)
+}
+
+// sleep waits d or until the client goes away.
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Server) handleNotFound(rw http.ResponseWriter, r *http.Request) {
+	w := s.w.Load()
+	c := &call{s: s, w: w, rw: rw, r: r, reqID: w.newRequestID()}
+	rw.Header()["Request-Id"] = []string{c.reqID}
+	c.fail(&requestError{404, api.ErrNotFound, fmt.Sprintf("Not found: %s %s", r.Method, r.URL.Path)})
+}
