@@ -109,7 +109,7 @@ func (q *batchQueue) advance(now time.Time) {
 			used += use
 			if float64(len(b.rows))-b.done < 1e-9 {
 				b.done = float64(len(b.rows))
-				q.end(b, t.Add(time.Duration(used/r*float64(time.Second))), "")
+				q.end(b, t.Add(time.Duration(math.Round(used/r*float64(time.Second)))), "")
 			}
 		}
 		t = next
