@@ -83,7 +83,7 @@ func TestBatchLifecycle(t *testing.T) {
 			checkError(t, request(t, s, "DELETE", "/v1/messages/batches/"+b.ID, FakeKeyBatch, nil), 400, api.ErrInvalidRequest)
 			checkError(t, request(t, s, "GET", "/v1/messages/batches/"+b.ID+"/results", FakeKeyBatch, nil), 400, api.ErrInvalidRequest)
 
-			time.Sleep(t0.Add(scaled(65*time.Second) - time.Millisecond).Sub(time.Now()))
+			time.Sleep(time.Until(t0.Add(scaled(65*time.Second) - time.Millisecond)))
 			if got := getBatch(t, s, FakeKeyBatch, b.ID); got.ProcessingStatus != api.BatchInProgress || got.RequestCounts.Processing != 10 {
 				t.Fatalf("just before the end: %+v (counts stay processing until the batch ends)", got)
 			}

@@ -157,13 +157,6 @@ func (l *lane) finish(now time.Time, refund int64) {
 	}
 }
 
-// charge adds output tokens produced beyond what admit charged.
-func (l *lane) charge(now time.Time, out int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.out.take(float64(out), now)
-}
-
 // count applies f to the lane's stats under the lock.
 func (l *lane) count(f func(s *LaneStats)) {
 	l.mu.Lock()

@@ -23,7 +23,7 @@ const (
 	// (claude-sonnet-4-5 would make the SDK print a deprecation warning.)
 	model = "claude-sonnet-4-6"
 	// refill is how long the limited world's one-request bucket takes to
-	// refill, in real time, so the retry-after of its 429s in whole seconds.
+	// refill in real time, and so the largest retry-after its 429s carry.
 	refill = 2 * time.Second
 )
 
@@ -35,7 +35,7 @@ func TestTypeScriptSDK(t *testing.T) {
 	}
 	node, npm := requireTools(t)
 
-	base := startSim(t, fastWorld(t))
+	base := startSim(t, fastWorld())
 	limited := startSim(t, limitedWorld(t))
 
 	ensureNodeModules(t, npm)
@@ -131,7 +131,7 @@ func startSim(t *testing.T, cfg sim.Config) string {
 
 // fastWorld is the three-org preset at TimeScale 1000: answers take
 // milliseconds and a 3-request batch ends in about 60 ms.
-func fastWorld(t *testing.T) sim.Config {
+func fastWorld() sim.Config {
 	cfg := sim.Default()
 	cfg.TimeScale = 1000
 	return cfg

@@ -135,7 +135,9 @@ test('messages.stream: finalMessage has the streamed text', { timeout: 20_000 },
   assert.ok(text.startsWith('sim-'), `text should start with "sim-": ${JSON.stringify(text)}`);
   assert.equal(streamed, text, 'text deltas add up to the final text');
   assert.ok(msg.usage.input_tokens > 0);
-  assert.ok(msg.usage.output_tokens > 0);
+  // message_start says output_tokens 1; the SDK must take message_delta's
+  // final count (the simulator answers one token per word).
+  assert.equal(msg.usage.output_tokens, text.split(' ').length, 'usage from message_delta');
   assert.ok(msg.stop_reason === 'end_turn' || msg.stop_reason === 'max_tokens', `stop_reason ${msg.stop_reason}`);
   assert.equal(events[0], 'message_start');
   assert.equal(events.at(-1), 'message_stop');
