@@ -100,3 +100,40 @@ type BatchResultLine struct {
 	CustomID string      `json:"custom_id"`
 	Result   BatchResult `json:"result"`
 }
+
+// ResultRecord is one line of a sluice results file: a Message Batches
+// result line (custom_id, result) plus sluice's own metadata under "sluice",
+// a key that code written for Batch results ignores. Result is kept raw so a
+// message is written byte for byte as the API sent it.
+type ResultRecord struct {
+	CustomID string          `json:"custom_id"`
+	Result   json.RawMessage `json:"result"`
+	Sluice   *RunMeta        `json:"sluice,omitempty"`
+}
+
+// Outcome classes a result line records, so a resumed run knows which rows
+// are final and which to drive again.
+const (
+	// ClassOK: the API answered (result succeeded).
+	ClassOK = "ok"
+	// ClassFinal: an error that retrying cannot fix (400, 404, 413, an
+	// invalid_request_error row).
+	ClassFinal = "final"
+	// ClassTransport: retries ran out on rate limits, overload, 5xx,
+	// dropped connections or auth; a re-run drives the request again.
+	ClassTransport = "transport"
+)
+
+// RunMeta is sluice's per-request metadata in a results line.
+type RunMeta struct {
+	// ParamsHash fingerprints the request params (hex), so a resumed run can
+	// tell when the request under a completed id has changed.
+	ParamsHash string `json:"params_hash"`
+	Class      string `json:"class"`
+	Route      string `json:"route,omitempty"` // sync or batch
+	Org        string `json:"org,omitempty"`   // label of the org that answered
+	Key        string `json:"key,omitempty"`   // label of the key, never its value
+	Attempts   int    `json:"attempts,omitempty"`
+	LatencyMs  int64  `json:"latency_ms,omitempty"`
+	BatchID    string `json:"batch_id,omitempty"`
+}
