@@ -1,0 +1,291 @@
+// Package client sends one attempt of an Anthropic API call and classifies
+// what came back into a small closed set. It never retries: the dispatcher
+// is the only retry owner, so every attempt is paced and counted once.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// Class is what one attempt amounts to, for the retry owner.
+type Class int
+
+// The outcome classes. Their order means nothing.
+const (
+	// OK: a 2xx answer.
+	OK Class = iota
+	// RateLimited: 429 rate_limit_error from a rate limit (not the spend
+	// cap). Retry after retry-after; the lane slows down.
+	RateLimited
+	// Overloaded: 529 overloaded_error. Retry with backoff; the lane slows.
+	Overloaded
+	// ServerError: 5xx other than 529, and 408/409. Retry with backoff.
+	ServerError
+	// Transport: no response at all (connection refused or reset, timeout,
+	// truncated body). Retry with backoff; the server may have billed it.
+	Transport
+	// KeyDead: 401, 403, 402 billing_error, the spend-cap 429, or a 400
+	// saying the credit balance or a self-set usage limit is exhausted. The
+	// key is useless for the rest of the run; the request moves elsewhere.
+	KeyDead
+	// Invalid: 400, 404, 413, 422 and other 4xx: the request itself is
+	// wrong and will fail the same way on any key. Final.
+	Invalid
+	// Canceled: the caller's context ended the attempt.
+	Canceled
+)
+
+var classNames = [...]string{"ok", "rate_limited", "overloaded", "server_error", "transport", "key_dead", "invalid", "canceled"}
+
+func (c Class) String() string {
+	if int(c) < len(classNames) {
+		return classNames[c]
+	}
+	return fmt.Sprintf("class(%d)", int(c))
+}
+
+// Outcome is everything the retry owner needs from one attempt.
+type Outcome struct {
+	Class     Class
+	Status    int         // HTTP status, 0 without a response
+	Body      []byte      // the response body (a Message, or an error body)
+	Header    http.Header // nil without a response
+	Limits    api.RateLimitHeaders
+	OrgID     string
+	RequestID string
+	// RetryAfter is the server's delay hint (retry-after-ms, retry-after),
+	// valid when HasRetryAfter.
+	RetryAfter    time.Duration
+	HasRetryAfter bool
+	// ShouldRetry is the x-should-retry header: -1 absent, 0 false, 1 true.
+	ShouldRetry int
+	// Err describes a failure without a usable answer; it never contains a
+	// key value.
+	Err     error
+	Latency time.Duration
+	// Usage and StopReason are parsed from an OK Messages body.
+	Usage      api.Usage
+	StopReason string
+}
+
+// Config configures a Client.
+type Config struct {
+	// BaseURL of the API, without a trailing slash (default
+	// https://api.anthropic.com).
+	BaseURL string
+	// Version is the anthropic-version header (default 2023-06-01).
+	Version string
+	// Auth picks x-api-key (default) or Authorization: Bearer.
+	Auth keys.AuthStyle
+	// MaxConns sizes the connection pool: it should be at least the total
+	// concurrency sluice will use, so connections are reused, not churned.
+	MaxConns int
+	// AttemptTimeout bounds one attempt (default 10 minutes, like the SDKs).
+	AttemptTimeout time.Duration
+	// Transport replaces the tuned transport (tests: an in-memory dialer).
+	Transport http.RoundTripper
+	// UserAgent is sent on every request.
+	UserAgent string
+}
+
+// Client sends attempts. It is safe for concurrent use.
+type Client struct {
+	cfg  Config
+	http *http.Client
+}
+
+// New returns a Client with its own tuned transport: idle connections per
+// host sized to MaxConns (the default keeps 2, which churns thousands of
+// connections under load), HTTP/2 attempted over TLS, TCP keep-alive.
+func New(cfg Config) *Client {
+	if cfg.BaseURL == "" {
+		cfg.BaseURL = "https://api.anthropic.com"
+	}
+	cfg.BaseURL = strings.TrimRight(cfg.BaseURL, "/")
+	if cfg.Version == "" {
+		cfg.Version = api.VersionDefault
+	}
+	if cfg.MaxConns <= 0 {
+		cfg.MaxConns = 256
+	}
+	if cfg.AttemptTimeout <= 0 {
+		cfg.AttemptTimeout = 10 * time.Minute
+	}
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "sluice/0"
+	}
+	rt := cfg.Transport
+	if rt == nil {
+		rt = &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			ForceAttemptHTTP2:     true,
+			MaxIdleConns:          cfg.MaxConns,
+			MaxIdleConnsPerHost:   cfg.MaxConns,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   10 * time.Second,
+			ResponseHeaderTimeout: cfg.AttemptTimeout,
+		}
+	}
+	return &Client{cfg: cfg, http: &http.Client{Transport: rt}}
+}
+
+// BaseURL returns the API base URL in use.
+func (c *Client) BaseURL() string { return c.cfg.BaseURL }
+
+// maxBody bounds what is read of one response: far above any Message.
+const maxBody = 256 << 20
+
+// Do sends one attempt of method path with body, authenticated by key, and
+// classifies the outcome. body is sent byte for byte.
+func (c *Client) Do(ctx context.Context, key *keys.Key, method, path string, body []byte) Outcome {
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.BaseURL+path, rd)
+	if err != nil {
+		return Outcome{Class: Invalid, ShouldRetry: -1, Err: fmt.Errorf("client: %w", err)}
+	}
+	if body != nil {
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	h := req.Header
+	h.Set(api.HeaderVersion, c.cfg.Version)
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json")
+	h.Set("User-Agent", c.cfg.UserAgent)
+	key.Apply(h, c.cfg.Auth)
+
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return failed(ctx, err, start)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		// The status arrived but the body did not: no usable answer.
+		o := failed(ctx, err, start)
+		o.Status, o.Header = resp.StatusCode, resp.Header
+		return o
+	}
+	o := Outcome{Status: resp.StatusCode, Body: b, Header: resp.Header, Latency: time.Since(start), ShouldRetry: -1}
+	o.Limits = api.ParseRateLimitHeaders(resp.Header)
+	o.OrgID = resp.Header.Get(api.HeaderOrganizationID)
+	o.RequestID = resp.Header.Get(api.HeaderRequestID)
+	o.RetryAfter, o.HasRetryAfter = api.ParseRetryAfter(resp.Header, time.Now())
+	switch resp.Header.Get(api.HeaderShouldRetry) {
+	case "true":
+		o.ShouldRetry = 1
+	case "false":
+		o.ShouldRetry = 0
+	}
+	o.Class = Classify(resp.StatusCode, resp.Header, b)
+	if o.Class == OK {
+		var m struct {
+			Usage      api.Usage `json:"usage"`
+			StopReason string    `json:"stop_reason"`
+		}
+		if json.Unmarshal(b, &m) == nil {
+			o.Usage, o.StopReason = m.Usage, m.StopReason
+		}
+	} else {
+		o.Err = statusError(resp.StatusCode, b)
+	}
+	return o
+}
+
+// failed builds the outcome of an attempt that got no usable response.
+func failed(ctx context.Context, err error, start time.Time) Outcome {
+	o := Outcome{Class: Transport, ShouldRetry: -1, Latency: time.Since(start)}
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) {
+		o.Class = Canceled
+	}
+	// url.Error carries the URL, never a header, so no key can leak here.
+	o.Err = fmt.Errorf("client: %w", err)
+	return o
+}
+
+// statusError renders an error answer as a Go error: the API's type and
+// message, and the request id.
+func statusError(status int, body []byte) error {
+	var eb api.ErrorBody
+	if json.Unmarshal(body, &eb) == nil && eb.Err.Type != "" {
+		return fmt.Errorf("client: HTTP %d %s", status, eb.Error())
+	}
+	snippet := body
+	if len(snippet) > 200 {
+		snippet = snippet[:200]
+	}
+	return fmt.Errorf("client: HTTP %d: %q", status, snippet)
+}
+
+// Classify maps an answer to its class: by HTTP status first, then, for the
+// few statuses that mean more than one thing, by the error body.
+func Classify(status int, h http.Header, body []byte) Class {
+	switch {
+	case status >= 200 && status < 300:
+		return OK
+	case status == 401, status == 403, status == 402:
+		return KeyDead
+	case status == 429:
+		if isSpendCap(h, body) {
+			return KeyDead
+		}
+		return RateLimited
+	case status == api.StatusOverloaded:
+		return Overloaded
+	case status == 408, status == 409, status >= 500:
+		return ServerError
+	case status == 400 && isUsageLimit(body):
+		return KeyDead
+	default:
+		return Invalid
+	}
+}
+
+// isSpendCap recognises the monthly spend-cap 429: no retry-after and
+// error.details.error_code enforced_spend_limit_reached. Retrying it fails
+// until next month.
+func isSpendCap(h http.Header, body []byte) bool {
+	var eb api.ErrorBody
+	if json.Unmarshal(body, &eb) == nil && eb.Err.Details != nil && eb.Err.Details.ErrorCode == api.SpendLimitErrorCode {
+		return true
+	}
+	return false
+}
+
+// isUsageLimit recognises the 400s that mean the organization cannot spend:
+// a self-set usage limit or an empty credit balance.
+func isUsageLimit(body []byte) bool {
+	var eb api.ErrorBody
+	if json.Unmarshal(body, &eb) != nil {
+		return false
+	}
+	m := eb.Err.Message
+	return strings.HasPrefix(m, "You have reached your specified") || strings.Contains(m, "credit balance is too low")
+}
+
+// Probe checks key with a free count_tokens call: the answer's
+// anthropic-organization-id names the key's organization, and a 401/403
+// says the key is dead, at no cost.
+func (c *Client) Probe(ctx context.Context, key *keys.Key, model string) Outcome {
+	body, _ := json.Marshal(map[string]any{"model": model,
+		"messages": []map[string]any{{"role": "user", "content": "ping"}}})
+	return c.Do(ctx, key, "POST", "/v1/messages/count_tokens", body)
+}

@@ -1,0 +1,652 @@
+// Package dispatch is sluice's scheduler: it sends each request on the lane
+// (organization × model pool) with the most headroom, owns every retry and
+// backoff, moves requests off dead keys, and reports one Result per request.
+//
+// One goroutine (the loop) owns all scheduling state, so nothing on the hot
+// path is shared except the lanes' own small locks. Each attempt runs in its
+// own goroutine and reports back to the loop; a request waiting to retry is
+// a heap entry, never a goroutine holding a slot. The same Dispatcher serves
+// `sluice run`, the batch path, judge and proxy: Submit for streams, Do for
+// one call.
+package dispatch
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/budget"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/lane"
+)
+
+// Request is one Messages call.
+type Request struct {
+	ID         string // custom_id
+	Params     []byte // the request body, sent byte for byte
+	Model      string
+	MaxTokens  int64
+	EstInput   int64  // local estimate of input tokens
+	ParamsHash string // carried into the Result for the results file
+}
+
+// Result is the final word on one Request.
+type Result struct {
+	Request *Request
+	// Class is api.ClassOK, api.ClassFinal or api.ClassTransport; empty
+	// when Aborted.
+	Class string
+	// Aborted: the dispatcher stopped (shutdown, no live key) before the
+	// request finished. Nothing should be recorded for it.
+	Aborted    bool
+	Status     int
+	Body       []byte // the Message, or the error body
+	Org, Key   string // labels
+	Attempts   int
+	Latency    time.Duration // first send to final answer
+	Usage      api.Usage
+	StopReason string
+	Err        error
+}
+
+// DefaultCaps are the per-key etiquette caps on concurrency per family.
+var DefaultCaps = map[api.Family]int{
+	api.FamilySonnet: 100, api.FamilyHaiku: 120, api.FamilyOpus: 40, api.FamilyFable: 40, api.FamilyUnknown: 40,
+}
+
+// Config configures a Dispatcher.
+type Config struct {
+	Client *client.Client
+	// Keys to use; their Org must be set (see Discover). Keys of one org
+	// share that org's lanes.
+	Keys []*keys.Key
+	// Caps per family override DefaultCaps.
+	Caps map[api.Family]int
+	// Lane is the template for every lane (Cap is set per family).
+	Lane lane.Config
+	// Retry bounds attempts.
+	Retry RetryPolicy
+	// NewBudget makes the budget of one lane (default budget.NewLocal);
+	// org is the organization id, never a key.
+	NewBudget func(org string, pool api.Pool) budget.Budget
+	// MaxQueued bounds requests accepted but not yet sent (default 4 ×
+	// the sum of caps); Submit blocks beyond it.
+	MaxQueued int
+	// Seed seeds the backoff jitter.
+	Seed uint64
+	// Now reads the clock (default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Path is the endpoint (default /v1/messages).
+	Path string
+}
+
+// ErrNoLiveKey means every key able to serve a request is dead.
+var ErrNoLiveKey = errors.New("dispatch: no live key left")
+
+// ErrStopped is the error of a request aborted by shutdown.
+var ErrStopped = errors.New("dispatch: stopped before the request finished")
+
+// Dispatcher schedules requests. Create with New, run Serve in a goroutine.
+type Dispatcher struct {
+	cfg  Config
+	rng  *rand.Rand
+	now  func() time.Time
+	log  *slog.Logger
+	orgs map[string]*orgState // by org id
+
+	submit   chan *item
+	done     chan *attempt
+	closed   chan struct{} // Close: no more submissions
+	closeOne sync.Once
+	served   chan struct{} // Serve returned
+	err      error         // why Serve returned, valid after served
+
+	attemptCtx   context.Context
+	abortAttempt context.CancelFunc
+
+	// loop-owned
+	lanes   map[laneKey]*laneState
+	byPool  map[api.Pool][]*laneState
+	queues  map[api.Pool]*fifo
+	retries retryHeap
+	queued  int
+	flying  int
+
+	mu       sync.Mutex // guards stats and laneList, read by Snapshot
+	stats    Stats
+	laneList []*laneState
+}
+
+type laneKey struct {
+	org  string
+	pool api.Pool
+}
+
+type orgState struct {
+	id    string
+	label string
+	keys  []*keys.Key // live keys; loop-owned
+	live  atomic.Int32
+	rr    int
+}
+
+type laneState struct {
+	org  *orgState
+	pool api.Pool
+	l    *lane.Lane
+}
+
+type item struct {
+	req       *Request
+	cb        func(Result)
+	pool      api.Pool
+	attempts  int
+	congested int
+	failed    int
+	first     time.Time
+	due       time.Time
+	last      *client.Outcome
+	heapIdx   int
+}
+
+type attempt struct {
+	it     *item
+	ls     *laneState
+	key    *keys.Key
+	ticket lane.Ticket
+	out    client.Outcome
+}
+
+// New returns a Dispatcher over cfg.Keys. Keys must have an org (Discover
+// sets it); dead keys are skipped.
+func New(cfg Config) (*Dispatcher, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("dispatch: Config.Client is required")
+	}
+	cfg.Retry.defaults()
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.NewBudget == nil {
+		cfg.NewBudget = func(string, api.Pool) budget.Budget { return budget.NewLocal() }
+	}
+	if cfg.Path == "" {
+		cfg.Path = "/v1/messages"
+	}
+	d := &Dispatcher{
+		cfg: cfg, now: cfg.Now, log: cfg.Logger,
+		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		orgs:   map[string]*orgState{},
+		submit: make(chan *item), closed: make(chan struct{}), served: make(chan struct{}),
+		lanes: map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
+	}
+	d.attemptCtx, d.abortAttempt = context.WithCancel(context.Background())
+	sumCap := 0
+	for _, k := range cfg.Keys {
+		if dead, _ := k.Dead(); dead {
+			continue
+		}
+		org := k.Org()
+		if org == "" {
+			return nil, fmt.Errorf("dispatch: key %s has no organization; run Discover first", k)
+		}
+		o, ok := d.orgs[org]
+		if !ok {
+			o = &orgState{id: org, label: k.Label()}
+			d.orgs[org] = o
+			sumCap += d.capFor(api.FamilySonnet)
+		}
+		o.keys = append(o.keys, k)
+		o.live.Add(1)
+	}
+	if len(d.orgs) == 0 {
+		return nil, ErrNoLiveKey
+	}
+	if d.cfg.MaxQueued <= 0 {
+		d.cfg.MaxQueued = 4 * max(sumCap, 100)
+	}
+	d.done = make(chan *attempt, 4*max(sumCap, 100))
+	d.stats.Lanes = map[string]*LaneStats{}
+	return d, nil
+}
+
+func (d *Dispatcher) capFor(f api.Family) int {
+	if c, ok := d.cfg.Caps[f]; ok && c > 0 {
+		return c
+	}
+	return DefaultCaps[f]
+}
+
+// Submit queues req; cb receives its Result exactly once, on the
+// dispatcher's goroutine (keep it short). Submit blocks while the queue is
+// full, and returns ErrStopped once the dispatcher stops accepting work.
+func (d *Dispatcher) Submit(ctx context.Context, req *Request, cb func(Result)) error {
+	it := &item{req: req, cb: cb, pool: api.PoolOf(req.Model)}
+	select {
+	case d.submit <- it:
+		return nil
+	case <-d.closed:
+		return ErrStopped
+	case <-d.served:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Do sends one request and waits for its Result.
+func (d *Dispatcher) Do(ctx context.Context, req *Request) Result {
+	ch := make(chan Result, 1)
+	if err := d.Submit(ctx, req, func(r Result) { ch <- r }); err != nil {
+		return Result{Request: req, Aborted: true, Err: err}
+	}
+	select {
+	case r := <-ch:
+		return r
+	case <-ctx.Done():
+		// The result still arrives on ch (buffered) and is dropped.
+		return Result{Request: req, Aborted: true, Err: ctx.Err()}
+	}
+}
+
+// Close stops accepting submissions; Serve returns once every accepted
+// request has a Result.
+func (d *Dispatcher) Close() { d.closeOne.Do(func() { close(d.closed) }) }
+
+// Abort cancels attempts in flight (their requests end Aborted).
+func (d *Dispatcher) Abort() { d.abortAttempt() }
+
+// Done is closed when Serve has returned.
+func (d *Dispatcher) Done() <-chan struct{} { return d.served }
+
+// Err is why Serve returned (nil, ErrNoLiveKey, or the context's error);
+// valid after Done.
+func (d *Dispatcher) Err() error { return d.err }
+
+// Serve runs the scheduling loop until Close and every accepted request is
+// finished, or ctx ends (then it stops admitting, lets attempts in flight
+// finish — Abort cuts them short — and ends the rest Aborted).
+func (d *Dispatcher) Serve(ctx context.Context) error {
+	defer close(d.served)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	stopping := false
+	accepting := true
+	for {
+		now := d.now()
+		wake := time.Time{}
+		if !stopping {
+			wake = d.admit(now)
+			if d.noLiveLane() && d.queued > 0 && d.flying == 0 {
+				d.err = ErrNoLiveKey
+				stopping = true
+			}
+		}
+		if stopping && d.flying == 0 {
+			d.abortQueued()
+			if d.err == nil {
+				d.err = context.Cause(ctx)
+			}
+			return d.err
+		}
+		if !accepting && d.queued == 0 && d.flying == 0 {
+			return nil
+		}
+		submit := d.submit
+		if !accepting || stopping || d.queued >= d.cfg.MaxQueued {
+			submit = nil
+		}
+		if !wake.IsZero() {
+			timer.Reset(max(wake.Sub(now), time.Millisecond))
+		} else {
+			timer.Reset(time.Hour)
+		}
+		var ctxDone <-chan struct{}
+		if !stopping {
+			ctxDone = ctx.Done()
+		}
+		var closed <-chan struct{}
+		if accepting {
+			closed = d.closed
+		}
+		select {
+		case it := <-submit:
+			d.enqueue(it, now)
+		case a := <-d.done:
+			d.finish(a)
+		case <-timer.C:
+		case <-closed:
+			accepting = false
+		case <-ctxDone:
+			stopping = true
+		}
+	}
+}
+
+func (d *Dispatcher) enqueue(it *item, now time.Time) {
+	it.first = time.Time{}
+	q := d.queues[it.pool]
+	if q == nil {
+		q = &fifo{}
+		d.queues[it.pool] = q
+	}
+	q.push(it)
+	d.queued++
+	d.mu.Lock()
+	d.stats.Submitted++
+	d.mu.Unlock()
+	d.ensureLanes(it.pool, now)
+}
+
+// ensureLanes creates the lanes of pool on every live org on first use.
+func (d *Dispatcher) ensureLanes(pool api.Pool, now time.Time) {
+	if _, ok := d.byPool[pool]; ok {
+		return
+	}
+	fam := familyOfPool(pool)
+	ids := make([]string, 0, len(d.orgs))
+	for id := range d.orgs {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var ls []*laneState
+	for _, id := range ids {
+		o := d.orgs[id]
+		cfg := d.cfg.Lane
+		cfg.Cap = d.capFor(fam)
+		s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.id, pool), now)}
+		d.lanes[laneKey{o.id, pool}] = s
+		ls = append(ls, s)
+	}
+	d.byPool[pool] = ls
+	d.mu.Lock()
+	d.laneList = append(d.laneList, ls...)
+	d.mu.Unlock()
+}
+
+func familyOfPool(p api.Pool) api.Family {
+	for _, m := range api.Models() {
+		if m.Pool == p {
+			return m.Family
+		}
+	}
+	return api.FamilyUnknown
+}
+
+// admit launches every attempt that can go now and returns when the loop
+// should look again (zero: only on an event).
+func (d *Dispatcher) admit(now time.Time) time.Time {
+	var wake time.Time
+	soon := func(t time.Time) {
+		if wake.IsZero() || t.Before(wake) {
+			wake = t
+		}
+	}
+	// Retries whose time has come go to the front of their pool's queue.
+	for d.retries.Len() > 0 && !d.retries[0].due.After(now) {
+		it := heap.Pop(&d.retries).(*item)
+		d.queues[it.pool].pushFront(it)
+	}
+	if d.retries.Len() > 0 {
+		soon(d.retries[0].due)
+	}
+	for pool, q := range d.queues {
+		lanes := d.byPool[pool]
+		for q.len() > 0 {
+			it := q.peek()
+			ls, tk, wait := d.pick(lanes, it, now)
+			if ls == nil {
+				if wait > 0 {
+					soon(now.Add(wait))
+				}
+				break
+			}
+			q.pop()
+			d.launch(it, ls, tk, now)
+		}
+	}
+	return wake
+}
+
+// pick tries the live lanes of the request's pool in order of headroom and
+// returns the first that admits it, or the shortest known wait.
+func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (*laneState, lane.Ticket, time.Duration) {
+	type cand struct {
+		ls *laneState
+		h  float64
+	}
+	var cs [8]cand
+	c := cs[:0]
+	for _, ls := range lanes {
+		if len(ls.org.keys) == 0 {
+			continue
+		}
+		c = append(c, cand{ls, ls.l.Headroom(now)})
+	}
+	sort.SliceStable(c, func(i, j int) bool { return c[i].h > c[j].h })
+	var wait time.Duration
+	for _, x := range c {
+		dem := x.ls.l.Demand(float64(it.req.EstInput), float64(it.req.MaxTokens))
+		tk, r, w := x.ls.l.TryAcquire(now, dem, float64(it.req.EstInput))
+		if r == budget.Granted {
+			return x.ls, tk, 0
+		}
+		if w > 0 && (wait == 0 || w < wait) {
+			wait = w
+		}
+	}
+	return nil, lane.Ticket{}, wait
+}
+
+func (d *Dispatcher) launch(it *item, ls *laneState, tk lane.Ticket, now time.Time) {
+	d.queued--
+	d.flying++
+	it.attempts++
+	if it.first.IsZero() {
+		it.first = now
+	}
+	o := ls.org
+	key := o.keys[o.rr%len(o.keys)]
+	o.rr++
+	a := &attempt{it: it, ls: ls, key: key, ticket: tk}
+	go func() {
+		a.out = d.cfg.Client.Do(d.attemptCtx, key, "POST", d.cfg.Path, it.req.Params)
+		d.done <- a
+	}()
+}
+
+// finish handles a finished attempt: settle the lane, then retry, move or
+// complete the request.
+func (d *Dispatcher) finish(a *attempt) {
+	d.flying--
+	now := d.now()
+	o, it := &a.out, a.it
+	it.last = o
+	lr := lane.Result{Limits: o.Limits, Latency: o.Latency, Reached: o.Class != client.Canceled}
+	switch o.Class {
+	case client.OK, client.Invalid:
+		lr.Signal = lane.Clean
+		lr.InputTokens = float64(o.Usage.InputTokens + o.Usage.CacheCreationInputTokens)
+		lr.OutputTokens = float64(o.Usage.OutputTokens)
+	case client.RateLimited, client.Overloaded:
+		lr.Signal = lane.Congested
+		if o.HasRetryAfter {
+			lr.RetryAfter = o.RetryAfter
+		}
+	case client.ServerError, client.Transport:
+		lr.Signal = lane.Failed
+	case client.KeyDead:
+		lr.Signal = lane.Clean
+	case client.Canceled:
+		lr.Signal = lane.Aborted
+	}
+	a.ls.l.Done(now, a.ticket, lr)
+	d.count(a, o)
+
+	retry := false
+	switch o.Class {
+	case client.OK:
+		d.complete(it, api.ClassOK, a, now)
+		return
+	case client.Invalid:
+		if o.ShouldRetry == 1 {
+			retry = true
+			it.failed++
+			break
+		}
+		d.complete(it, api.ClassFinal, a, now)
+		return
+	case client.KeyDead:
+		d.killKey(a.key, o)
+		it.attempts-- // a dead key costs the request nothing
+		d.queued++
+		d.queues[it.pool].pushFront(it)
+		return
+	case client.Canceled:
+		d.queued++
+		d.queues[it.pool].pushFront(it)
+		return
+	case client.RateLimited, client.Overloaded:
+		it.congested++
+		retry = it.congested < d.cfg.Retry.MaxCongested
+	case client.ServerError, client.Transport:
+		it.failed++
+		retry = it.failed < d.cfg.Retry.MaxFailed && o.ShouldRetry != 0
+	}
+	if !retry {
+		d.complete(it, api.ClassTransport, a, now)
+		return
+	}
+	n := it.congested + it.failed
+	it.due = now.Add(d.cfg.Retry.Backoff(n, o.RetryAfter, o.HasRetryAfter, d.rng.Float64()))
+	d.queued++
+	heap.Push(&d.retries, it)
+}
+
+// killKey marks key dead (logging once, by label) and removes it from its
+// org; an org without keys stops receiving requests.
+func (d *Dispatcher) killKey(k *keys.Key, o *client.Outcome) {
+	reason := fmt.Sprintf("HTTP %d", o.Status)
+	if o.Err != nil {
+		reason = o.Err.Error()
+	}
+	if k.MarkDead(reason) {
+		d.log.Warn("key is dead for this run; its requests move to live keys", "key", k, "reason", reason)
+	}
+	for _, org := range d.orgs {
+		for i, x := range org.keys {
+			if x == k {
+				org.keys = append(org.keys[:i:i], org.keys[i+1:]...)
+				org.live.Add(-1)
+				if len(org.keys) == 0 {
+					d.log.Warn("organization has no live key left", "org", org.label)
+				}
+			}
+		}
+	}
+}
+
+func (d *Dispatcher) noLiveLane() bool {
+	for _, o := range d.orgs {
+		if len(o.keys) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// complete delivers the final Result of it.
+func (d *Dispatcher) complete(it *item, class string, a *attempt, now time.Time) {
+	o := a.out
+	r := Result{
+		Request: it.req, Class: class, Status: o.Status, Body: o.Body,
+		Org: a.ls.org.label, Key: a.key.Label(), Attempts: it.attempts,
+		Latency: now.Sub(it.first), Usage: o.Usage, StopReason: o.StopReason, Err: o.Err,
+	}
+	if class == api.ClassTransport && (len(r.Body) == 0 || o.Class == client.Transport) {
+		r.Body = syntheticError(o, it.attempts)
+	}
+	d.mu.Lock()
+	switch class {
+	case api.ClassOK:
+		d.stats.OK++
+	case api.ClassFinal:
+		d.stats.Final++
+	default:
+		d.stats.Transport++
+	}
+	d.mu.Unlock()
+	it.cb(r)
+}
+
+// syntheticError is the error body recorded when no answer carried one.
+func syntheticError(o client.Outcome, attempts int) []byte {
+	msg := fmt.Sprintf("sluice: gave up after %d attempts", attempts)
+	if o.Err != nil {
+		msg += ": " + o.Err.Error()
+	}
+	b, _ := json.Marshal(api.NewErrorBody(api.ErrAPI, "", "%s", msg))
+	return b
+}
+
+// abortQueued ends every request not yet finished as Aborted.
+func (d *Dispatcher) abortQueued() {
+	err := ErrStopped
+	if d.err == ErrNoLiveKey {
+		err = ErrNoLiveKey
+	}
+	abort := func(it *item) { it.cb(Result{Request: it.req, Aborted: true, Err: err, Attempts: it.attempts}) }
+	for _, q := range d.queues {
+		for q.len() > 0 {
+			abort(q.pop())
+		}
+	}
+	for d.retries.Len() > 0 {
+		abort(heap.Pop(&d.retries).(*item))
+	}
+	d.queued = 0
+}
+
+// count updates the per-lane statistics.
+func (d *Dispatcher) count(a *attempt, o *client.Outcome) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	name := a.ls.org.label + "/" + string(a.ls.pool)
+	ls := d.stats.Lanes[name]
+	if ls == nil {
+		ls = &LaneStats{Org: a.ls.org.label, Pool: a.ls.pool}
+		d.stats.Lanes[name] = ls
+	}
+	ls.Attempts++
+	switch o.Class {
+	case client.OK:
+		ls.OK++
+		ls.InputTokens += o.Usage.InputTokens + o.Usage.CacheCreationInputTokens + o.Usage.CacheReadInputTokens
+		ls.OutputTokens += o.Usage.OutputTokens
+	case client.RateLimited:
+		ls.RateLimited++
+		d.stats.Retries429++
+	case client.Overloaded:
+		ls.Overloaded++
+		d.stats.Retries429++
+	case client.ServerError, client.Transport:
+		ls.Failed++
+		d.stats.RetriesFailed++
+	case client.KeyDead:
+		ls.KeyDead++
+	}
+}

@@ -1,0 +1,304 @@
+package dispatch_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/pipenet"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/lane"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// world is a simulator and a client wired to it.
+type world struct {
+	sim    *sim.Server
+	client *client.Client
+	pool   *keys.Pool
+}
+
+func threeKeys(t *testing.T) *keys.Pool {
+	t.Helper()
+	p, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{
+		keys.EnvAPIKey: sim.FakeKeyHighPrio, keys.EnvBatch: sim.FakeKeyBatch, keys.EnvLowPrio: sim.FakeKeyLowPrio,
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// loopbackWorld serves the simulator on real loopback TCP.
+func loopbackWorld(t *testing.T, mutate func(*sim.Config)) *world {
+	t.Helper()
+	cfg := sim.Default()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	return &world{sim: s, client: client.New(client.Config{BaseURL: "http://" + ln.Addr().String(), MaxConns: 512}), pool: threeKeys(t)}
+}
+
+// pipeWorld serves the simulator on an in-memory network, for synctest.
+func pipeWorld(t *testing.T, mutate func(*sim.Config)) *world {
+	t.Helper()
+	cfg := sim.Default()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := pipenet.Listen()
+	go s.Serve(ln)
+	tr := &http.Transport{DialContext: ln.DialContext, MaxIdleConnsPerHost: 1024}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		s.Shutdown(context.Background())
+	})
+	return &world{sim: s, client: client.New(client.Config{BaseURL: "http://sim", Transport: tr}), pool: threeKeys(t)}
+}
+
+func (w *world) dispatcher(t *testing.T, cfg dispatch.Config) *dispatch.Dispatcher {
+	t.Helper()
+	if _, err := dispatch.Discover(t.Context(), w.client, w.pool.Keys(), "claude-sonnet-4-5"); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Client, cfg.Keys = w.client, w.pool.Keys()
+	d, err := dispatch.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func requests(n int, model string) []*dispatch.Request {
+	out := make([]*dispatch.Request, n)
+	for i := range out {
+		p, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 128,
+			"messages": []map[string]any{{"role": "user", "content": fmt.Sprintf("Judge answer number %d.", i)}}})
+		out[i] = &dispatch.Request{ID: fmt.Sprintf("r%d", i), Params: p, Model: model, MaxTokens: 128, EstInput: int64(len(p) / 4)}
+	}
+	return out
+}
+
+// runAll submits reqs and collects every Result.
+func runAll(t *testing.T, d *dispatch.Dispatcher, reqs []*dispatch.Request, onResult func(int)) map[string]dispatch.Result {
+	t.Helper()
+	ctx := t.Context()
+	var mu sync.Mutex
+	got := map[string]dispatch.Result{}
+	go func() {
+		for _, r := range reqs {
+			if err := d.Submit(ctx, r, func(res dispatch.Result) {
+				mu.Lock()
+				if _, dup := got[res.Request.ID]; dup {
+					t.Errorf("two results for %s", res.Request.ID)
+				}
+				got[res.Request.ID] = res
+				n := len(got)
+				mu.Unlock()
+				if onResult != nil {
+					onResult(n)
+				}
+			}); err != nil {
+				t.Errorf("submit: %v", err)
+				return
+			}
+		}
+		d.Close()
+	}()
+	if err := d.Serve(ctx); err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return got
+}
+
+// checkAnswers asserts every request has one OK result whose text is the
+// simulator's answer to exactly that request.
+func checkAnswers(t *testing.T, reqs []*dispatch.Request, got map[string]dispatch.Result) map[string]int {
+	t.Helper()
+	perOrg := map[string]int{}
+	for _, r := range reqs {
+		res, ok := got[r.ID]
+		if !ok {
+			t.Fatalf("no result for %s", r.ID)
+		}
+		if res.Class != api.ClassOK {
+			t.Fatalf("%s: class %s status %d err %v body %s", r.ID, res.Class, res.Status, res.Err, res.Body)
+		}
+		var m api.Message
+		if err := json.Unmarshal(res.Body, &m); err != nil || !strings.HasPrefix(m.Content[0].Text, sim.AnswerTag(r.Params)) {
+			t.Fatalf("%s: answer does not belong to its request: %s", r.ID, res.Body)
+		}
+		perOrg[res.Org]++
+	}
+	return perOrg
+}
+
+func TestEndToEndThreeOrgsLoopback(t *testing.T) {
+	w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 200 })
+	d := w.dispatcher(t, dispatch.Config{})
+	reqs := requests(3000, "claude-sonnet-4-5")
+	got := runAll(t, d, reqs, nil)
+	perOrg := checkAnswers(t, reqs, got)
+	if len(perOrg) != 3 {
+		t.Fatalf("requests went to %v, want all three orgs", perOrg)
+	}
+	st := w.sim.Stats()
+	if st.Bodies.DistinctAnswered != 3000 || st.Bodies.AnsweredMoreThanOnce != 0 {
+		t.Fatalf("sim answered %+v, want 3000 distinct, none twice", st.Bodies)
+	}
+	for name, o := range st.Orgs {
+		if pc := o.Pools[api.PoolSonnet4].PeakConcurrency; pc > 100 {
+			t.Errorf("org %s peak concurrency %d above the Sonnet cap of 100", name, pc)
+		}
+	}
+}
+
+func TestFaultsAreRetried(t *testing.T) {
+	w := loopbackWorld(t, func(c *sim.Config) {
+		c.TimeScale = 200
+		c.Faults.P500, c.Faults.P529, c.Faults.PReset = 0.05, 0.05, 0.02
+	})
+	d := w.dispatcher(t, dispatch.Config{Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}})
+	reqs := requests(1500, "claude-haiku-4-5")
+	got := runAll(t, d, reqs, nil)
+	checkAnswers(t, reqs, got)
+	st, _ := d.Snapshot()
+	if st.Retries429 == 0 || st.RetriesFailed == 0 {
+		t.Fatalf("expected retries of both kinds, got %+v", st)
+	}
+	// Only a dropped connection can make the simulator answer twice.
+	var resets int64
+	for _, o := range w.sim.Stats().Orgs {
+		resets += o.Pools[api.PoolHaiku45].Resets
+	}
+	if b := w.sim.Stats().Bodies; b.ExtraAnswers > resets {
+		t.Fatalf("%d extra answers but only %d resets", b.ExtraAnswers, resets)
+	}
+}
+
+func TestKeyRevokedMidRun(t *testing.T) {
+	w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 200 })
+	d := w.dispatcher(t, dispatch.Config{})
+	reqs := requests(2000, "claude-sonnet-4-5")
+	var once sync.Once
+	got := runAll(t, d, reqs, func(n int) {
+		if n == 300 {
+			once.Do(func() { w.sim.SetKeyStatus("batch", sim.KeyRevoked) })
+		}
+	})
+	checkAnswers(t, reqs, got)
+	k, _ := w.pool.ByLabel("batch")
+	if dead, _ := k.Dead(); !dead {
+		t.Fatal("the revoked key should be marked dead")
+	}
+	_, lanes := d.Snapshot()
+	for _, l := range lanes {
+		if l.Org == "batch" && !l.Dead {
+			t.Fatal("the batch org's lane should be dead")
+		}
+	}
+}
+
+func TestNoLiveKeyStopsCleanly(t *testing.T) {
+	w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 200 })
+	d := w.dispatcher(t, dispatch.Config{})
+	for _, l := range []string{"high_prio", "batch", "low_prio"} {
+		w.sim.SetKeyStatus(l, sim.KeyForbidden)
+	}
+	reqs := requests(50, "claude-sonnet-4-5")
+	var mu sync.Mutex
+	aborted := 0
+	go func() {
+		for _, r := range reqs {
+			d.Submit(t.Context(), r, func(res dispatch.Result) {
+				mu.Lock()
+				defer mu.Unlock()
+				if !res.Aborted {
+					t.Errorf("%s: %+v, want aborted", res.Request.ID, res)
+				}
+				aborted++
+			})
+		}
+		d.Close()
+	}()
+	if err := d.Serve(t.Context()); err != dispatch.ErrNoLiveKey {
+		t.Fatalf("serve = %v, want ErrNoLiveKey", err)
+	}
+	// Every submitted request got its (aborted) result.
+	mu.Lock()
+	defer mu.Unlock()
+	if aborted == 0 {
+		t.Fatal("no request was aborted")
+	}
+}
+
+func TestFinalErrorsAreNotRetried(t *testing.T) {
+	w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 200 })
+	d := w.dispatcher(t, dispatch.Config{})
+	bad := &dispatch.Request{ID: "bad", Model: "claude-nope", Params: []byte(`{"model":"claude-nope","max_tokens":8,"messages":[{"role":"user","content":"x"}]}`)}
+	got := runAll(t, d, []*dispatch.Request{bad}, nil)
+	r := got["bad"]
+	if r.Class != api.ClassFinal || r.Status != 404 || r.Attempts != 1 {
+		t.Fatalf("unknown model: %+v", r)
+	}
+}
+
+// TestPacesUnderTightLimits runs in fake time: three orgs at 120 RPM each
+// (2/s), 900 requests. The buckets start full (3 × 120 less the reserve),
+// then the job runs at the refill rate. Throughput must sit at the binding
+// limit with almost no 429s.
+func TestPacesUnderTightLimits(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := pipeWorld(t, func(c *sim.Config) {
+			for i := range c.Orgs {
+				c.Orgs[i].Limits[api.PoolSonnet4] = sim.Limits{RPM: 120, ITPM: 1e9, OTPM: 1e9}
+			}
+		})
+		d := w.dispatcher(t, dispatch.Config{Lane: lane.Config{Reserve: -1}})
+		reqs := requests(900, "claude-sonnet-4-5")
+		start := time.Now()
+		got := runAll(t, d, reqs, nil)
+		took := time.Since(start)
+		checkAnswers(t, reqs, got)
+		var limited, admitted int64
+		for _, o := range w.sim.Stats().Orgs {
+			limited += o.Pools[api.PoolSonnet4].RateLimited
+			admitted += o.Pools[api.PoolSonnet4].Admitted
+		}
+		// 360 fit the full buckets; the other 540 need 540/6 = 90 s.
+		ideal := 90 * time.Second
+		t.Logf("900 requests in %v of fake time (ideal ≈ %v), %d 429s of %d", took, ideal, limited, admitted+limited)
+		if float64(limited) > 0.01*float64(admitted) {
+			t.Errorf("%d 429s for %d admitted: more than 1%%", limited, admitted)
+		}
+		if took > ideal*13/10 {
+			t.Errorf("took %v, more than 1.3× the ideal %v", took, ideal)
+		}
+	})
+}

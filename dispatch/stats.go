@@ -1,0 +1,61 @@
+package dispatch
+
+import (
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/lane"
+)
+
+// Stats are a dispatcher's counters.
+type Stats struct {
+	Submitted     int64
+	OK            int64
+	Final         int64
+	Transport     int64
+	Retries429    int64 // 429 and 529 answers
+	RetriesFailed int64 // 5xx answers and lost connections
+	Lanes         map[string]*LaneStats
+}
+
+// LaneStats counts one lane's attempts.
+type LaneStats struct {
+	Org          string
+	Pool         api.Pool
+	Attempts     int64
+	OK           int64
+	RateLimited  int64
+	Overloaded   int64
+	Failed       int64
+	KeyDead      int64
+	InputTokens  int64
+	OutputTokens int64
+}
+
+// LaneView is one lane's counters with its controller state.
+type LaneView struct {
+	LaneStats
+	Dead  bool
+	State lane.State
+}
+
+// Snapshot returns the counters and every lane's state. It is safe to call
+// from any goroutine.
+func (d *Dispatcher) Snapshot() (Stats, []LaneView) {
+	now := d.now()
+	d.mu.Lock()
+	st := d.stats
+	st.Lanes = nil
+	lanes := append([]*laneState(nil), d.laneList...)
+	views := make([]LaneView, len(lanes))
+	for i, ls := range lanes {
+		if c := d.stats.Lanes[ls.org.label+"/"+string(ls.pool)]; c != nil {
+			views[i].LaneStats = *c
+		}
+		views[i].Org, views[i].Pool = ls.org.label, ls.pool
+		views[i].Dead = ls.org.live.Load() == 0
+	}
+	d.mu.Unlock()
+	for i, ls := range lanes {
+		views[i].State = ls.l.State(now)
+	}
+	return st, views
+}
