@@ -2,11 +2,13 @@ module github.com/sluice-dev/sluice
 
 go 1.26
 
-require github.com/spf13/cobra v1.10.2
+require (
+	github.com/anthropics/anthropic-sdk-go v1.84.0
+	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0
+	github.com/spf13/cobra v1.10.2
+)
 
 require (
-	github.com/anthropics/anthropic-sdk-go v1.84.0 // indirect
-	github.com/anthropics/anthropic-sdk-go/v2 v2.15.0 // indirect
 	github.com/bahlo/generic-list-go v0.2.0 // indirect
 	github.com/buger/jsonparser v1.1.2 // indirect
 	github.com/go-logr/logr v1.4.2 // indirect

@@ -123,7 +123,9 @@ func TestRetryAfterPausesLane(t *testing.T) {
 }
 
 func limits(rpm, rpmRem, in, inRem, out, outRem int64) api.RateLimitHeaders {
-	st := func(l, r int64) api.LimitState { return api.LimitState{Present: true, Limit: l, Remaining: r, Reset: t0} }
+	st := func(l, r int64) api.LimitState {
+		return api.LimitState{Present: true, Limit: l, Remaining: r, Reset: t0}
+	}
 	return api.RateLimitHeaders{Requests: st(rpm, rpmRem), InputTokens: st(in, inRem), OutputTokens: st(out, outRem)}
 }
 

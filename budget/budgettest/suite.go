@@ -16,7 +16,9 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
 func headers(rpm, rpmRem, in, inRem, out, outRem int64) api.RateLimitHeaders {
-	st := func(l, r int64) api.LimitState { return api.LimitState{Present: true, Limit: l, Remaining: r, Reset: t0} }
+	st := func(l, r int64) api.LimitState {
+		return api.LimitState{Present: true, Limit: l, Remaining: r, Reset: t0}
+	}
 	return api.RateLimitHeaders{Requests: st(rpm, rpmRem), InputTokens: st(in, inRem), OutputTokens: st(out, outRem)}
 }
 
