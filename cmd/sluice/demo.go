@@ -9,24 +9,46 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
+	"github.com/sluice-dev/sluice/workload"
 )
 
-// demoCmd starts the simulator in-process and talks to it over loopback
-// HTTP, printing what a real client would see. It needs no keys.
+// demoCmd starts the simulator in-process on the three-org preset and runs
+// a judge-shaped job through the same engine as `sluice run`. It needs no
+// keys: it uses the simulator's fake ones, never the user's.
 func demoCmd() *cobra.Command {
-	var flags simFlags
+	var (
+		flags simFlags
+		n     int
+		tour  bool
+		keep  string
+	)
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "Start the built-in simulator and show a message, a stream, errors and a batch round trip",
-		Args:  cobra.NoArgs,
+		Short: "Run a 20,000-request judge job on the built-in simulator (no keys needed)",
+		Long: `demo starts the simulator in-process (three-org preset, time-scaled so a
+few minutes of API time take seconds), writes a judge-shaped request file of
+--n requests, runs it through the same engine as 'sluice run' with the live
+display, and prints the report and what the simulated API saw.
+
+--tour instead walks through single calls: a message, a stream, errors and a
+batch round trip.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := flags.build(cmd)
 			if err != nil {
@@ -42,13 +64,80 @@ func demoCmd() *cobra.Command {
 			}
 			go srv.Serve(ln)
 			defer srv.Shutdown(context.Background())
-			d := &demo{out: cmd.OutOrStdout(), base: "http://" + ln.Addr().String(), key: cfg.Orgs[0].Keys[0].Key, ctx: cmd.Context()}
-			fmt.Fprintf(d.out, "sluice demo: simulator (preset %s, time scale %g) on %s\n\n", flags.preset, cfg.TimeScale, d.base)
-			return d.run()
+			base := "http://" + ln.Addr().String()
+			if tour {
+				d := &demo{out: cmd.OutOrStdout(), base: base, key: cfg.Orgs[0].Keys[0].Key, ctx: cmd.Context()}
+				fmt.Fprintf(d.out, "sluice demo --tour: simulator (preset %s, time scale %g) on %s\n\n", flags.preset, cfg.TimeScale, base)
+				return d.run()
+			}
+			return runDemoJob(cmd, srv, cfg, base, n, keep)
 		},
 	}
-	flags.register(cmd, 100)
+	flags.register(cmd, 10)
+	cmd.Flags().IntVar(&n, "n", 20000, "number of judge requests")
+	cmd.Flags().BoolVar(&tour, "tour", false, "show single calls instead of a job")
+	cmd.Flags().StringVar(&keep, "dir", "", "keep the request, results and report files here (default: a temporary directory)")
 	return cmd
+}
+
+// runDemoJob writes the workload and runs it against the in-process
+// simulator with the simulator's own keys.
+func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string, n int, dir string) error {
+	out := cmd.ErrOrStderr()
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "sluice-demo-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	in, res, rep := filepath.Join(dir, "requests.jsonl"), filepath.Join(dir, "results.jsonl"), filepath.Join(dir, "report.json")
+	if err := (workload.Judge{N: n, Seed: 7}).WriteFile(in); err != nil {
+		return err
+	}
+	os.Remove(res)
+	env := map[string]string{}
+	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio} {
+		if i < len(cfg.Orgs) {
+			env[name] = cfg.Orgs[i].Keys[0].Key
+		}
+	}
+	pool, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(env), NoDotEnv: true})
+	if err != nil {
+		return err
+	}
+	c := client.New(client.Config{BaseURL: base, MaxConns: 512})
+	k := cfg.TimeScale
+	log := newLogger()
+	dc := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log,
+		// The warm-up ramp and AIMD window run on the simulator's clock.
+		Lane: lane.Config{RampDoubling: time.Duration(float64(5*time.Second) / k), Window: time.Duration(float64(2*time.Second) / k)}}
+	fmt.Fprintf(out, "sluice demo: simulator on %s (preset three-org, time scale %g: limits ×%g, latencies ÷%g)\n", base, k, k, k)
+	fmt.Fprintf(out, "  %d judge requests (Sonnet 4.5, rubric + question/answer, max_tokens 256) in %s\n\n", n, in)
+	start := time.Now()
+	tty := term.IsTerminal(int(os.Stderr.Fd()))
+	interval := 2 * time.Second
+	if tty {
+		interval = 250 * time.Millisecond
+	}
+	err = runJob(cmd.Context(), job.Options{
+		Input: in, Output: res, Dispatch: dc, Progress: out, Terminal: tty,
+		ProgressInterval: interval, Logger: log, Command: "sluice demo --dir " + dir,
+	}, rep)
+	st := srv.Stats()
+	var admitted, limited int64
+	for _, o := range st.Orgs {
+		for _, p := range o.Pools {
+			admitted += p.Admitted
+			limited += p.RateLimited
+		}
+	}
+	fmt.Fprintf(out, "\nthe simulated API saw: %d calls admitted, %d answered 429, %d distinct requests answered, %d answered more than once\n",
+		admitted, limited, st.Bodies.DistinctAnswered, st.Bodies.AnsweredMoreThanOnce)
+	fmt.Fprintf(out, "in %s of real time = %s of API time at time scale %g\n", time.Since(start).Round(time.Millisecond),
+		time.Duration(float64(time.Since(start))*k).Round(time.Second), k)
+	return err
 }
 
 type demo struct {

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -23,9 +24,15 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(simCmd(), demoCmd())
+	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", err)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			stop()
+			os.Exit(ee.code)
+		}
+		stop()
 		os.Exit(1)
 	}
 }

@@ -1,0 +1,115 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/lane"
+)
+
+// engineFlags configure keys, the client and the lanes, shared by every
+// command that calls the API. Keys never come from flags: only from the
+// environment, .env or --keys-file.
+type engineFlags struct {
+	baseURL      string
+	keysFile     string
+	noDotEnv     bool
+	auth         string
+	version      string
+	caps         map[api.Family]*int
+	reserve      float64
+	rampDoubling time.Duration
+	seed         uint64
+}
+
+func (f *engineFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.baseURL, "base-url", "", "API base URL (default $ANTHROPIC_BASE_URL, else https://api.anthropic.com)")
+	fl.StringVar(&f.keysFile, "keys-file", "", "file of label=key lines (keys are also read from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY, ANTHROPIC_API_KEY_LOW_PRIO, ANTHROPIC_API_KEYS and .env)")
+	fl.BoolVar(&f.noDotEnv, "no-dotenv", false, "do not read ./.env")
+	fl.StringVar(&f.auth, "auth", "x-api-key", "auth header style: x-api-key or bearer")
+	fl.StringVar(&f.version, "anthropic-version", api.VersionDefault, "anthropic-version header to send")
+	f.caps = map[api.Family]*int{}
+	for _, fam := range []api.Family{api.FamilySonnet, api.FamilyHaiku, api.FamilyOpus, api.FamilyUnknown} {
+		v := new(int)
+		def := dispatch.DefaultCaps[fam]
+		if e, ok := os.LookupEnv("SLUICE_CAP_" + strings.ToUpper(string(fam))); ok {
+			if n, err := strconv.Atoi(e); err == nil && n > 0 {
+				def = n
+			}
+		}
+		fl.IntVar(v, "cap-"+string(fam), def, fmt.Sprintf("concurrency cap per key for %s models (env SLUICE_CAP_%s)", fam, strings.ToUpper(string(fam))))
+		f.caps[fam] = v
+	}
+	fl.Float64Var(&f.reserve, "reserve", 0.15, "fraction of every rate limit left for colleagues")
+	fl.DurationVar(&f.rampDoubling, "ramp-doubling", 5*time.Second, "warm-up: the concurrency ceiling doubles this often")
+	fl.Uint64Var(&f.seed, "jitter-seed", 1, "seed of the backoff jitter")
+}
+
+// loadKeys reads the key pool and logs its warnings.
+func (f *engineFlags) loadKeys(log *slog.Logger) (*keys.Pool, error) {
+	p, err := keys.Load(keys.LoadOptions{KeysFile: f.keysFile, NoDotEnv: f.noDotEnv})
+	if err != nil {
+		return nil, err
+	}
+	for _, w := range p.Warnings() {
+		log.Warn(w)
+	}
+	return p, nil
+}
+
+// client builds the tuned client.
+func (f *engineFlags) client(maxConns int) (*client.Client, error) {
+	style, err := keys.ParseAuthStyle(f.auth)
+	if err != nil {
+		return nil, err
+	}
+	base := f.baseURL
+	if base == "" {
+		base = os.Getenv("ANTHROPIC_BASE_URL")
+	}
+	return client.New(client.Config{BaseURL: base, Version: f.version, Auth: style, MaxConns: maxConns}), nil
+}
+
+// dispatchConfig builds the engine configuration for pool p.
+func (f *engineFlags) dispatchConfig(c *client.Client, p *keys.Pool, log *slog.Logger) dispatch.Config {
+	caps := map[api.Family]int{}
+	for fam, v := range f.caps {
+		caps[fam] = *v
+	}
+	caps[api.FamilyFable] = caps[api.FamilyUnknown]
+	return dispatch.Config{
+		Client: c, Keys: p.Keys(), Caps: caps, Seed: f.seed, Logger: log,
+		Lane: lane.Config{Reserve: reserveFlag(f.reserve), RampDoubling: f.rampDoubling},
+	}
+}
+
+// reserveFlag maps the user's 0 ("no reserve") to lane's "none" (-1).
+func reserveFlag(r float64) float64 {
+	if r <= 0 {
+		return -1
+	}
+	return r
+}
+
+func (f *engineFlags) totalConns(nKeys int) int {
+	m := 0
+	for _, v := range f.caps {
+		m = max(m, *v)
+	}
+	return max(64, m*nKeys+16)
+}
+
+func newLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}

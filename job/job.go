@@ -1,0 +1,431 @@
+// Package job runs one `sluice run`: it validates the input, resumes from
+// what the results file already holds, discovers the keys' organizations,
+// streams the remaining requests through the dispatcher, and writes each
+// result durably before it counts as done.
+//
+// Resume is re-running the same command: ids already in the results file
+// are skipped, a torn last line is repaired, rows that ran out of retries on
+// transport trouble are driven again, and a changed request under a
+// completed id is refused unless AllowChanged.
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/cost"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/results"
+)
+
+// Options configure a run.
+type Options struct {
+	Input, Output string
+	// SkipInvalid records invalid lines as errored results instead of
+	// stopping before anything is sent.
+	SkipInvalid bool
+	// AllowChanged re-runs requests whose params changed under an id that
+	// is already done (the old result is dropped).
+	AllowChanged bool
+	// MaxCost stops admitting new requests once the ledger reaches it (USD;
+	// 0 = no limit).
+	MaxCost float64
+	// Dispatch configures the engine; Client and Keys are required.
+	Dispatch dispatch.Config
+	// Grace bounds how long requests in flight may finish after the
+	// context is cancelled (default 30 s); Abort cuts it short.
+	Grace time.Duration
+	// Abort, when closed, cancels requests in flight at once.
+	Abort <-chan struct{}
+	// Progress receives the live display (Terminal) or periodic log lines.
+	Progress         io.Writer
+	Terminal         bool
+	ProgressInterval time.Duration
+	// Command is how the user ran sluice, for the resume hint.
+	Command string
+	Logger  *slog.Logger
+	// SyncOff disables fsync (tests only).
+	SyncOff bool
+	// MaxErrors is how many invalid lines are listed (default 50).
+	MaxErrors int
+}
+
+// ErrInterrupted is returned (wrapped) when a run stopped before every
+// request was done; re-running the same command resumes it.
+var ErrInterrupted = errors.New("job: interrupted")
+
+// InvalidInputError lists the bad lines of an input file.
+type InvalidInputError struct {
+	File    string
+	Errors  []jsonl.LineError
+	Total   int // every invalid line, listed or not
+	Scanned int
+}
+
+func (e *InvalidInputError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d of %d lines are invalid; nothing was sent", e.File, e.Total, e.Scanned)
+	for _, le := range e.Errors {
+		fmt.Fprintf(&b, "\n  %s:%d: %s", e.File, le.Line, le.Reason)
+	}
+	if e.Total > len(e.Errors) {
+		fmt.Fprintf(&b, "\n  … and %d more", e.Total-len(e.Errors))
+	}
+	b.WriteString("\nfix them, or pass --skip-invalid to record them as errored results")
+	return b.String()
+}
+
+// ChangedError lists ids whose request changed since their result was written.
+type ChangedError struct {
+	Output string
+	IDs    []string
+	Total  int
+}
+
+func (e *ChangedError) Error() string {
+	return fmt.Sprintf("%d requests changed since their results were written to %s (first: %s); pass --allow-changed to run them again, or write to a new output file",
+		e.Total, e.Output, strings.Join(e.IDs, ", "))
+}
+
+// Run runs the job to completion, or until ctx ends (then it stops
+// admitting, lets requests in flight finish within Grace, makes everything
+// written durable and returns an error wrapping ErrInterrupted).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Grace <= 0 {
+		o.Grace = 30 * time.Second
+	}
+	if o.MaxErrors <= 0 {
+		o.MaxErrors = 50
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = time.Second
+		if !o.Terminal {
+			o.ProgressInterval = 10 * time.Second
+		}
+	}
+	if o.Command == "" {
+		o.Command = "the same command"
+	}
+	started := time.Now()
+	rep := &Report{Input: o.Input, Output: o.Output, StartedAt: started.UTC()}
+
+	// 1. Resume state.
+	st, err := results.Scan(o.Output)
+	if err != nil {
+		return nil, err
+	}
+	// 2. Validate every line before anything is sent; compare requests
+	// already done with their recorded fingerprint.
+	plan, err := survey(o, st)
+	if err != nil {
+		return nil, err
+	}
+	rep.Requests.Total = plan.summary.Lines
+	rep.Requests.Invalid = plan.summary.Invalid
+	if plan.summary.Invalid > 0 && !o.SkipInvalid {
+		return nil, &InvalidInputError{File: o.Input, Errors: plan.errors, Total: plan.summary.Invalid, Scanned: plan.summary.Lines}
+	}
+	if len(plan.changed) > 0 && !o.AllowChanged {
+		return nil, &ChangedError{Output: o.Output, IDs: plan.changed, Total: plan.nChanged}
+	}
+	drop := func(id string, e results.Entry) bool {
+		if e.Class == api.ClassTransport {
+			return true
+		}
+		return o.AllowChanged && plan.changedSet[id]
+	}
+	redrive := 0
+	for id, e := range st.Done {
+		if drop(id, e) {
+			redrive++
+		}
+	}
+	rep.Requests.Redriven = redrive
+	if st.TornBytes > 0 {
+		o.Logger.Info("repairing a torn last line in the results file", "bytes", st.TornBytes)
+	}
+
+	// 3. Open the results file; count durable results as they land.
+	var durable atomic.Int64
+	w, err := results.Open(o.Output, st, drop, results.Options{NoSync: o.SyncOff, OnDurable: func(ids []string) { durable.Add(int64(len(ids))) }})
+	if err != nil {
+		return nil, err
+	}
+	rep.Requests.AlreadyDone = len(st.Done)
+
+	// 4. Keys: learn each key's org with a free probe.
+	model := plan.firstModel
+	if model == "" {
+		model = "claude-sonnet-4-5"
+	}
+	todo := plan.summary.Lines - len(st.Done)
+	var ledger cost.Ledger
+	if todo > 0 {
+		disc, err := dispatch.Discover(ctx, o.Dispatch.Client, o.Dispatch.Keys, model)
+		for _, d := range disc {
+			if dead, why := d.Key.Dead(); dead {
+				o.Logger.Warn("key is not usable", "key", d.Key, "reason", why)
+			}
+		}
+		if err != nil {
+			w.Close()
+			return nil, err
+		}
+		rep.Keys = keyReports(disc)
+	}
+
+	// 5. Dispatch.
+	d, err := dispatch.New(o.Dispatch)
+	if err != nil {
+		w.Close()
+		return nil, err
+	}
+	var writeErr atomic.Value
+	record := func(r dispatch.Result) {
+		if r.Aborted {
+			return
+		}
+		rec := toRecord(r)
+		if r.Class == api.ClassOK {
+			ledger.Add(r.Org, r.Request.Model, r.Usage, false)
+		}
+		if err := w.Write(rec); err != nil {
+			writeErr.CompareAndSwap(nil, err)
+		}
+	}
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	defer stopFeed()
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	defer stopServe()
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(serveCtx) }()
+
+	var stopReason atomic.Value
+	var feedErr error
+	var fed sync.WaitGroup
+	fed.Go(func() {
+		defer d.Close()
+		feedErr = feed(feedCtx, o, d, w, st, drop, &ledger, record, &stopReason)
+	})
+
+	prog := newProgress(o, d, &ledger, &durable, todo, len(st.Done))
+	progDone := make(chan struct{})
+	var progWG sync.WaitGroup
+	progWG.Go(func() { prog.run(progDone) })
+
+	// 6. Wait for the end, an interrupt, or a fatal write error.
+	var serveErr error
+	interrupted := false
+	select {
+	case serveErr = <-served:
+	case <-ctx.Done():
+		interrupted = true
+		stopFeed()
+		stopServe() // stop admitting; attempts in flight finish
+		select {
+		case serveErr = <-served:
+		case <-time.After(o.Grace):
+			d.Abort()
+			serveErr = <-served
+		case <-o.Abort:
+			d.Abort()
+			serveErr = <-served
+		}
+	}
+	fed.Wait()
+	closeErr := w.Close()
+	close(progDone) // the last frame shows every durable result
+	progWG.Wait()
+
+	// 7. Report.
+	rep.finish(d, &ledger, durable.Load(), time.Since(started))
+	if e, _ := writeErr.Load().(error); e != nil {
+		return rep, fmt.Errorf("job: writing results: %w", e)
+	}
+	if closeErr != nil {
+		return rep, fmt.Errorf("job: writing results: %w", closeErr)
+	}
+	if feedErr != nil && !errors.Is(feedErr, context.Canceled) {
+		return rep, feedErr
+	}
+	remaining := plan.summary.Lines - len(st.Done) - int(durable.Load())
+	if o.SkipInvalid {
+		remaining = max(0, remaining)
+	}
+	if s, _ := stopReason.Load().(string); s != "" && remaining > 0 {
+		rep.Stopped = s
+		return rep, fmt.Errorf("%w: %s; %d requests not run; re-run %s to resume", ErrInterrupted, s, remaining, o.Command)
+	}
+	if errors.Is(serveErr, dispatch.ErrNoLiveKey) {
+		rep.Stopped = "no live key left"
+		return rep, fmt.Errorf("%w: every key is dead (see the log); %d requests not run; fix the keys and re-run %s to resume", ErrInterrupted, remaining, o.Command)
+	}
+	if interrupted || remaining > 0 {
+		rep.Stopped = "interrupted"
+		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, plan.summary.Lines-remaining, plan.summary.Lines, remaining, o.Command)
+	}
+	return rep, nil
+}
+
+// plan is what the survey pass found.
+type plan struct {
+	summary    jsonl.Summary
+	errors     []jsonl.LineError
+	changed    []string // first few, for the message
+	nChanged   int
+	changedSet map[string]bool
+	firstModel string
+}
+
+// survey validates the input and compares done requests with their record.
+func survey(o Options, st *results.State) (*plan, error) {
+	f, err := os.Open(o.Input)
+	if err != nil {
+		return nil, fmt.Errorf("job: %w", err)
+	}
+	defer f.Close()
+	p := &plan{changedSet: map[string]bool{}}
+	var v jsonl.Validator
+	r := jsonl.NewReader(f)
+	for {
+		line, n, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("job: reading %s: %w", o.Input, err)
+		}
+		info, err := v.Check(n, line)
+		if err != nil {
+			var le jsonl.LineError
+			if errors.As(err, &le) && len(p.errors) < o.MaxErrors {
+				p.errors = append(p.errors, le)
+			}
+			continue
+		}
+		if p.firstModel == "" {
+			p.firstModel = info.Model
+		}
+		if e, ok := st.Done[info.CustomID]; ok && e.ParamsHash != "" && e.ParamsHash != info.ParamsHash {
+			p.nChanged++
+			p.changedSet[info.CustomID] = true
+			if len(p.changed) < 5 {
+				p.changed = append(p.changed, info.CustomID)
+			}
+		}
+	}
+	p.summary = v.Summary()
+	return p, nil
+}
+
+// feed streams the input again, submitting what is not done yet.
+func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Writer, st *results.State,
+	drop func(string, results.Entry) bool, ledger *cost.Ledger, record func(dispatch.Result), stop *atomic.Value) error {
+	f, err := os.Open(o.Input)
+	if err != nil {
+		return fmt.Errorf("job: %w", err)
+	}
+	defer f.Close()
+	r := jsonl.NewReader(f)
+	for {
+		line, n, err := r.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("job: reading %s: %w", o.Input, err)
+		}
+		info, verr := jsonl.ValidateLine(line)
+		id := info.CustomID
+		if verr != nil && id == "" {
+			id = customIDOf(line)
+		}
+		if e, done := st.Done[id]; done && !drop(id, e) {
+			continue
+		}
+		if verr != nil {
+			// Only reached with SkipInvalid: survey refused otherwise.
+			if id == "" || !api.ValidCustomID(id) {
+				continue // no id to record it under
+			}
+			if err := w.Write(invalidRecord(id, n, verr)); err != nil {
+				return err
+			}
+			continue
+		}
+		if o.MaxCost > 0 && ledger.Total() >= o.MaxCost {
+			stop.Store(fmt.Sprintf("--max-cost $%.2f reached", o.MaxCost))
+			return nil
+		}
+		req := &dispatch.Request{
+			ID: info.CustomID, Params: info.Params, Model: info.Model,
+			MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens, ParamsHash: info.ParamsHash,
+		}
+		if err := d.Submit(ctx, req, record); err != nil {
+			return err
+		}
+	}
+}
+
+func customIDOf(line []byte) string {
+	var v struct {
+		CustomID string `json:"custom_id"`
+	}
+	json.Unmarshal(line, &v)
+	return v.CustomID
+}
+
+// toRecord renders a Result as a results line: the Batch results format,
+// plus sluice's metadata under "sluice".
+func toRecord(r dispatch.Result) api.ResultRecord {
+	var res []byte
+	if r.Class == api.ClassOK {
+		res = append(append([]byte(`{"type":"succeeded","message":`), r.Body...), '}')
+	} else {
+		body := r.Body
+		if !json.Valid(body) || len(body) == 0 {
+			msg := "no error body"
+			if r.Err != nil {
+				msg = r.Err.Error()
+			}
+			body, _ = json.Marshal(api.NewErrorBody(api.ErrAPI, "", "%s", msg))
+		}
+		res = append(append([]byte(`{"type":"errored","error":`), body...), '}')
+	}
+	return api.ResultRecord{CustomID: r.Request.ID, Result: res, Sluice: &api.RunMeta{
+		ParamsHash: r.Request.ParamsHash, Class: r.Class, Route: "sync", Org: r.Org, Key: r.Key,
+		Attempts: r.Attempts, LatencyMs: r.Latency.Milliseconds(),
+	}}
+}
+
+// invalidRecord is the errored result of a line that failed validation.
+func invalidRecord(id string, line int, err error) api.ResultRecord {
+	body, _ := json.Marshal(api.NewErrorBody(api.ErrInvalidRequest, "", "sluice: input line %d: %v", line, err))
+	res := append(append([]byte(`{"type":"errored","error":`), body...), '}')
+	return api.ResultRecord{CustomID: id, Result: res, Sluice: &api.RunMeta{Class: api.ClassFinal, Route: "none"}}
+}
+
+func keyReports(disc []dispatch.Discovery) []KeyReport {
+	var out []KeyReport
+	for _, d := range disc {
+		dead, why := d.Key.Dead()
+		out = append(out, KeyReport{Label: d.Key.Label(), Last4: d.Key.Last4(), Org: d.Key.Org(), Dead: dead, Reason: why})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
+	return out
+}

@@ -1,0 +1,169 @@
+package job
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/budget"
+	"github.com/sluice-dev/sluice/cost"
+	"github.com/sluice-dev/sluice/dispatch"
+)
+
+// Report is what a run did; --report writes it as JSON.
+type Report struct {
+	Input       string    `json:"input"`
+	Output      string    `json:"output"`
+	StartedAt   time.Time `json:"started_at"`
+	WallSeconds float64   `json:"wall_seconds"`
+	Stopped     string    `json:"stopped,omitempty"`
+	Requests    struct {
+		Total       int `json:"total"`
+		Invalid     int `json:"invalid"`
+		AlreadyDone int `json:"already_done"`
+		Redriven    int `json:"redriven"`
+		// Written this run, durable.
+		Written int `json:"written"`
+	} `json:"requests"`
+	// Results this run by result type and by class.
+	Succeeded int64 `json:"succeeded"`
+	Errored   struct {
+		Final     int64 `json:"final"`
+		Transport int64 `json:"transport"`
+	} `json:"errored"`
+	ThroughputRPM float64 `json:"throughput_rpm"`
+	Retries       struct {
+		RateLimited int64 `json:"rate_limited"` // 429 and 529 answers
+		Failed      int64 `json:"failed"`       // 5xx answers, lost connections
+	} `json:"retries"`
+	Lanes        []LaneReport  `json:"lanes"`
+	BindingLimit string        `json:"binding_limit"`
+	Cost         cost.Snapshot `json:"cost"`
+	Keys         []KeyReport   `json:"keys"`
+}
+
+// LaneReport is one lane's share of the run.
+type LaneReport struct {
+	Org          string  `json:"org"`
+	Pool         string  `json:"pool"`
+	Attempts     int64   `json:"attempts"`
+	OK           int64   `json:"ok"`
+	Share        float64 `json:"share"` // of all OK answers
+	RateLimited  int64   `json:"rate_limited"`
+	Overloaded   int64   `json:"overloaded"`
+	Failed       int64   `json:"failed"`
+	FinalLimit   int     `json:"final_limit"`
+	Cap          int     `json:"cap"`
+	Dead         bool    `json:"dead"`
+	Decreases    int64   `json:"decreases"`
+	PausedSecond float64 `json:"paused_seconds"`
+	// Refusals counts why the lane said "not now" while work waited.
+	Refusals      map[string]int64 `json:"refusals"`
+	MeanLatencyMs int64            `json:"mean_latency_ms"`
+}
+
+// KeyReport is one key, by label and last four characters only.
+type KeyReport struct {
+	Label  string `json:"label"`
+	Last4  string `json:"last4"`
+	Org    string `json:"org"`
+	Dead   bool   `json:"dead"`
+	Reason string `json:"reason,omitempty"`
+}
+
+func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, wall time.Duration) {
+	r.WallSeconds = wall.Seconds()
+	r.Requests.Written = int(written)
+	st, lanes := d.Snapshot()
+	r.Succeeded = st.OK
+	r.Errored.Final, r.Errored.Transport = st.Final, st.Transport
+	r.Retries.RateLimited, r.Retries.Failed = st.Retries429, st.RetriesFailed
+	if wall > 0 {
+		r.ThroughputRPM = float64(st.OK+st.Final+st.Transport) / wall.Minutes()
+	}
+	binding := map[string]int64{}
+	for _, v := range lanes {
+		lr := LaneReport{
+			Org: v.Org, Pool: string(v.Pool), Attempts: v.Attempts, OK: v.OK,
+			RateLimited: v.RateLimited, Overloaded: v.Overloaded, Failed: v.Failed,
+			FinalLimit: v.State.Limit, Cap: v.State.Cap, Dead: v.Dead,
+			Decreases: v.State.Stats.Decreases, PausedSecond: v.State.Stats.PausedTime.Seconds(),
+			Refusals: map[string]int64{}, MeanLatencyMs: v.State.Latency.Milliseconds(),
+		}
+		if st.OK > 0 {
+			lr.Share = float64(v.OK) / float64(st.OK)
+		}
+		for i, n := range v.State.Stats.Refusals {
+			if i == int(budget.Granted) || n == 0 {
+				continue
+			}
+			name := budget.Refusal(i).String()
+			if name == "concurrency" && v.State.Limit >= v.State.Cap {
+				name = "etiquette cap"
+			} else if name == "concurrency" {
+				name = "concurrency (ramp/AIMD)"
+			}
+			lr.Refusals[name] = n
+			binding[name] += n
+		}
+		r.Lanes = append(r.Lanes, lr)
+	}
+	r.BindingLimit = "none observed (the input ran out first)"
+	var best int64
+	for name, n := range binding {
+		if n > best {
+			best, r.BindingLimit = n, name
+		}
+	}
+	r.Cost = l.Snapshot()
+}
+
+// WriteJSON writes the report to path.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// Summary writes the human end-of-run summary.
+func (r *Report) Summary(w io.Writer) {
+	fmt.Fprintf(w, "\nsluice run: %s → %s\n", r.Input, r.Output)
+	fmt.Fprintf(w, "  %d lines; %d already done; %d written now (%d succeeded, %d errored final, %d errored after retries)",
+		r.Requests.Total, r.Requests.AlreadyDone, r.Requests.Written, r.Succeeded, r.Errored.Final, r.Errored.Transport)
+	if r.Requests.Invalid > 0 {
+		fmt.Fprintf(w, "; %d invalid lines", r.Requests.Invalid)
+	}
+	fmt.Fprintf(w, "\n  wall %s, %.0f requests/min, retries: %d rate-limited, %d failed\n",
+		fmtDur(time.Duration(r.WallSeconds*float64(time.Second))), r.ThroughputRPM, r.Retries.RateLimited, r.Retries.Failed)
+	fmt.Fprintf(w, "  binding limit: %s\n", r.BindingLimit)
+	fmt.Fprintf(w, "  cost: $%.4f (sync $%.4f, batch $%.4f)\n", r.Cost.Total.USD, r.Cost.Total.SyncUSD, r.Cost.Total.BatchUSD)
+	sort.Slice(r.Lanes, func(i, j int) bool { return r.Lanes[i].Org+r.Lanes[i].Pool < r.Lanes[j].Org+r.Lanes[j].Pool })
+	fmt.Fprintf(w, "  %-12s %-10s %8s %7s %6s %6s %6s %9s\n", "org", "pool", "ok", "share", "429", "529", "5xx", "limit/cap")
+	for _, l := range r.Lanes {
+		if l.Attempts == 0 {
+			continue
+		}
+		dead := ""
+		if l.Dead {
+			dead = "  (dead)"
+		}
+		fmt.Fprintf(w, "  %-12s %-10s %8d %6.1f%% %6d %6d %6d %4d/%-4d%s\n", l.Org, l.Pool, l.OK, 100*l.Share, l.RateLimited, l.Overloaded, l.Failed, l.FinalLimit, l.Cap, dead)
+	}
+	if r.Stopped != "" {
+		fmt.Fprintf(w, "  stopped: %s\n", r.Stopped)
+	}
+}
+
+func fmtDur(d time.Duration) string {
+	d = d.Round(time.Second)
+	h, m, s := int(d.Hours()), int(d.Minutes())%60, int(d.Seconds())%60
+	if h > 0 {
+		return fmt.Sprintf("%d:%02d:%02d", h, m, s)
+	}
+	return fmt.Sprintf("%d:%02d", m, s)
+}
