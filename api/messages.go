@@ -74,6 +74,10 @@ type Usage struct {
 	CacheCreation            *CacheCreation `json:"cache_creation,omitempty"`
 	OutputTokens             int64          `json:"output_tokens"`
 	ServiceTier              string         `json:"service_tier,omitempty"`
+	InferenceGeo             string         `json:"inference_geo,omitempty"`
+	// Kept raw; nil encodes as null, as the API sends when unused.
+	ServerToolUse       json.RawMessage `json:"server_tool_use"`
+	OutputTokensDetails json.RawMessage `json:"output_tokens_details"`
 }
 
 // CacheCreation splits cache writes by TTL.

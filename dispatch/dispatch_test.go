@@ -55,7 +55,7 @@ func loopbackWorld(t *testing.T, mutate func(*sim.Config)) *world {
 		t.Fatal(err)
 	}
 	go s.Serve(ln)
-	t.Cleanup(func() { s.Shutdown(context.Background()) })
+	t.Cleanup(func() { s.Close() })
 	return &world{sim: s, client: client.New(client.Config{BaseURL: "http://" + ln.Addr().String(), MaxConns: 512}), pool: threeKeys(t)}
 }
 

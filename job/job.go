@@ -173,9 +173,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if model == "" {
 		model = "claude-sonnet-4-5"
 	}
-	todo := plan.summary.Lines - len(st.Done)
+	todo := max(0, plan.runnable-len(st.Done))
 	var ledger cost.Ledger
-	if todo > 0 {
+	if todo == 0 {
+		if err := w.Close(); err != nil {
+			return rep, fmt.Errorf("job: writing results: %w", err)
+		}
+		rep.WallSeconds = time.Since(started).Seconds()
+		rep.BindingLimit = "none (nothing to do)"
+		return rep, nil
+	}
+	{
 		disc, err := dispatch.Discover(ctx, o.Dispatch.Client, o.Dispatch.Keys, model)
 		for _, d := range disc {
 			if dead, why := d.Key.Dead(); dead {
@@ -263,10 +271,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if feedErr != nil && !errors.Is(feedErr, context.Canceled) {
 		return rep, feedErr
 	}
-	remaining := plan.summary.Lines - len(st.Done) - int(durable.Load())
-	if o.SkipInvalid {
-		remaining = max(0, remaining)
-	}
+	remaining := max(0, todo-int(durable.Load()))
 	if s, _ := stopReason.Load().(string); s != "" && remaining > 0 {
 		rep.Stopped = s
 		return rep, fmt.Errorf("%w: %s; %d requests not run; re-run %s to resume", ErrInterrupted, s, remaining, o.Command)
@@ -277,14 +282,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if interrupted || remaining > 0 {
 		rep.Stopped = "interrupted"
-		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, plan.summary.Lines-remaining, plan.summary.Lines, remaining, o.Command)
+		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, plan.runnable-remaining, plan.runnable, remaining, o.Command)
 	}
 	return rep, nil
 }
 
 // plan is what the survey pass found.
 type plan struct {
-	summary    jsonl.Summary
+	summary jsonl.Summary
+	// runnable counts the lines that get a result: valid lines, and with
+	// SkipInvalid the invalid ones that carry a usable, first-seen id.
+	runnable   int
 	errors     []jsonl.LineError
 	changed    []string // first few, for the message
 	nChanged   int
@@ -313,11 +321,17 @@ func survey(o Options, st *results.State) (*plan, error) {
 		info, err := v.Check(n, line)
 		if err != nil {
 			var le jsonl.LineError
-			if errors.As(err, &le) && len(p.errors) < o.MaxErrors {
-				p.errors = append(p.errors, le)
+			if errors.As(err, &le) {
+				if len(p.errors) < o.MaxErrors {
+					p.errors = append(p.errors, le)
+				}
+				if o.SkipInvalid && recordableInvalid(le, line) != "" {
+					p.runnable++
+				}
 			}
 			continue
 		}
+		p.runnable++
 		if p.firstModel == "" {
 			p.firstModel = info.Model
 		}
@@ -342,6 +356,9 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Wri
 	}
 	defer f.Close()
 	r := jsonl.NewReader(f)
+	// The same checks as the survey, uniqueness included, so a duplicated
+	// custom_id is never sent or recorded twice.
+	var v jsonl.Validator
 	for {
 		line, n, err := r.Next()
 		if err == io.EOF {
@@ -350,22 +367,24 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Wri
 		if err != nil {
 			return fmt.Errorf("job: reading %s: %w", o.Input, err)
 		}
-		info, verr := jsonl.ValidateLine(line)
-		id := info.CustomID
-		if verr != nil && id == "" {
-			id = customIDOf(line)
-		}
-		if e, done := st.Done[id]; done && !drop(id, e) {
-			continue
-		}
+		info, verr := v.Check(n, line)
 		if verr != nil {
 			// Only reached with SkipInvalid: survey refused otherwise.
-			if id == "" || !api.ValidCustomID(id) {
-				continue // no id to record it under
+			var le jsonl.LineError
+			errors.As(verr, &le)
+			id := recordableInvalid(le, line)
+			if id == "" {
+				continue
+			}
+			if e, done := st.Done[id]; done && !drop(id, e) {
+				continue
 			}
 			if err := w.Write(invalidRecord(id, n, verr)); err != nil {
 				return err
 			}
+			continue
+		}
+		if e, done := st.Done[info.CustomID]; done && !drop(info.CustomID, e) {
 			continue
 		}
 		if o.MaxCost > 0 && ledger.Total() >= o.MaxCost {
@@ -382,12 +401,25 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Wri
 	}
 }
 
-func customIDOf(line []byte) string {
-	var v struct {
-		CustomID string `json:"custom_id"`
+// recordableInvalid returns the id an invalid line's errored result is
+// recorded under, or "" when it has none: no usable custom_id, or one
+// already used by an earlier line (which gets the result).
+func recordableInvalid(le jsonl.LineError, line []byte) string {
+	if le.Duplicate {
+		return ""
 	}
-	json.Unmarshal(line, &v)
-	return v.CustomID
+	id := le.CustomID
+	if id == "" {
+		var v struct {
+			CustomID string `json:"custom_id"`
+		}
+		json.Unmarshal(line, &v)
+		id = v.CustomID
+	}
+	if !api.ValidCustomID(id) {
+		return ""
+	}
+	return id
 }
 
 // toRecord renders a Result as a results line: the Batch results format,

@@ -433,7 +433,7 @@ func (s *Server) handleBatchResults(rw http.ResponseWriter, r *http.Request) {
 				m := &api.Message{
 					ID: fmt.Sprintf("msg_01batch%s%06d", b.id[len(b.id)-8:], i), Type: "message", Role: "assistant",
 					Model: row.model, Content: []api.ContentBlock{}, StopReason: ans.stopReason,
-					Usage: api.Usage{InputTokens: row.in, OutputTokens: ans.outputTokens, CacheCreation: &api.CacheCreation{}, ServiceTier: api.TierBatch},
+					Usage: api.Usage{InputTokens: row.in, OutputTokens: ans.outputTokens, CacheCreation: &api.CacheCreation{}, ServiceTier: api.TierBatch, InferenceGeo: "global"},
 				}
 				if ans.text != "" {
 					m.Content = []api.ContentBlock{{Type: "text", Text: ans.text}}

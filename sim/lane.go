@@ -195,14 +195,16 @@ func (l *lane) setHeaders(h http.Header, now time.Time) {
 // formatReset renders a reset instant in RFC 3339: whole seconds rounded up,
 // as the API shows, or milliseconds when the world is time-scaled.
 func formatReset(t, now time.Time, fine bool) string {
+	// Rounded up, so the bucket is full by the stated instant.
 	t = t.UTC()
+	unit, layout := time.Second, time.RFC3339
 	if fine {
-		return t.Truncate(time.Millisecond).Format("2006-01-02T15:04:05.000Z07:00")
+		unit, layout = time.Millisecond, "2006-01-02T15:04:05.000Z07:00"
 	}
-	if t.Truncate(time.Second).Before(t) {
-		t = t.Truncate(time.Second).Add(time.Second)
+	if t.Truncate(unit).Before(t) {
+		t = t.Truncate(unit).Add(unit)
 	}
-	return t.Format(time.RFC3339)
+	return t.Format(layout)
 }
 
 // limitMessage is the text of a rate-limit 429, in the API's wording.

@@ -88,6 +88,7 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 		CacheCreation:            &api.CacheCreation{},
 		OutputTokens:             ans.outputTokens,
 		ServiceTier:              api.TierStandard,
+		InferenceGeo:             "global",
 	}
 	if p.cacheTTL == time.Hour {
 		usage.CacheCreation.Ephemeral1h = cacheWrite

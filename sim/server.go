@@ -55,6 +55,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	s.w.Store(newWorld(&s.cfg, s.now()))
 	s.routes()
+	s.httpS = &http.Server{Handler: s.mux, ReadHeaderTimeout: 30 * time.Second}
 	return s, nil
 }
 
@@ -66,18 +67,13 @@ func (s *Server) Handler() http.Handler { return s.mux }
 
 // Serve answers on l until Shutdown. It returns http.ErrServerClosed after
 // a Shutdown, like http.Server.Serve.
-func (s *Server) Serve(l net.Listener) error {
-	s.httpS = &http.Server{Handler: s.mux, ReadHeaderTimeout: 30 * time.Second}
-	return s.httpS.Serve(l)
-}
+func (s *Server) Serve(l net.Listener) error { return s.httpS.Serve(l) }
 
 // Shutdown stops Serve gracefully.
-func (s *Server) Shutdown(ctx context.Context) error {
-	if s.httpS == nil {
-		return nil
-	}
-	return s.httpS.Shutdown(ctx)
-}
+func (s *Server) Shutdown(ctx context.Context) error { return s.httpS.Shutdown(ctx) }
+
+// Close stops Serve at once, dropping open connections.
+func (s *Server) Close() error { return s.httpS.Close() }
 
 // Reset replaces the world with a fresh one: full buckets, no batches, zero
 // stats, key statuses as configured.
@@ -392,7 +388,8 @@ func (c *call) rateLimited(wait time.Duration, msg string) {
 	h := c.rw.Header()
 	h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
 	if c.s.cfg.RetryAfterMs {
-		h["Retry-After-Ms"] = []string{strconv.FormatInt(max(1, wait.Milliseconds()), 10)}
+		// Rounded up: a client that waits exactly this long must fit.
+		h["Retry-After-Ms"] = []string{strconv.FormatInt(max(1, int64((wait+time.Millisecond-1)/time.Millisecond)), 10)}
 	}
 	c.fail(&requestError{429, api.ErrRateLimit, msg})
 }

@@ -1,0 +1,355 @@
+package job_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/lane"
+	"github.com/sluice-dev/sluice/sim"
+	"github.com/sluice-dev/sluice/workload"
+)
+
+type env struct {
+	t      *testing.T
+	sim    *sim.Server
+	base   string
+	dir    string
+	in     string
+	out    string
+	logBuf *bytes.Buffer
+}
+
+func newEnv(t *testing.T, n int, mutate func(*sim.Config)) *env {
+	t.Helper()
+	cfg := sim.Default()
+	cfg.TimeScale = 200
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	dir := t.TempDir()
+	e := &env{t: t, sim: s, base: "http://" + ln.Addr().String(), dir: dir,
+		in: filepath.Join(dir, "in.jsonl"), out: filepath.Join(dir, "out.jsonl"), logBuf: &bytes.Buffer{}}
+	if n > 0 {
+		if err := (workload.Judge{N: n, Seed: 3}).WriteFile(e.in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+func (e *env) options() job.Options {
+	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{
+		keys.EnvAPIKey: sim.FakeKeyHighPrio, keys.EnvBatch: sim.FakeKeyBatch, keys.EnvLowPrio: sim.FakeKeyLowPrio})})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c := client.New(client.Config{BaseURL: e.base, MaxConns: 512})
+	return job.Options{
+		Input: e.in, Output: e.out, SyncOff: true,
+		Logger: slog.New(slog.NewTextHandler(e.logBuf, nil)),
+		Dispatch: dispatch.Config{Client: c, Keys: pool.Keys(),
+			Lane:  lane.Config{RampDoubling: 50 * time.Millisecond, Window: 20 * time.Millisecond},
+			Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}},
+	}
+}
+
+func (e *env) run(o job.Options) (*job.Report, error) {
+	return job.Run(e.t.Context(), o)
+}
+
+// readResults returns the results file's records by custom_id, failing on
+// a duplicate or a malformed line.
+func (e *env) readResults() map[string]api.ResultRecord {
+	e.t.Helper()
+	f, err := os.Open(e.out)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer f.Close()
+	got := map[string]api.ResultRecord{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 64<<20)
+	for sc.Scan() {
+		var r api.ResultRecord
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			e.t.Fatalf("bad results line %q: %v", sc.Text(), err)
+		}
+		if _, dup := got[r.CustomID]; dup {
+			e.t.Fatalf("custom_id %s written twice", r.CustomID)
+		}
+		got[r.CustomID] = r
+	}
+	return got
+}
+
+// inputParams returns the params of every input line by custom_id.
+func (e *env) inputParams() map[string][]byte {
+	e.t.Helper()
+	b, err := os.ReadFile(e.in)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	out := map[string][]byte{}
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var r api.BatchRequest
+		if json.Unmarshal(line, &r) == nil {
+			out[r.CustomID] = r.Params
+		}
+	}
+	return out
+}
+
+// checkExactlyOnce asserts one succeeded result per input line whose
+// answer is the simulator's answer to that line's params.
+func (e *env) checkExactlyOnce() {
+	e.t.Helper()
+	in, got := e.inputParams(), e.readResults()
+	if len(got) != len(in) {
+		e.t.Fatalf("%d results for %d requests", len(got), len(in))
+	}
+	for id, params := range in {
+		r, ok := got[id]
+		if !ok {
+			e.t.Fatalf("no result for %s", id)
+		}
+		var res api.BatchResult
+		if err := json.Unmarshal(r.Result, &res); err != nil || res.Type != api.ResultSucceeded {
+			e.t.Fatalf("%s: result %s", id, r.Result)
+		}
+		if !strings.HasPrefix(res.Message.Content[0].Text, sim.AnswerTag(params)) {
+			e.t.Fatalf("%s: answer belongs to another request", id)
+		}
+		if r.Sluice == nil || r.Sluice.Class != api.ClassOK || r.Sluice.Org == "" || r.Sluice.ParamsHash == "" {
+			e.t.Fatalf("%s: metadata %+v", id, r.Sluice)
+		}
+	}
+}
+
+func (e *env) simCalls() int64 {
+	var n int64
+	for _, o := range e.sim.Stats().Orgs {
+		for _, k := range o.Keys {
+			n += k.Calls
+		}
+	}
+	return n
+}
+
+func TestRunThenResumeSendsNothing(t *testing.T) {
+	e := newEnv(t, 2000, nil)
+	rep, err := e.run(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
+	if rep.Succeeded != 2000 || rep.Requests.Written != 2000 || rep.Cost.Total.USD <= 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	calls := e.simCalls()
+	rep, err = e.run(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests.AlreadyDone != 2000 || rep.Requests.Written != 0 || e.simCalls() != calls {
+		t.Fatalf("a finished run re-run must send nothing: %+v, calls %d → %d", rep.Requests, calls, e.simCalls())
+	}
+	e.checkExactlyOnce()
+}
+
+func TestMalformedInputStopsBeforeSending(t *testing.T) {
+	e := newEnv(t, 0, nil)
+	lines := []string{
+		`{"custom_id":"ok-1","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"bad id","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok-1","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"sys","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"system","content":"x"}]}}`,
+		`not json`,
+		`{"custom_id":"nomax","params":{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"x"}]}}`,
+	}
+	os.WriteFile(e.in, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	_, err := e.run(e.options())
+	var inv *job.InvalidInputError
+	if !errors.As(err, &inv) || inv.Total != 5 {
+		t.Fatalf("err = %v, want 5 invalid lines", err)
+	}
+	msg := err.Error()
+	for _, want := range []string{"in.jsonl:2:", "in.jsonl:3: duplicate custom_id", "in.jsonl:4:", "system", "in.jsonl:5:", "in.jsonl:6:", "max_tokens", "--skip-invalid"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error does not mention %q:\n%s", want, msg)
+		}
+	}
+	if e.simCalls() != 0 {
+		t.Fatalf("%d calls reached the API; nothing may be sent for a malformed file", e.simCalls())
+	}
+	if _, err := os.Stat(e.out); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("no results file should be created")
+	}
+
+	// With --skip-invalid the lines with a usable id become errored results.
+	o := e.options()
+	o.SkipInvalid = true
+	if _, err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readResults()
+	if len(got) != 3 { // ok-1, sys, nomax: "bad id" and "not json" have no usable id
+		t.Fatalf("results %v", got)
+	}
+	if r := got["sys"]; r.Sluice.Class != api.ClassFinal || !strings.Contains(string(r.Result), "errored") {
+		t.Fatalf("sys: %s %+v", r.Result, r.Sluice)
+	}
+}
+
+func TestTornTailIsRepaired(t *testing.T) {
+	e := newEnv(t, 300, nil)
+	if _, err := e.run(e.options()); err != nil {
+		t.Fatal(err)
+	}
+	// Simulate a crash mid-write: cut the last line in half.
+	b, _ := os.ReadFile(e.out)
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	last := lines[len(lines)-2]
+	torn := append(bytes.Join(lines[:len(lines)-2], nil), last[:len(last)/2]...)
+	os.WriteFile(e.out, torn, 0o644)
+	rep, err := e.run(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests.Written != 1 {
+		t.Fatalf("resume wrote %d, want the 1 torn request", rep.Requests.Written)
+	}
+	e.checkExactlyOnce()
+}
+
+func TestChangedRequestRefused(t *testing.T) {
+	e := newEnv(t, 50, nil)
+	if _, err := e.run(e.options()); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(e.in)
+	changed := bytes.Replace(b, []byte(`"max_tokens":256`), []byte(`"max_tokens":300`), 1)
+	os.WriteFile(e.in, changed, 0o644)
+	_, err := e.run(e.options())
+	var ce *job.ChangedError
+	if !errors.As(err, &ce) || ce.Total != 1 {
+		t.Fatalf("err = %v, want one changed request", err)
+	}
+	o := e.options()
+	o.AllowChanged = true
+	rep, err := e.run(o)
+	if err != nil || rep.Requests.Written != 1 {
+		t.Fatalf("allow-changed: %v, wrote %d", err, rep.Requests.Written)
+	}
+	e.checkExactlyOnce()
+}
+
+func TestTransportFailuresAreRedrivenOnResume(t *testing.T) {
+	e := newEnv(t, 100, func(c *sim.Config) { c.Faults.P500 = 1 })
+	o := e.options()
+	o.Dispatch.Retry.MaxFailed = 2
+	rep, err := e.run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Errored.Transport != 100 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, r := range e.readResults() {
+		if r.Sluice.Class != api.ClassTransport || !strings.Contains(string(r.Result), `"errored"`) {
+			t.Fatalf("%s: %s %+v", r.CustomID, r.Result, r.Sluice)
+		}
+	}
+	// The API recovers; the same command drives only those rows again.
+	healthy := newEnv(t, 0, nil)
+	e.sim, e.base = healthy.sim, healthy.base
+	rep, err = e.run(e.options())
+	if err != nil || rep.Requests.Redriven != 100 || rep.Succeeded != 100 {
+		t.Fatalf("resume: %v %+v", err, rep)
+	}
+	e.checkExactlyOnce()
+}
+
+func TestInterruptThenResume(t *testing.T) {
+	e := newEnv(t, 3000, func(c *sim.Config) { c.TimeScale = 20 })
+	o := e.options()
+	var durable atomic.Int64
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		for {
+			if b, _ := os.ReadFile(e.out); bytes.Count(b, []byte("\n")) > 500 {
+				cancel()
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	rep, err := job.Run(ctx, o)
+	if !errors.Is(err, job.ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted", err)
+	}
+	if !strings.Contains(err.Error(), "re-run") {
+		t.Fatalf("the message must say how to resume: %v", err)
+	}
+	durable.Store(int64(rep.Requests.Written))
+	if _, err := e.run(e.options()); err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
+	if b := e.sim.Stats().Bodies; b.AnsweredMoreThanOnce != 0 {
+		t.Fatalf("a graceful interrupt must not pay twice: %+v", b)
+	}
+}
+
+func TestKeysNeverWritten(t *testing.T) {
+	e := newEnv(t, 200, nil)
+	o := e.options()
+	rep, err := e.run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	repPath := filepath.Join(e.dir, "report.json")
+	if err := rep.WriteJSON(repPath); err != nil {
+		t.Fatal(err)
+	}
+	var sum bytes.Buffer
+	rep.Summary(&sum)
+	outputs := map[string][]byte{"summary": sum.Bytes(), "log": e.logBuf.Bytes()}
+	outputs["results"], _ = os.ReadFile(e.out)
+	outputs["report"], _ = os.ReadFile(repPath)
+	for name, b := range outputs {
+		for _, k := range []string{sim.FakeKeyHighPrio, sim.FakeKeyBatch, sim.FakeKeyLowPrio} {
+			if bytes.Contains(b, []byte(k)) {
+				t.Fatalf("the %s contains a key", name)
+			}
+		}
+	}
+	if !bytes.Contains(outputs["report"], []byte(`"last4": "0001"`)) {
+		t.Fatalf("the report should name keys by label and last 4: %s", outputs["report"])
+	}
+}

@@ -1,0 +1,121 @@
+package jsonl
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// Summary tallies the lines a Validator checked.
+type Summary struct {
+	Lines   int // non-blank lines checked
+	Valid   int
+	Invalid int // every invalid line, however many errors were kept
+	// Models counts valid lines by params.model.
+	Models map[string]int
+	// EstInputTokens and MaxTokens are sums over valid lines.
+	EstInputTokens int64
+	MaxTokens      int64
+}
+
+// MeanEstInputTokens returns EstInputTokens per valid line, 0 when none.
+func (s Summary) MeanEstInputTokens() float64 { return mean(s.EstInputTokens, s.Valid) }
+
+// MeanMaxTokens returns MaxTokens per valid line, 0 when none.
+func (s Summary) MeanMaxTokens() float64 { return mean(s.MaxTokens, s.Valid) }
+
+func mean(sum int64, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(sum) / float64(n)
+}
+
+// Validator checks the lines of one input file in order: each line by
+// ValidateLine, and custom_ids for uniqueness across the file. It keeps the
+// custom_ids seen so far and the line each was first seen on, nothing else
+// per line. The zero value is ready to use. A Validator is not safe for
+// concurrent use.
+type Validator struct {
+	seen map[string]int // custom_id → line first seen on
+	sum  Summary
+}
+
+// Check validates line number lineNo and records it in the Summary. On
+// failure the error is a LineError whose Line is lineNo.
+//
+// A custom_id counts as seen from the first line that carries it in valid
+// form, even if that line fails another rule, so a later line reusing it is
+// a duplicate ("duplicate custom_id %q, first on line %d") either way.
+//
+// The Info is as ValidateLine returns it; Params is a copy.
+func (v *Validator) Check(lineNo int, line []byte) (Info, error) {
+	return v.check(lineNo, line, true)
+}
+
+func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error) {
+	if v.seen == nil {
+		v.seen = make(map[string]int)
+		v.sum.Models = make(map[string]int)
+	}
+	v.sum.Lines++
+	info, err := validate(line, copyParams)
+	if id := info.CustomID; id != "" {
+		if first, dup := v.seen[id]; dup && err == nil {
+			err = LineError{CustomID: id, Reason: fmt.Sprintf("duplicate custom_id %q, first on line %d", id, first), Duplicate: true}
+		} else if !dup {
+			v.seen[id] = lineNo
+		}
+	}
+	if err != nil {
+		v.sum.Invalid++
+		le, _ := errors.AsType[LineError](err)
+		le.Line = lineNo
+		return info, le
+	}
+	v.sum.Valid++
+	v.sum.Models[info.Model]++
+	v.sum.EstInputTokens += info.EstInputTokens
+	v.sum.MaxTokens += info.MaxTokens
+	return info, nil
+}
+
+// Summary returns the tally so far. Its Models map is a copy.
+func (v *Validator) Summary() Summary {
+	s := v.sum
+	s.Models = make(map[string]int, len(v.sum.Models))
+	for m, n := range v.sum.Models {
+		s.Models[m] = n
+	}
+	return s
+}
+
+// ScanFile validates the input file at path, streaming it, and returns the
+// Summary with the first maxErrors LineErrors in line order (all of them
+// when maxErrors < 0, none when it is 0); Summary.Invalid counts every
+// invalid line. The error is an I/O error opening or reading the file; an
+// invalid line is never one.
+func ScanFile(path string, maxErrors int) (Summary, []LineError, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Summary{}, nil, fmt.Errorf("jsonl: %w", err)
+	}
+	defer f.Close()
+	var v Validator
+	var errs []LineError
+	r := NewReader(f)
+	for {
+		line, n, err := r.Next()
+		if err == io.EOF {
+			return v.Summary(), errs, nil
+		}
+		if err != nil {
+			return v.Summary(), errs, fmt.Errorf("jsonl: line %d: %w", n, err)
+		}
+		if _, err := v.check(n, line, false); err != nil && (maxErrors < 0 || len(errs) < maxErrors) {
+			le, _ := errors.AsType[LineError](err)
+			errs = append(errs, le)
+		}
+	}
+}
