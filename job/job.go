@@ -60,6 +60,9 @@ type Options struct {
 	SyncOff bool
 	// MaxErrors is how many invalid lines are listed (default 50).
 	MaxErrors int
+	// OnDurable, if set, is told the running count of results made
+	// durable this run, after each commit (benchmarks time with it).
+	OnDurable func(total int64)
 }
 
 // ErrInterrupted is returned (wrapped) when a run stopped before every
@@ -162,7 +165,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// 3. Open the results file; count durable results as they land.
 	var durable atomic.Int64
-	w, err := results.Open(o.Output, st, drop, results.Options{NoSync: o.SyncOff, OnDurable: func(ids []string) { durable.Add(int64(len(ids))) }})
+	w, err := results.Open(o.Output, st, drop, results.Options{NoSync: o.SyncOff, OnDurable: func(ids []string) {
+		n := durable.Add(int64(len(ids)))
+		if o.OnDurable != nil {
+			o.OnDurable(n)
+		}
+	}})
 	if err != nil {
 		return nil, err
 	}

@@ -99,7 +99,7 @@ type OrgConfig struct {
 	// Limits per pool; pools not listed use DefaultLimits; a pool with
 	// neither is unlimited.
 	Limits        map[api.Pool]Limits `json:"limits"`
-	DefaultLimits *Limits             `json:"default_limits,omitempty"`
+	DefaultLimits *Limits             `json:"default_limits"`
 	// Capacity is the org's server capacity in concurrent Messages calls;
 	// beyond it calls get 529 overloaded_error. 0 is unlimited.
 	Capacity int `json:"capacity,omitempty"`
@@ -114,7 +114,7 @@ type OrgConfig struct {
 	// processing queue; a create beyond it gets 429.
 	BatchQueueCap int64 `json:"batch_queue_cap"`
 	// Batch overrides Config.Batch for this org.
-	Batch *BatchModel `json:"batch,omitempty"`
+	Batch *BatchModel `json:"batch"`
 }
 
 // KeyConfig is one API key of an org.
@@ -194,9 +194,18 @@ func LoadConfig(path string, base Config) (Config, error) {
 	if err != nil {
 		return Config{}, fmt.Errorf("sim: %w", err)
 	}
+	cfg := base
+	// Lists are replaced whole: decoding into a slice would otherwise keep
+	// the base's fields in elements the file only partly spells out.
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(b, &top); err != nil {
+		return Config{}, fmt.Errorf("sim: config %s: %w", path, err)
+	}
+	if _, ok := top["orgs"]; ok {
+		cfg.Orgs = nil
+	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
-	cfg := base
 	if err := dec.Decode(&cfg); err != nil {
 		return Config{}, fmt.Errorf("sim: config %s: %w", path, err)
 	}

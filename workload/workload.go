@@ -30,6 +30,8 @@ type Judge struct {
 	Seed               uint64
 	// IDPrefix prefixes custom_ids (default "item").
 	IDPrefix string
+	// NoRubric leaves the system prompt out (small lines for memory tests).
+	NoRubric bool
 }
 
 var words = strings.Fields(`the a model answer question user assistant because therefore however example
@@ -55,19 +57,23 @@ func (j Judge) Write(w io.Writer) error {
 	}
 	rng := rand.New(rand.NewPCG(j.Seed, 0x10b))
 	rubricTokens := (len(Rubric) + 3) / 4
+	if j.NoRubric {
+		rubricTokens = 0
+	}
 	bw := bufio.NewWriterSize(w, 1<<20)
 	enc := json.NewEncoder(bw)
 	for i := range j.N {
 		target := j.InputMin + rng.IntN(j.InputMax-j.InputMin+1) - rubricTokens
 		q, a := text(rng, max(8, target/3)), text(rng, max(8, target-target/3))
-		line := map[string]any{
-			"custom_id": fmt.Sprintf("%s-%07d", j.IDPrefix, i),
-			"params": map[string]any{
-				"model": j.Model, "max_tokens": j.MaxTokens, "system": Rubric,
-				"messages": []map[string]any{{"role": "user",
-					"content": "Question asked to the AI:\n" + q + "\n\nAI's response:\n" + a}},
-			},
+		params := map[string]any{
+			"model": j.Model, "max_tokens": j.MaxTokens,
+			"messages": []map[string]any{{"role": "user",
+				"content": "Question asked to the AI:\n" + q + "\n\nAI's response:\n" + a}},
 		}
+		if !j.NoRubric {
+			params["system"] = Rubric
+		}
+		line := map[string]any{"custom_id": fmt.Sprintf("%s-%07d", j.IDPrefix, i), "params": params}
 		if err := enc.Encode(line); err != nil {
 			return err
 		}

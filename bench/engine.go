@@ -1,0 +1,252 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/lane"
+	"github.com/sluice-dev/sluice/sim"
+	"github.com/sluice-dev/sluice/workload"
+)
+
+// EngineRun is one measured `sluice run` against a simulator child process.
+type EngineRun struct {
+	Name     string
+	Binary   string // the sluice binary, to start `sluice sim`
+	Sim      sim.Config
+	Workload workload.Judge
+	// Caps per family; nil keeps the defaults.
+	Caps map[api.Family]int
+	// KeepFiles keeps the work directory.
+	Dir string
+	Log io.Writer
+}
+
+// EngineResult is what a run measured.
+type EngineResult struct {
+	Name string
+	N    int
+	Wall time.Duration
+	// Throughput over the whole run and over the steady state (from 10% to
+	// 90% of results durable), in requests per real second.
+	Throughput, Steady float64
+	// Predicted is the binding limit computed from the simulator's
+	// configuration, in requests per real second, and what binds it.
+	Predicted float64
+	Binding   string
+	Admitted  int64
+	Limited   int64 // 429s the simulator sent
+	Extra     int64 // answers beyond the first for one body
+	PeakRSSMB float64
+	Report    *job.Report
+}
+
+// Efficiency is steady-state throughput over the predicted binding limit.
+func (r EngineResult) Efficiency() float64 { return r.Steady / r.Predicted }
+
+// Pct429 is the share of the simulator's answers that were 429.
+func (r EngineResult) Pct429() float64 {
+	if r.Admitted+r.Limited == 0 {
+		return 0
+	}
+	return 100 * float64(r.Limited) / float64(r.Admitted+r.Limited)
+}
+
+// Run executes the run and measures it.
+func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
+	res := EngineResult{Name: e.Name, N: e.Workload.N}
+	dir := e.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "sluice-bench-")
+		if err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	in, out := filepath.Join(dir, "requests.jsonl"), filepath.Join(dir, "results.jsonl")
+	if err := e.Workload.WriteFile(in); err != nil {
+		return res, err
+	}
+	os.Remove(out)
+	sp, err := StartSim(ctx, e.Binary, e.Sim, dir)
+	if err != nil {
+		return res, err
+	}
+	defer sp.Stop()
+
+	env := map[string]string{}
+	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio} {
+		if i < len(e.Sim.Orgs) {
+			env[name] = e.Sim.Orgs[i].Keys[0].Key
+		}
+	}
+	pool, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(env), NoDotEnv: true})
+	if err != nil {
+		return res, err
+	}
+	k := e.Sim.TimeScale
+	conns := 0
+	for _, c := range e.capsOrDefault() {
+		conns = max(conns, c)
+	}
+	c := client.New(client.Config{BaseURL: sp.Base, MaxConns: conns*len(e.Sim.Orgs) + 64})
+	logw := e.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	var mu sync.Mutex
+	var t10, t90 time.Time
+	var n10, n90 int64
+	start := time.Now()
+	lo, hi := int64(e.Workload.N/10), int64(e.Workload.N*9/10)
+	opts := job.Options{
+		Input: in, Output: out, Logger: slog.New(slog.NewTextHandler(logw, nil)),
+		Dispatch: dispatch.Config{Client: c, Keys: pool.Keys(), Caps: e.Caps,
+			Lane: lane.Config{RampDoubling: time.Duration(float64(5*time.Second) / k), Window: time.Duration(float64(2*time.Second) / k)}},
+		OnDurable: func(n int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := time.Now()
+			if t10.IsZero() && n >= lo {
+				t10, n10 = now, n
+			}
+			if t90.IsZero() && n >= hi {
+				t90, n90 = now, n
+			}
+		},
+	}
+	rep, err := job.Run(ctx, opts)
+	res.Wall = time.Since(start)
+	res.Report = rep
+	if err != nil {
+		return res, err
+	}
+	res.Throughput = float64(rep.Requests.Written) / res.Wall.Seconds()
+	if t90.After(t10) {
+		res.Steady = float64(n90-n10) / t90.Sub(t10).Seconds()
+	}
+	st, err := sp.Stats()
+	if err != nil {
+		return res, err
+	}
+	for _, o := range st.Orgs {
+		for _, p := range o.Pools {
+			res.Admitted += p.Admitted
+			res.Limited += p.RateLimited
+		}
+	}
+	res.Extra = st.Bodies.ExtraAnswers
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		res.PeakRSSMB = float64(ru.Maxrss) / 1024
+	}
+	meanIn, meanOut := 0.0, 0.0
+	if t := rep.Cost.Total; t.Requests > 0 {
+		meanIn = float64(t.Tokens.Input+t.Tokens.CacheWrite5m+t.Tokens.CacheWrite1h) / float64(t.Requests)
+		meanOut = float64(t.Tokens.Output) / float64(t.Requests)
+	}
+	res.Predicted, res.Binding = BindingLimit(e.Sim, e.capsOrDefault(), api.PoolOf(e.Workload.Model), e.Workload.MaxTokens, meanIn, meanOut)
+	return res, nil
+}
+
+func (e EngineRun) capsOrDefault() map[api.Family]int {
+	caps := map[api.Family]int{}
+	for f, c := range dispatch.DefaultCaps {
+		caps[f] = c
+	}
+	for f, c := range e.Caps {
+		caps[f] = c
+	}
+	return caps
+}
+
+// BindingLimit is the steady-state ceiling, in requests per real second, of
+// a job on pool p in world cfg: the sum over orgs of the smallest of
+// cap ÷ mean latency, RPM, ITPM ÷ mean input and OTPM ÷ mean output — all
+// per second and time-scaled — and the name of what binds most often.
+func BindingLimit(cfg sim.Config, caps map[api.Family]int, p api.Pool, maxTokens int, meanIn, meanOut float64) (float64, string) {
+	k := cfg.TimeScale
+	lat := cfg.Latency["default"]
+	if l, ok := cfg.Latency[string(p)]; ok {
+		lat = l
+	}
+	// E[min(U[min,max], maxTokens)] for the simulator's output model.
+	expOut := meanCapped(float64(cfg.Output.Min), float64(cfg.Output.Max), float64(maxTokens))
+	latency := (lat.TTFT.D().Seconds() + expOut/lat.TokensPerSec) * math.Exp(lat.Sigma*lat.Sigma/2) / k
+	fam := api.FamilyUnknown
+	for _, m := range api.Models() {
+		if m.Pool == p {
+			fam = m.Family
+			break
+		}
+	}
+	total := 0.0
+	votes := map[string]float64{}
+	for _, o := range cfg.Orgs {
+		lim, ok := o.Limits[p]
+		if !ok && o.DefaultLimits != nil {
+			lim = *o.DefaultLimits
+		}
+		best, why := float64(caps[fam])/latency, "etiquette cap"
+		for _, c := range []struct {
+			name string
+			v    float64
+		}{
+			{"RPM", float64(lim.RPM) * k / 60},
+			{"ITPM", float64(lim.ITPM) * k / 60 / math.Max(meanIn, 1)},
+			{"OTPM", float64(lim.OTPM) * k / 60 / math.Max(meanOut, 1)},
+		} {
+			if c.v > 0 && c.v < best {
+				best, why = c.v, c.name
+			}
+		}
+		total += best
+		votes[why] += best
+	}
+	binding, most := "", -1.0
+	for n, v := range votes {
+		if v > most {
+			binding, most = n, v
+		}
+	}
+	return total, binding
+}
+
+// meanCapped is E[min(U, c)] for U uniform on the integers [a, b].
+func meanCapped(a, b, c float64) float64 {
+	if c >= b {
+		return (a + b) / 2
+	}
+	if c <= a {
+		return c
+	}
+	n := b - a + 1
+	below := c - a // values a..c-1 keep themselves
+	sumBelow := below * (a + c - 1) / 2
+	return (sumBelow + (n-below)*c) / n
+}
+
+// Print writes one result as the lines BENCHMARKS.md quotes.
+func (r EngineResult) Print(w io.Writer) {
+	fmt.Fprintf(w, "%s: %d requests in %s: %.0f req/s overall, %.0f req/s steady (10%%–90%%)\n",
+		r.Name, r.N, r.Wall.Round(time.Millisecond), r.Throughput, r.Steady)
+	if r.Predicted > 0 {
+		fmt.Fprintf(w, "  binding limit from the world's configuration: %.0f req/s (%s); steady ÷ binding = %.3f\n", r.Predicted, r.Binding, r.Efficiency())
+	}
+	fmt.Fprintf(w, "  simulator: %d admitted, %d × 429 (%.2f%%), %d extra answers; peak RSS of this process %.0f MB\n",
+		r.Admitted, r.Limited, r.Pct429(), r.Extra, r.PeakRSSMB)
+}

@@ -1,0 +1,96 @@
+// Package bench measures sluice against the simulator and writes the
+// figures BENCHMARKS.md quotes. Benchmarks are commands, never pass/fail
+// tests: timing on a shared machine is noisy.
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// SimProcess is a `sluice sim` child process: the simulator in its own
+// process, so its CPU and memory are not charged to the engine measured.
+type SimProcess struct {
+	cmd  *exec.Cmd
+	Base string // http://127.0.0.1:PORT
+}
+
+var servingRE = regexp.MustCompile(`serving on (http://\S+)`)
+
+// StartSim runs `binary sim --config <cfg> --addr 127.0.0.1:0` and waits
+// until it says where it serves.
+func StartSim(ctx context.Context, binary string, cfg sim.Config, dir string) (*SimProcess, error) {
+	path := filepath.Join(dir, "sim-config.json")
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, binary, "sim", "--config", path, "--addr", "127.0.0.1:0",
+		"--time-scale", fmt.Sprint(cfg.TimeScale))
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	found := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sent := false
+		for sc.Scan() {
+			if m := servingRE.FindStringSubmatch(sc.Text()); m != nil && !sent {
+				found <- m[1]
+				sent = true
+			}
+		}
+		io.Copy(io.Discard, stderr)
+	}()
+	select {
+	case base := <-found:
+		return &SimProcess{cmd: cmd, Base: base}, nil
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, errors.New("bench: the simulator did not start within 30 s")
+	}
+}
+
+// Stats fetches the simulator's statistics.
+func (p *SimProcess) Stats() (sim.Stats, error) {
+	var st sim.Stats
+	resp, err := http.Get(p.Base + "/_sim/stats")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+// Stop ends the child process.
+func (p *SimProcess) Stop() {
+	p.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { p.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		p.cmd.Process.Kill()
+		<-done
+	}
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/bench"
+	"github.com/sluice-dev/sluice/sim"
+	"github.com/sluice-dev/sluice/workload"
+)
+
+func benchCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure sluice against the simulator (figures for BENCHMARKS.md)",
+	}
+	var n int
+	var scale float64
+	flags := func(c *cobra.Command, defN int, defScale float64) {
+		c.Flags().IntVar(&n, "n", defN, "requests")
+		c.Flags().Float64Var(&scale, "time-scale", defScale, "simulator time scale")
+	}
+	self := func() (string, error) { return os.Executable() }
+
+	eff := &cobra.Command{
+		Use:   "efficiency",
+		Short: "Throughput ÷ binding limit on the three-org preset, with the default caps and with caps lifted",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := self()
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			for _, arm := range []struct {
+				name  string
+				caps  map[api.Family]int
+				scale float64
+			}{
+				{"three-org, default caps", nil, scale},
+				{"three-org, caps lifted", map[api.Family]int{api.FamilySonnet: 5000}, scale / 3},
+			} {
+				cfg := sim.Default()
+				cfg.TimeScale = arm.scale
+				r, err := bench.EngineRun{Name: fmt.Sprintf("%s (time scale %g)", arm.name, arm.scale), Binary: bin, Sim: cfg,
+					Workload: workload.Judge{N: n, Seed: 11}, Caps: arm.caps}.Run(cmd.Context())
+				if err != nil {
+					return err
+				}
+				r.Print(out)
+			}
+			return nil
+		},
+	}
+	flags(eff, 40000, 10)
+
+	capacity := &cobra.Command{
+		Use:   "capacity",
+		Short: "Requests/s one sluice process drives against a zero-latency, unlimited simulator",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := self()
+			if err != nil {
+				return err
+			}
+			r, err := bench.EngineRun{Name: "capacity (zero latency, no limits)", Binary: bin, Sim: unlimited(scale, 8, 32),
+				Workload: workload.Judge{N: n, Seed: 12, MaxTokens: 64}}.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r.Predicted = 0
+			r.Print(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	flags(capacity, 100000, 1)
+
+	memory := &cobra.Command{
+		Use:   "memory",
+		Short: "Peak RSS of one sluice process running a 1,000,000-line input",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := self()
+			if err != nil {
+				return err
+			}
+			r, err := bench.EngineRun{Name: "memory", Binary: bin, Sim: unlimited(scale, 1, 8),
+				Workload: workload.Judge{N: n, Seed: 13, MaxTokens: 16, NoRubric: true, InputMin: 20, InputMax: 40}}.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r.Predicted = 0
+			r.Print(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	flags(memory, 1000000, 1)
+	cmd.AddCommand(eff, capacity, memory)
+	return cmd
+}
+
+// unlimited is the three-org world with no latency and no limits: only
+// the engine's own speed shows.
+func unlimited(scale float64, outMin, outMax int) sim.Config {
+	c := sim.Default()
+	c.TimeScale = scale
+	for name := range c.Latency {
+		c.Latency[name] = sim.LatencyModel{TokensPerSec: 1e12}
+	}
+	for i := range c.Orgs {
+		c.Orgs[i].Limits = nil
+		c.Orgs[i].DefaultLimits = nil
+	}
+	c.Output = sim.OutputModel{Min: outMin, Max: outMax}
+	return c
+}
