@@ -77,6 +77,12 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
+	if e.Workload.MaxTokens == 0 {
+		e.Workload.MaxTokens = 256
+	}
+	if e.Workload.Model == "" {
+		e.Workload.Model = "claude-sonnet-4-5-20250929"
+	}
 	in, out := filepath.Join(dir, "requests.jsonl"), filepath.Join(dir, "results.jsonl")
 	if err := e.Workload.WriteFile(in); err != nil {
 		return res, err

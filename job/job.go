@@ -246,11 +246,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// 6. Wait for the end, an interrupt, or a fatal write error.
 	var serveErr error
-	interrupted := false
 	select {
 	case serveErr = <-served:
 	case <-ctx.Done():
-		interrupted = true
 		stopFeed()
 		stopServe() // stop admitting; attempts in flight finish
 		select {
@@ -288,7 +286,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Stopped = "no live key left"
 		return rep, fmt.Errorf("%w: every key is dead (see the log); %d requests not run; fix the keys and re-run %s to resume", ErrInterrupted, remaining, o.Command)
 	}
-	if interrupted || remaining > 0 {
+	if remaining > 0 {
 		rep.Stopped = "interrupted"
 		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, plan.runnable-remaining, plan.runnable, remaining, o.Command)
 	}

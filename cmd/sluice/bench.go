@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -17,12 +18,17 @@ func benchCmd() *cobra.Command {
 		Use:   "bench",
 		Short: "Measure sluice against the simulator (figures for BENCHMARKS.md)",
 	}
-	var n int
-	var scale float64
-	flags := func(c *cobra.Command, defN int, defScale float64) {
-		c.Flags().IntVar(&n, "n", defN, "requests")
-		c.Flags().Float64Var(&scale, "time-scale", defScale, "simulator time scale")
+	// Each subcommand has its own variables: cobra writes a flag's default
+	// into its variable when the flag is registered.
+	type knobs struct {
+		n     int
+		scale float64
 	}
+	flags := func(c *cobra.Command, k *knobs, defN int, defScale float64) {
+		c.Flags().IntVar(&k.n, "n", defN, "requests")
+		c.Flags().Float64Var(&k.scale, "time-scale", defScale, "simulator time scale")
+	}
+	ek, ck, mk := &knobs{}, &knobs{}, &knobs{}
 	self := func() (string, error) { return os.Executable() }
 
 	eff := &cobra.Command{
@@ -34,18 +40,23 @@ func benchCmd() *cobra.Command {
 				return err
 			}
 			out := cmd.OutOrStdout()
+			// A full bucket holds 10 s of each limit rather than a whole
+			// minute, so the initial burst cannot hide the steady pacing
+			// (at 60 s the lifted arm would finish inside its first bucket).
 			for _, arm := range []struct {
 				name  string
 				caps  map[api.Family]int
 				scale float64
+				n     int
 			}{
-				{"three-org, default caps", nil, scale},
-				{"three-org, caps lifted", map[api.Family]int{api.FamilySonnet: 5000}, scale / 3},
+				{"three-org, default caps", nil, ek.scale, ek.n},
+				{"three-org, caps lifted", map[api.Family]int{api.FamilySonnet: 5000}, ek.scale / 3, ek.n * 3 / 2},
 			} {
 				cfg := sim.Default()
 				cfg.TimeScale = arm.scale
+				cfg.BucketWindow = sim.Duration(10 * time.Second)
 				r, err := bench.EngineRun{Name: fmt.Sprintf("%s (time scale %g)", arm.name, arm.scale), Binary: bin, Sim: cfg,
-					Workload: workload.Judge{N: n, Seed: 11}, Caps: arm.caps}.Run(cmd.Context())
+					Workload: workload.Judge{N: arm.n, Seed: 11}, Caps: arm.caps}.Run(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -54,7 +65,7 @@ func benchCmd() *cobra.Command {
 			return nil
 		},
 	}
-	flags(eff, 40000, 10)
+	flags(eff, ek, 40000, 10)
 
 	capacity := &cobra.Command{
 		Use:   "capacity",
@@ -64,8 +75,8 @@ func benchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := bench.EngineRun{Name: "capacity (zero latency, no limits)", Binary: bin, Sim: unlimited(scale, 8, 32),
-				Workload: workload.Judge{N: n, Seed: 12, MaxTokens: 64}}.Run(cmd.Context())
+			r, err := bench.EngineRun{Name: "capacity (zero latency, no limits)", Binary: bin, Sim: unlimited(ck.scale, 8, 32),
+				Workload: workload.Judge{N: ck.n, Seed: 12, MaxTokens: 64}}.Run(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -74,7 +85,7 @@ func benchCmd() *cobra.Command {
 			return nil
 		},
 	}
-	flags(capacity, 100000, 1)
+	flags(capacity, ck, 100000, 1)
 
 	memory := &cobra.Command{
 		Use:   "memory",
@@ -84,8 +95,8 @@ func benchCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			r, err := bench.EngineRun{Name: "memory", Binary: bin, Sim: unlimited(scale, 1, 8),
-				Workload: workload.Judge{N: n, Seed: 13, MaxTokens: 16, NoRubric: true, InputMin: 20, InputMax: 40}}.Run(cmd.Context())
+			r, err := bench.EngineRun{Name: "memory", Binary: bin, Sim: unlimited(mk.scale, 1, 8),
+				Workload: workload.Judge{N: mk.n, Seed: 13, MaxTokens: 16, NoRubric: true, InputMin: 20, InputMax: 40}}.Run(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -94,7 +105,7 @@ func benchCmd() *cobra.Command {
 			return nil
 		},
 	}
-	flags(memory, 1000000, 1)
+	flags(memory, mk, 1000000, 1)
 	cmd.AddCommand(eff, capacity, memory)
 	return cmd
 }

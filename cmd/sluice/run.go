@@ -102,6 +102,8 @@ func runJob(ctx context.Context, opts job.Options, reportPath string) error {
 	defer cancel()
 	abort := make(chan struct{})
 	opts.Abort = abort
+	finished := make(chan struct{})
+	defer close(finished)
 	go func() {
 		select {
 		case <-sigs:
@@ -114,7 +116,7 @@ func runJob(ctx context.Context, opts job.Options, reportPath string) error {
 		case <-sigs:
 			fmt.Fprintln(os.Stderr, "sluice: aborting requests in flight")
 			close(abort)
-		case <-time.After(time.Hour):
+		case <-finished:
 		}
 	}()
 	rep, err := job.Run(ctx, opts)
