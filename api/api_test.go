@@ -1,0 +1,96 @@
+package api
+
+import (
+	"net/http"
+	"testing"
+	"time"
+)
+
+func TestParseRetryAfter(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name   string
+		h      map[string]string
+		want   time.Duration
+		wantOK bool
+	}{
+		{"absent", nil, 0, false},
+		{"seconds", map[string]string{"retry-after": "7"}, 7 * time.Second, true},
+		{"fractional seconds", map[string]string{"retry-after": "1.5"}, 1500 * time.Millisecond, true},
+		{"milliseconds win", map[string]string{"retry-after": "7", "retry-after-ms": "250"}, 250 * time.Millisecond, true},
+		{"bad ms falls back", map[string]string{"retry-after": "3", "retry-after-ms": "x"}, 3 * time.Second, true},
+		{"negative", map[string]string{"retry-after": "-2"}, 0, false},
+		{"http date", map[string]string{"retry-after": "Sun, 29 Nov 2026 12:00:30 GMT"}, 30 * time.Second, true},
+		{"past date clamps", map[string]string{"retry-after": "Sun, 29 Nov 2026 11:00:00 GMT"}, 0, true},
+		{"garbage", map[string]string{"retry-after": "soon"}, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := http.Header{}
+			for k, v := range tt.h {
+				h.Set(k, v)
+			}
+			got, ok := ParseRetryAfter(h, now)
+			if got != tt.want || ok != tt.wantOK {
+				t.Errorf("ParseRetryAfter(%v) = %v, %v want %v, %v", tt.h, got, ok, tt.want, tt.wantOK)
+			}
+		})
+	}
+}
+
+func TestParseRateLimitHeaders(t *testing.T) {
+	h := http.Header{}
+	h.Set("anthropic-ratelimit-requests-limit", "30000")
+	h.Set("anthropic-ratelimit-requests-remaining", "29999")
+	h.Set("anthropic-ratelimit-requests-reset", "2026-11-29T12:00:01Z")
+	h.Set("anthropic-ratelimit-output-tokens-limit", "1000000")
+	h.Set("anthropic-ratelimit-output-tokens-remaining", "999000")
+	h.Set("anthropic-ratelimit-output-tokens-reset", "2026-11-29T12:00:00.5+00:00")
+	h.Set("anthropic-ratelimit-input-tokens-limit", "10000000") // remaining and reset missing
+	r := ParseRateLimitHeaders(h)
+	if !r.Requests.Present || r.Requests.Limit != 30000 || r.Requests.Remaining != 29999 {
+		t.Errorf("requests = %+v", r.Requests)
+	}
+	if !r.OutputTokens.Present || r.OutputTokens.Reset.Nanosecond() != 5e8 {
+		t.Errorf("output tokens = %+v (an offset and fractional seconds must parse)", r.OutputTokens)
+	}
+	if r.InputTokens.Present || r.Tokens.Present {
+		t.Errorf("a dimension missing any header must be absent: %+v %+v", r.InputTokens, r.Tokens)
+	}
+	if f := r.Requests.Fraction(); f < 0.9999 || f > 1 {
+		t.Errorf("fraction %v", f)
+	}
+	if f := r.InputTokens.Fraction(); f != 1 {
+		t.Errorf("absent fraction %v want 1", f)
+	}
+}
+
+func TestRoundThousand(t *testing.T) {
+	for in, want := range map[int64]int64{0: 0, 499: 0, 500: 1000, 9_987_655: 9_988_000, -5: 0} {
+		if got := RoundThousand(in); got != want {
+			t.Errorf("RoundThousand(%d) = %d want %d", in, got, want)
+		}
+	}
+}
+
+func TestValidCustomID(t *testing.T) {
+	for id, want := range map[string]bool{"a": true, "item-00012_x": true, "": false, "has space": false, "é": false,
+		"0123456789012345678901234567890123456789012345678901234567890123": true,
+		"01234567890123456789012345678901234567890123456789012345678901234": false} {
+		if got := ValidCustomID(id); got != want {
+			t.Errorf("ValidCustomID(%q) = %v want %v", id, got, want)
+		}
+	}
+}
+
+func TestPoolOf(t *testing.T) {
+	for model, want := range map[string]Pool{
+		"claude-sonnet-4-5-20250929": PoolSonnet4, "claude-sonnet-4-5": PoolSonnet4, "claude-sonnet-4-6": PoolSonnet4,
+		"claude-haiku-4-5": PoolHaiku45, "claude-opus-4-8": PoolOpus4, "claude-opus-5": PoolOpus5,
+		"claude-sonnet-9-future": PoolSonnet4, "gpt-x": PoolUnknown,
+	} {
+		if got := PoolOf(model); got != want {
+			t.Errorf("PoolOf(%q) = %s want %s", model, got, want)
+		}
+	}
+}
