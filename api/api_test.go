@@ -75,7 +75,7 @@ func TestRoundThousand(t *testing.T) {
 
 func TestValidCustomID(t *testing.T) {
 	for id, want := range map[string]bool{"a": true, "item-00012_x": true, "": false, "has space": false, "é": false,
-		"0123456789012345678901234567890123456789012345678901234567890123": true,
+		"0123456789012345678901234567890123456789012345678901234567890123":  true,
 		"01234567890123456789012345678901234567890123456789012345678901234": false} {
 		if got := ValidCustomID(id); got != want {
 			t.Errorf("ValidCustomID(%q) = %v want %v", id, got, want)

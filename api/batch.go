@@ -122,6 +122,9 @@ const (
 	// ClassTransport: retries ran out on rate limits, overload, 5xx,
 	// dropped connections or auth; a re-run drives the request again.
 	ClassTransport = "transport"
+	// ClassInvalidInput: the input line was invalid (recorded with
+	// --skip-invalid); a re-run drives it once the line is fixed.
+	ClassInvalidInput = "invalid_input"
 )
 
 // RunMeta is sluice's per-request metadata in a results line.

@@ -57,12 +57,13 @@ func (r Refusal) String() string { return refusalNames[r] }
 type Budget interface {
 	// TryTake takes one permit, if fewer than limit are in use, and the
 	// demand's tokens, if every known bucket holds them above its reserve
-	// (a fraction of its capacity left for colleagues). On refusal it says
-	// why and, for a bucket, how long until the demand would fit.
-	TryTake(now time.Time, limit int, reserve float64, d Demand) (Refusal, time.Duration)
-	// Settle returns the permit taken for charged and trues the buckets up
-	// to actual (actual may be zero when nothing reached the server).
-	Settle(now time.Time, charged, actual Demand)
+	// (a fraction of its capacity left for colleagues). It returns what it
+	// deducted (zero for buckets not known yet), to hand back to Settle. On
+	// refusal it says why and, for a bucket, how long until it would fit.
+	TryTake(now time.Time, limit int, reserve float64, d Demand) (Demand, Refusal, time.Duration)
+	// Settle returns the permit of a grant that deducted taken and trues
+	// the buckets up to actual (zero when nothing reached the server).
+	Settle(now time.Time, taken, actual Demand)
 	// Observe corrects the buckets from the rate-limit headers of a
 	// response: the server's remaining is the truth when it is lower.
 	Observe(now time.Time, h api.RateLimitHeaders)
@@ -132,11 +133,11 @@ func (b *bucket) need(now time.Time, n, reserve float64) time.Duration {
 }
 
 // TryTake implements Budget.
-func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (Refusal, time.Duration) {
+func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (Demand, Refusal, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.inUse >= limit {
-		return ByConcurrency, 0
+		return Demand{}, ByConcurrency, 0
 	}
 	worst, wait := Granted, time.Duration(0)
 	for i := range l.buckets {
@@ -145,19 +146,21 @@ func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (Re
 		}
 	}
 	if worst != Granted {
-		return worst, wait
+		return Demand{}, worst, wait
 	}
 	l.inUse++
+	var taken Demand
 	for i := range l.buckets {
 		if l.buckets[i].known {
 			l.buckets[i].level -= d[i]
+			taken[i] = d[i]
 		}
 	}
-	return Granted, 0
+	return taken, Granted, 0
 }
 
 // Settle implements Budget.
-func (l *Local) Settle(now time.Time, charged, actual Demand) {
+func (l *Local) Settle(now time.Time, taken, actual Demand) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inUse--
@@ -165,7 +168,7 @@ func (l *Local) Settle(now time.Time, charged, actual Demand) {
 		b := &l.buckets[i]
 		if b.known {
 			b.advance(now)
-			b.level = math.Min(b.limit, b.level+charged[i]-actual[i])
+			b.level = math.Min(b.limit, b.level+taken[i]-actual[i])
 		}
 	}
 }

@@ -201,7 +201,10 @@ func (c *Client) Do(ctx context.Context, key *keys.Key, method, path string, bod
 			Usage      api.Usage `json:"usage"`
 			StopReason string    `json:"stop_reason"`
 		}
-		if json.Unmarshal(b, &m) == nil {
+		if err := json.Unmarshal(b, &m); err != nil {
+			// A 2xx that is not a Message is not an answer.
+			o.Class, o.Err = Transport, fmt.Errorf("client: HTTP %d with a body that is not JSON: %w", resp.StatusCode, err)
+		} else {
 			o.Usage, o.StopReason = m.Usage, m.StopReason
 		}
 	} else {
@@ -244,7 +247,7 @@ func Classify(status int, h http.Header, body []byte) Class {
 	case status == 401, status == 403, status == 402:
 		return KeyDead
 	case status == 429:
-		if isSpendCap(h, body) {
+		if isSpendCap(body) {
 			return KeyDead
 		}
 		return RateLimited
@@ -262,7 +265,7 @@ func Classify(status int, h http.Header, body []byte) Class {
 // isSpendCap recognises the monthly spend-cap 429: no retry-after and
 // error.details.error_code enforced_spend_limit_reached. Retrying it fails
 // until next month.
-func isSpendCap(h http.Header, body []byte) bool {
+func isSpendCap(body []byte) bool {
 	var eb api.ErrorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Err.Details != nil && eb.Err.Details.ErrorCode == api.SpendLimitErrorCode {
 		return true

@@ -157,7 +157,6 @@ type item struct {
 	first     time.Time
 	due       time.Time
 	last      *client.Outcome
-	heapIdx   int
 }
 
 type attempt struct {
@@ -289,6 +288,11 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 	for {
 		now := d.now()
 		wake := time.Time{}
+		if !stopping && ctx.Err() != nil {
+			// Noticed before admitting: a callback may have cancelled ctx
+			// (a halt) while the loop had other events to handle.
+			stopping = true
+		}
 		if !stopping {
 			wake = d.admit(now)
 			if d.noLiveLane() && d.queued > 0 && d.flying == 0 {
@@ -478,10 +482,14 @@ func (d *Dispatcher) finish(a *attempt) {
 	it.last = o
 	lr := lane.Result{Limits: o.Limits, Latency: o.Latency, Reached: o.Class != client.Canceled}
 	switch o.Class {
-	case client.OK, client.Invalid:
+	case client.OK:
 		lr.Signal = lane.Clean
 		lr.InputTokens = float64(o.Usage.InputTokens + o.Usage.CacheCreationInputTokens)
 		lr.OutputTokens = float64(o.Usage.OutputTokens)
+	case client.Invalid:
+		// Refused before the model ran: one request, no tokens, no
+		// signal about congestion.
+		lr.Signal = lane.Neutral
 	case client.RateLimited, client.Overloaded:
 		lr.Signal = lane.Congested
 		if o.HasRetryAfter {
@@ -490,7 +498,7 @@ func (d *Dispatcher) finish(a *attempt) {
 	case client.ServerError, client.Transport:
 		lr.Signal = lane.Failed
 	case client.KeyDead:
-		lr.Signal = lane.Clean
+		lr.Signal, lr.Reached = lane.Neutral, false
 	case client.Canceled:
 		lr.Signal = lane.Aborted
 	}
@@ -504,8 +512,8 @@ func (d *Dispatcher) finish(a *attempt) {
 		return
 	case client.Invalid:
 		if o.ShouldRetry == 1 {
-			retry = true
 			it.failed++
+			retry = it.failed < d.cfg.Retry.MaxFailed
 			break
 		}
 		d.complete(it, api.ClassFinal, a, now)
@@ -517,12 +525,16 @@ func (d *Dispatcher) finish(a *attempt) {
 		d.queues[it.pool].pushFront(it)
 		return
 	case client.Canceled:
+		if d.attemptCtx.Err() != nil { // Abort: end it, do not relaunch
+			it.cb(Result{Request: it.req, Aborted: true, Err: ErrStopped, Attempts: it.attempts})
+			return
+		}
 		d.queued++
 		d.queues[it.pool].pushFront(it)
 		return
 	case client.RateLimited, client.Overloaded:
 		it.congested++
-		retry = it.congested < d.cfg.Retry.MaxCongested
+		retry = it.congested < d.cfg.Retry.MaxCongested && o.ShouldRetry != 0
 	case client.ServerError, client.Transport:
 		it.failed++
 		retry = it.failed < d.cfg.Retry.MaxFailed && o.ShouldRetry != 0
@@ -544,18 +556,32 @@ func (d *Dispatcher) killKey(k *keys.Key, o *client.Outcome) {
 	if o.Err != nil {
 		reason = o.Err.Error()
 	}
-	if k.MarkDead(reason) {
-		d.log.Warn("key is dead for this run; its requests move to live keys", "key", k, "reason", reason)
-	}
+	// A spend cap, billing or credit problem belongs to the organization:
+	// every key of it is dead. 401/403 belong to the key alone.
+	orgWide := o.Status == 402 || o.Status == 429 || o.Status == 400
 	for _, org := range d.orgs {
-		for i, x := range org.keys {
-			if x == k {
-				org.keys = append(org.keys[:i:i], org.keys[i+1:]...)
-				org.live.Add(-1)
-				if len(org.keys) == 0 {
-					d.log.Warn("organization has no live key left", "org", org.label)
+		var victims []*keys.Key
+		for _, x := range org.keys {
+			if x == k || (orgWide && x.Org() == k.Org()) {
+				victims = append(victims, x)
+			}
+		}
+		for _, x := range victims {
+			if x.MarkDead(reason) {
+				// Dead() holds the reason with any key value redacted.
+				_, why := x.Dead()
+				d.log.Warn("key is dead for this run; its requests move to live keys", "key", x, "reason", why)
+			}
+			for i, y := range org.keys {
+				if y == x {
+					org.keys = append(org.keys[:i:i], org.keys[i+1:]...)
+					org.live.Add(-1)
+					break
 				}
 			}
+		}
+		if len(victims) > 0 && len(org.keys) == 0 {
+			d.log.Warn("organization has no live key left", "org", org.label)
 		}
 	}
 }

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -223,6 +225,11 @@ func TestKeyRevokedMidRun(t *testing.T) {
 			t.Fatal("the batch org's lane should be dead")
 		}
 	}
+	// Once dead, the key gets nothing more: only the requests already in
+	// flight when it was revoked (at most its cap of 100) were refused.
+	if denied := w.sim.Stats().Orgs["batch"].Keys["batch"].Denied; denied == 0 || denied > 100 {
+		t.Fatalf("the revoked key was refused %d times; want 1..100", denied)
+	}
 }
 
 func TestNoLiveKeyStopsCleanly(t *testing.T) {
@@ -301,4 +308,62 @@ func TestPacesUnderTightLimits(t *testing.T) {
 			t.Errorf("took %v, more than 1.3× the ideal %v", took, ideal)
 		}
 	})
+}
+
+// TestShouldRetryTrueIsBounded: x-should-retry: true on a 400 is retried,
+// but no more than the failure budget.
+func TestShouldRetryTrueIsBounded(t *testing.T) {
+	var calls atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("anthropic-organization-id", "org-1")
+		if r.URL.Path == "/v1/messages/count_tokens" {
+			w.Write([]byte(`{"input_tokens":1}`))
+			return
+		}
+		calls.Add(1)
+		w.Header().Set("x-should-retry", "true")
+		w.WriteHeader(400)
+		w.Write([]byte(`{"type":"error","error":{"type":"invalid_request_error","message":"try again"}}`))
+	}))
+	t.Cleanup(srv.Close)
+	w := &world{client: client.New(client.Config{BaseURL: srv.URL}), pool: threeKeys(t)}
+	d := w.dispatcher(t, dispatch.Config{Retry: dispatch.RetryPolicy{MaxFailed: 4, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}})
+	got := runAll(t, d, requests(1, "claude-sonnet-4-5"), nil)
+	if r := got["r0"]; r.Class != api.ClassTransport || r.Attempts != 4 || calls.Load() != 4 {
+		t.Fatalf("result %+v after %d calls; want 4 attempts then a transport error", r, calls.Load())
+	}
+}
+
+// TestAbortEndsServe: Close then Abort with attempts in flight ends every
+// request Aborted and Serve returns promptly.
+func TestAbortEndsServe(t *testing.T) {
+	w := loopbackWorld(t, func(c *sim.Config) { c.Faults.PSlow, c.Faults.SlowFactor = 1, 1000 })
+	d := w.dispatcher(t, dispatch.Config{})
+	var mu sync.Mutex
+	results := 0
+	for _, r := range requests(20, "claude-sonnet-4-5") {
+		go d.Submit(t.Context(), r, func(res dispatch.Result) {
+			mu.Lock()
+			results++
+			mu.Unlock()
+			if !res.Aborted {
+				t.Errorf("%s finished %+v; want aborted", res.Request.ID, res)
+			}
+		})
+	}
+	served := make(chan error, 1)
+	go func() { served <- d.Serve(t.Context()) }()
+	time.Sleep(300 * time.Millisecond) // attempts are in flight (slow answers)
+	d.Close()
+	d.Abort()
+	select {
+	case <-served:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serve did not return after Abort")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if results != 20 {
+		t.Fatalf("%d results for 20 requests", results)
+	}
 }

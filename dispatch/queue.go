@@ -37,15 +37,8 @@ type retryHeap []*item
 
 func (h retryHeap) Len() int           { return len(h) }
 func (h retryHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h retryHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].heapIdx, h[j].heapIdx = i, j
-}
-func (h *retryHeap) Push(x any) {
-	it := x.(*item)
-	it.heapIdx = len(*h)
-	*h = append(*h, it)
-}
+func (h retryHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *retryHeap) Push(x any)        { *h = append(*h, x.(*item)) }
 func (h *retryHeap) Pop() any {
 	old := *h
 	it := old[len(old)-1]

@@ -60,6 +60,9 @@ type Options struct {
 	SyncOff bool
 	// MaxErrors is how many invalid lines are listed (default 50).
 	MaxErrors int
+	// Redact, if set, scrubs key values from error text before it is
+	// logged or written (keys.Pool.Redact): a gateway may echo a key.
+	Redact func(string) string
 	// OnDurable, if set, is told the running count of results made
 	// durable this run, after each commit (benchmarks time with it).
 	OnDurable func(total int64)
@@ -134,7 +137,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	// 2. Validate every line before anything is sent; compare requests
 	// already done with their recorded fingerprint.
-	plan, err := survey(o, st)
+	plan, err := survey(ctx, o, st)
 	if err != nil {
 		return nil, err
 	}
@@ -146,19 +149,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if len(plan.changed) > 0 && !o.AllowChanged {
 		return nil, &ChangedError{Output: o.Output, IDs: plan.changed, Total: plan.nChanged}
 	}
-	drop := func(id string, e results.Entry) bool {
-		if e.Class == api.ClassTransport {
-			return true
-		}
-		return o.AllowChanged && plan.changedSet[id]
+	// Rows to drive again: only ids of this input (a row of another
+	// input is kept as it is).
+	drop := func(id string, _ results.Entry) bool {
+		return plan.redrive[id] || (o.AllowChanged && plan.changedSet[id])
 	}
-	redrive := 0
-	for id, e := range st.Done {
-		if drop(id, e) {
-			redrive++
-		}
+	rep.Requests.Redriven = len(plan.redrive)
+	if o.AllowChanged {
+		rep.Requests.Redriven += plan.nChanged
 	}
-	rep.Requests.Redriven = redrive
 	if st.TornBytes > 0 {
 		o.Logger.Info("repairing a torn last line in the results file", "bytes", st.TornBytes)
 	}
@@ -181,7 +180,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if model == "" {
 		model = "claude-sonnet-4-5"
 	}
-	todo := max(0, plan.runnable-len(st.Done))
+	todo := plan.pending
+	if o.AllowChanged {
+		todo += plan.nChanged
+	}
 	var ledger cost.Ledger
 	if todo == 0 {
 		if err := w.Close(); err != nil {
@@ -211,32 +213,45 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		w.Close()
 		return nil, err
 	}
+	feedCtx, stopFeed := context.WithCancel(ctx)
+	defer stopFeed()
+	serveCtx, stopServe := context.WithCancel(context.Background())
+	defer stopServe()
+	var stopReason atomic.Value
+	// halt stops feeding and admitting; requests in flight finish.
+	halt := func(why string) {
+		stopReason.CompareAndSwap(nil, why)
+		stopFeed()
+		stopServe()
+	}
 	var writeErr atomic.Value
 	record := func(r dispatch.Result) {
 		if r.Aborted {
 			return
 		}
-		rec := toRecord(r)
+		rec := toRecord(r, o.Redact)
 		if r.Class == api.ClassOK {
 			ledger.Add(r.Org, r.Request.Model, r.Usage, false)
+			if o.MaxCost > 0 && ledger.Total() >= o.MaxCost {
+				halt(fmt.Sprintf("--max-cost $%.2f reached", o.MaxCost))
+			}
 		}
 		if err := w.Write(rec); err != nil {
-			writeErr.CompareAndSwap(nil, err)
+			// The results file is in an unknown state: nothing more may be
+			// sent, or it would be paid for and lost.
+			if writeErr.CompareAndSwap(nil, err) {
+				halt("writing results failed")
+			}
 		}
 	}
-	feedCtx, stopFeed := context.WithCancel(ctx)
-	defer stopFeed()
-	serveCtx, stopServe := context.WithCancel(context.Background())
-	defer stopServe()
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(serveCtx) }()
 
-	var stopReason atomic.Value
 	var feedErr error
 	var fed sync.WaitGroup
 	fed.Go(func() {
 		defer d.Close()
-		feedErr = feed(feedCtx, o, d, w, st, drop, &ledger, record, &stopReason)
+		feedErr = feed(feedCtx, o, d, w, st, drop, record)
 	})
 
 	prog := newProgress(o, d, &ledger, &durable, todo, len(st.Done))
@@ -248,6 +263,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var serveErr error
 	select {
 	case serveErr = <-served:
+	case <-serveCtx.Done():
+		// halted (write error, --max-cost): attempts in flight finish
+		serveErr = <-served
 	case <-ctx.Done():
 		stopFeed()
 		stopServe() // stop admitting; attempts in flight finish
@@ -274,7 +292,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if closeErr != nil {
 		return rep, fmt.Errorf("job: writing results: %w", closeErr)
 	}
-	if feedErr != nil && !errors.Is(feedErr, context.Canceled) {
+	// ErrStopped: the dispatcher stopped first (no live key, a halt); the
+	// reason is reported below.
+	if feedErr != nil && !errors.Is(feedErr, context.Canceled) && !errors.Is(feedErr, dispatch.ErrStopped) {
 		return rep, feedErr
 	}
 	remaining := max(0, todo-int(durable.Load()))
@@ -288,7 +308,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if remaining > 0 {
 		rep.Stopped = "interrupted"
-		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, plan.runnable-remaining, plan.runnable, remaining, o.Command)
+		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, todo-remaining, todo, remaining, o.Command)
 	}
 	return rep, nil
 }
@@ -296,9 +316,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 // plan is what the survey pass found.
 type plan struct {
 	summary jsonl.Summary
-	// runnable counts the lines that get a result: valid lines, and with
-	// SkipInvalid the invalid ones that carry a usable, first-seen id.
-	runnable   int
+	// pending counts the lines that will get a result this run: valid
+	// lines (and with SkipInvalid, invalid ones with a usable first-seen
+	// id) that are not done, or whose row is driven again.
+	pending int
+	// redrive holds the done ids of this input whose rows are driven
+	// again: transport-class rows, and rows of lines that were invalid and
+	// now are valid.
+	redrive    map[string]bool
 	errors     []jsonl.LineError
 	changed    []string // first few, for the message
 	nChanged   int
@@ -307,13 +332,13 @@ type plan struct {
 }
 
 // survey validates the input and compares done requests with their record.
-func survey(o Options, st *results.State) (*plan, error) {
+func survey(ctx context.Context, o Options, st *results.State) (*plan, error) {
 	f, err := os.Open(o.Input)
 	if err != nil {
 		return nil, fmt.Errorf("job: %w", err)
 	}
 	defer f.Close()
-	p := &plan{changedSet: map[string]bool{}}
+	p := &plan{changedSet: map[string]bool{}, redrive: map[string]bool{}}
 	var v jsonl.Validator
 	r := jsonl.NewReader(f)
 	for {
@@ -324,24 +349,33 @@ func survey(o Options, st *results.State) (*plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("job: reading %s: %w", o.Input, err)
 		}
-		info, err := v.Check(n, line)
+		if n%4096 == 0 && ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: while checking the input; nothing was sent", ErrInterrupted)
+		}
+		info, err := v.CheckShared(n, line)
 		if err != nil {
-			var le jsonl.LineError
-			if errors.As(err, &le) {
-				if len(p.errors) < o.MaxErrors {
-					p.errors = append(p.errors, le)
-				}
-				if o.SkipInvalid && recordableInvalid(le, line) != "" {
-					p.runnable++
+			le, _ := errors.AsType[jsonl.LineError](err)
+			if len(p.errors) < o.MaxErrors {
+				p.errors = append(p.errors, le)
+			}
+			if id := recordableInvalid(le); o.SkipInvalid && id != "" {
+				if _, done := st.Done[id]; !done {
+					p.pending++
 				}
 			}
 			continue
 		}
-		p.runnable++
 		if p.firstModel == "" {
 			p.firstModel = info.Model
 		}
-		if e, ok := st.Done[info.CustomID]; ok && e.ParamsHash != "" && e.ParamsHash != info.ParamsHash {
+		e, done := st.Done[info.CustomID]
+		switch {
+		case !done:
+			p.pending++
+		case e.Class == api.ClassTransport || e.Class == api.ClassInvalidInput:
+			p.redrive[info.CustomID] = true
+			p.pending++
+		case e.ParamsHash != "" && e.ParamsHash != info.ParamsHash:
 			p.nChanged++
 			p.changedSet[info.CustomID] = true
 			if len(p.changed) < 5 {
@@ -355,7 +389,7 @@ func survey(o Options, st *results.State) (*plan, error) {
 
 // feed streams the input again, submitting what is not done yet.
 func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Writer, st *results.State,
-	drop func(string, results.Entry) bool, ledger *cost.Ledger, record func(dispatch.Result), stop *atomic.Value) error {
+	drop func(string, results.Entry) bool, record func(dispatch.Result)) error {
 	f, err := os.Open(o.Input)
 	if err != nil {
 		return fmt.Errorf("job: %w", err)
@@ -376,9 +410,8 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Wri
 		info, verr := v.Check(n, line)
 		if verr != nil {
 			// Only reached with SkipInvalid: survey refused otherwise.
-			var le jsonl.LineError
-			errors.As(verr, &le)
-			id := recordableInvalid(le, line)
+			le, _ := errors.AsType[jsonl.LineError](verr)
+			id := recordableInvalid(le)
 			if id == "" {
 				continue
 			}
@@ -393,10 +426,6 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Wri
 		if e, done := st.Done[info.CustomID]; done && !drop(info.CustomID, e) {
 			continue
 		}
-		if o.MaxCost > 0 && ledger.Total() >= o.MaxCost {
-			stop.Store(fmt.Sprintf("--max-cost $%.2f reached", o.MaxCost))
-			return nil
-		}
 		req := &dispatch.Request{
 			ID: info.CustomID, Params: info.Params, Model: info.Model,
 			MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens, ParamsHash: info.ParamsHash,
@@ -408,29 +437,18 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Wri
 }
 
 // recordableInvalid returns the id an invalid line's errored result is
-// recorded under, or "" when it has none: no usable custom_id, or one
-// already used by an earlier line (which gets the result).
-func recordableInvalid(le jsonl.LineError, line []byte) string {
-	if le.Duplicate {
+// recorded under, or "" when it has none: no readable, valid custom_id, or
+// one already used by an earlier line (which gets the result).
+func recordableInvalid(le jsonl.LineError) string {
+	if le.Duplicate || !api.ValidCustomID(le.CustomID) {
 		return ""
 	}
-	id := le.CustomID
-	if id == "" {
-		var v struct {
-			CustomID string `json:"custom_id"`
-		}
-		json.Unmarshal(line, &v)
-		id = v.CustomID
-	}
-	if !api.ValidCustomID(id) {
-		return ""
-	}
-	return id
+	return le.CustomID
 }
 
 // toRecord renders a Result as a results line: the Batch results format,
 // plus sluice's metadata under "sluice".
-func toRecord(r dispatch.Result) api.ResultRecord {
+func toRecord(r dispatch.Result, redact func(string) string) api.ResultRecord {
 	var res []byte
 	if r.Class == api.ClassOK {
 		res = append(append([]byte(`{"type":"succeeded","message":`), r.Body...), '}')
@@ -442,6 +460,9 @@ func toRecord(r dispatch.Result) api.ResultRecord {
 				msg = r.Err.Error()
 			}
 			body, _ = json.Marshal(api.NewErrorBody(api.ErrAPI, "", "%s", msg))
+		}
+		if redact != nil {
+			body = []byte(redact(string(body)))
 		}
 		res = append(append([]byte(`{"type":"errored","error":`), body...), '}')
 	}
@@ -455,7 +476,7 @@ func toRecord(r dispatch.Result) api.ResultRecord {
 func invalidRecord(id string, line int, err error) api.ResultRecord {
 	body, _ := json.Marshal(api.NewErrorBody(api.ErrInvalidRequest, "", "sluice: input line %d: %v", line, err))
 	res := append(append([]byte(`{"type":"errored","error":`), body...), '}')
-	return api.ResultRecord{CustomID: id, Result: res, Sluice: &api.RunMeta{Class: api.ClassFinal, Route: "none"}}
+	return api.ResultRecord{CustomID: id, Result: res, Sluice: &api.RunMeta{Class: api.ClassInvalidInput, Route: "none"}}
 }
 
 func keyReports(disc []dispatch.Discovery) []KeyReport {

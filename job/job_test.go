@@ -221,7 +221,7 @@ func TestMalformedInputStopsBeforeSending(t *testing.T) {
 	if len(got) != 3 { // ok-1, sys, nomax: "bad id" and "not json" have no usable id
 		t.Fatalf("results %v", got)
 	}
-	if r := got["sys"]; r.Sluice.Class != api.ClassFinal || !strings.Contains(string(r.Result), "errored") {
+	if r := got["sys"]; r.Sluice.Class != api.ClassInvalidInput || !strings.Contains(string(r.Result), "errored") {
 		t.Fatalf("sys: %s %+v", r.Result, r.Sluice)
 	}
 }
@@ -352,4 +352,91 @@ func TestKeysNeverWritten(t *testing.T) {
 	if !bytes.Contains(outputs["report"], []byte(`"last4": "0001"`)) {
 		t.Fatalf("the report should name keys by label and last 4: %s", outputs["report"])
 	}
+}
+
+// TestSkipInvalidDuplicateGetsOneResult: a valid line then an invalid line
+// reusing its id must give that id one result, the valid one's.
+func TestSkipInvalidDuplicateGetsOneResult(t *testing.T) {
+	e := newEnv(t, 0, nil)
+	lines := []string{
+		`{"custom_id":"x","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`,
+		`{"custom_id":"x","params":{"model":"claude-sonnet-4-5","messages":[{"role":"user","content":"hi"}]}}`,
+		`{"custom_id":"y","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"user","content":"there"}]}}`,
+	}
+	os.WriteFile(e.in, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
+	o := e.options()
+	o.SkipInvalid = true
+	if _, err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	got := e.readResults() // fails on a duplicate
+	if len(got) != 2 || got["x"].Sluice.Class != api.ClassOK {
+		t.Fatalf("results %+v", got)
+	}
+	if _, err := e.run(o); err != nil {
+		t.Fatalf("a re-run of a finished job must succeed: %v", err)
+	}
+}
+
+// TestForeignRowsDoNotHideWork: rows of another input in the results file
+// do not count as this input's work.
+func TestForeignRowsDoNotHideWork(t *testing.T) {
+	e := newEnv(t, 5, nil)
+	foreign := `{"custom_id":"other-%d","result":{"type":"succeeded","message":{}},"sluice":{"params_hash":"ab","class":"transport"}}` + "\n"
+	var b strings.Builder
+	for i := range 5 {
+		b.WriteString(strings.Replace(foreign, "%d", string(rune('0'+i)), 1))
+	}
+	os.WriteFile(e.out, []byte(b.String()), 0o644)
+	rep, err := e.run(e.options())
+	if err != nil || rep.Requests.Written != 5 {
+		t.Fatalf("err %v, wrote %d; want the 5 input requests run", err, rep.Requests.Written)
+	}
+	got := e.readResults()
+	if len(got) != 10 {
+		t.Fatalf("%d rows; the 5 foreign rows must be kept as they are", len(got))
+	}
+}
+
+// TestFixedInvalidLineIsRun: a line recorded as invalid is run once fixed.
+func TestFixedInvalidLineIsRun(t *testing.T) {
+	e := newEnv(t, 0, nil)
+	bad := `{"custom_id":"z","params":{"model":"claude-sonnet-4-5","max_tokens":8,"messages":[{"role":"system","content":"hi"}]}}` + "\n"
+	os.WriteFile(e.in, []byte(bad), 0o644)
+	o := e.options()
+	o.SkipInvalid = true
+	if _, err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.readResults()["z"].Sluice.Class; c != api.ClassInvalidInput {
+		t.Fatalf("class %s", c)
+	}
+	os.WriteFile(e.in, []byte(strings.Replace(bad, `"system"`, `"user"`, 1)), 0o644)
+	rep, err := e.run(e.options())
+	if err != nil || rep.Succeeded != 1 {
+		t.Fatalf("fixed line: %v %+v", err, rep)
+	}
+	e.checkExactlyOnce()
+}
+
+// TestMaxCostStopsAdmitting: the run stops once the ledger reaches the
+// budget; what was in flight finishes; a re-run resumes.
+func TestMaxCostStopsAdmitting(t *testing.T) {
+	e := newEnv(t, 3000, func(c *sim.Config) { c.TimeScale = 20 })
+	o := e.options()
+	o.MaxCost = 0.5 // about 150 judge calls
+	rep, err := e.run(o)
+	if !errors.Is(err, job.ErrInterrupted) || !strings.Contains(err.Error(), "max-cost") {
+		t.Fatalf("err = %v", err)
+	}
+	// Overshoot is bounded by what was in flight: at most 3 orgs × 100
+	// requests, each at most 400 input and 256 output tokens of Sonnet
+	// ($0.005). The whole file would cost about $8.
+	if spent := rep.Cost.Total.USD; spent < o.MaxCost || spent > o.MaxCost+300*0.005 {
+		t.Fatalf("spent $%.3f for a $%.2f budget", spent, o.MaxCost)
+	}
+	if _, err := e.run(e.options()); err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
 }

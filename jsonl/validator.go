@@ -47,7 +47,8 @@ type Validator struct {
 //
 // A custom_id counts as seen from the first line that carries it in valid
 // form, even if that line fails another rule, so a later line reusing it is
-// a duplicate ("duplicate custom_id %q, first on line %d") either way.
+// a duplicate ("duplicate custom_id %q, first on line %d", Duplicate set)
+// whatever else is wrong with it: one id never gets two results.
 //
 // The Info is as ValidateLine returns it; Params is a copy.
 func (v *Validator) Check(lineNo int, line []byte) (Info, error) {
@@ -62,8 +63,12 @@ func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error
 	v.sum.Lines++
 	info, err := validate(line, copyParams)
 	if id := info.CustomID; id != "" {
-		if first, dup := v.seen[id]; dup && err == nil {
-			err = LineError{CustomID: id, Reason: fmt.Sprintf("duplicate custom_id %q, first on line %d", id, first), Duplicate: true}
+		if first, dup := v.seen[id]; dup {
+			reason := fmt.Sprintf("duplicate custom_id %q, first on line %d", id, first)
+			if le, ok := errors.AsType[LineError](err); ok {
+				reason += "; also " + le.Reason
+			}
+			err = LineError{CustomID: id, Reason: reason, Duplicate: true}
 		} else if !dup {
 			v.seen[id] = lineNo
 		}
@@ -79,6 +84,12 @@ func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error
 	v.sum.EstInputTokens += info.EstInputTokens
 	v.sum.MaxTokens += info.MaxTokens
 	return info, nil
+}
+
+// CheckShared is Check without the copy: Info.Params aliases line, so it is
+// valid only until line is reused. For passes that only need the verdict.
+func (v *Validator) CheckShared(lineNo int, line []byte) (Info, error) {
+	return v.check(lineNo, line, false)
 }
 
 // Summary returns the tally so far. Its Models map is a copy.

@@ -23,8 +23,8 @@ func TestValidatorDuplicates(t *testing.T) {
 			[]string{"", `line 2: duplicate custom_id "a", first on line 1`, `line 3: duplicate custom_id "a", first on line 1`}},
 		{"an invalid line claims its id", []string{bad("a"), ok("a")},
 			[]string{"line 1: params.max_tokens is required", `line 2: duplicate custom_id "a", first on line 1`}},
-		{"an invalid line reports its own error first", []string{ok("a"), bad("a")},
-			[]string{"", "line 2: params.max_tokens is required"}},
+		{"a reused id is a duplicate even on an invalid line", []string{ok("a"), bad("a")},
+			[]string{"", `line 2: duplicate custom_id "a", first on line 1; also params.max_tokens is required`}},
 		{"ids are case-sensitive", []string{ok("a"), ok("A")}, []string{"", ""}},
 	}
 	for _, tt := range tests {

@@ -94,12 +94,16 @@ const (
 	Failed
 	// Aborted: nothing reached the server (canceled before sending).
 	Aborted
+	// Neutral: an answer that says nothing about congestion (a 4xx the
+	// request caused, a dead key): no increase, no decrease.
+	Neutral
 )
 
 // Ticket is what TryAcquire charged; hand it back to Done.
 type Ticket struct {
-	charged budget.Demand
-	est     float64 // the input estimate before correction
+	charged budget.Demand // what the request was expected to cost
+	taken   budget.Demand // what the budget deducted for it
+	est     float64       // the input estimate before correction
 	at      time.Time
 }
 
@@ -197,20 +201,13 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	if now.Before(l.pausedUntil) {
 		return Ticket{}, budget.ByRequests, l.pausedUntil.Sub(now)
 	}
-	r, wait := l.budget.TryTake(now, l.limitLocked(now), l.cfg.Reserve, d)
+	taken, r, wait := l.budget.TryTake(now, l.limitLocked(now), l.cfg.Reserve, d)
 	if r != budget.Granted {
 		l.stats.Refusals[r]++
 		return Ticket{}, r, wait
 	}
 	l.stats.Admitted++
-	return Ticket{charged: d, est: estInput, at: now}, budget.Granted, 0
-}
-
-// PausedUntil returns the end of the current retry-after pause.
-func (l *Lane) PausedUntil() time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.pausedUntil
+	return Ticket{charged: d, taken: taken, est: estInput, at: now}, budget.Granted, 0
 }
 
 // Done settles an admitted attempt with what came of it.
@@ -220,11 +217,14 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 		// The server charged the request; an answer's usage says exactly
 		// what, a failure is assumed to have cost what was estimated.
 		actual = t.charged
-		if r.Signal == Clean && (r.InputTokens > 0 || r.OutputTokens > 0) {
+		switch {
+		case r.Signal == Neutral:
+			actual = budget.Demand{1, 0, 0} // refused before the model ran
+		case r.Signal == Clean && (r.InputTokens > 0 || r.OutputTokens > 0):
 			actual = budget.Demand{1, r.InputTokens, r.OutputTokens}
 		}
 	}
-	l.budget.Settle(now, t.charged, actual)
+	l.budget.Settle(now, t.taken, actual)
 	if r.Limits.Requests.Present || r.Limits.InputTokens.Present || r.Limits.OutputTokens.Present {
 		l.budget.Observe(now, r.Limits)
 	}

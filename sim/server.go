@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -381,12 +382,17 @@ func (c *call) failWith(status int, body api.ErrorBody) {
 
 // rateLimited writes a 429 with retry-after (whole seconds, at least 1).
 func (c *call) rateLimited(wait time.Duration, msg string) {
-	secs := int64((wait + time.Second - 1) / time.Second)
-	if secs < 1 {
-		secs = 1
-	}
 	h := c.rw.Header()
-	h["Retry-After"] = []string{strconv.FormatInt(secs, 10)}
+	if k := c.s.cfg.TimeScale; k == 1 {
+		// Whole seconds, at least 1, as the API sends.
+		h["Retry-After"] = []string{strconv.FormatInt(max(1, int64((wait+time.Second-1)/time.Second)), 10)}
+	} else {
+		// Time-scaled: whole seconds would stretch every pause K-fold, so
+		// send fractional seconds (rounded up to the millisecond), at least
+		// one simulated second.
+		ms := max(int64((wait+time.Millisecond-1)/time.Millisecond), int64(math.Ceil(1000/k)))
+		h["Retry-After"] = []string{strconv.FormatFloat(float64(ms)/1000, 'f', -1, 64)}
+	}
 	if c.s.cfg.RetryAfterMs {
 		// Rounded up: a client that waits exactly this long must fit.
 		h["Retry-After-Ms"] = []string{strconv.FormatInt(max(1, int64((wait+time.Millisecond-1)/time.Millisecond)), 10)}

@@ -28,15 +28,15 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 		b := newBudget(t)
 		d := budget.Demand{1, 10, 10}
 		for i := range 3 {
-			if r, _ := b.TryTake(t0, 3, 0, d); r != budget.Granted {
+			if _, r, _ := b.TryTake(t0, 3, 0, d); r != budget.Granted {
 				t.Fatalf("take #%d: %v", i+1, r)
 			}
 		}
-		if r, w := b.TryTake(t0, 3, 0, d); r != budget.ByConcurrency || w != 0 {
+		if _, r, w := b.TryTake(t0, 3, 0, d); r != budget.ByConcurrency || w != 0 {
 			t.Fatalf("take past the limit: %v %v", r, w)
 		}
-		b.Settle(t0, d, d)
-		if r, _ := b.TryTake(t0, 3, 0, d); r != budget.Granted {
+		b.Settle(t0, budget.Demand{}, budget.Demand{})
+		if _, r, _ := b.TryTake(t0, 3, 0, d); r != budget.Granted {
 			t.Fatalf("take after settle: %v", r)
 		}
 		if got := b.Snapshot(t0).InUse; got != 3 {
@@ -45,7 +45,7 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	})
 	t.Run("unknown buckets are unlimited", func(t *testing.T) {
 		b := newBudget(t)
-		if r, _ := b.TryTake(t0, 1, 0.15, budget.Demand{1, 1e12, 1e12}); r != budget.Granted {
+		if _, r, _ := b.TryTake(t0, 1, 0.15, budget.Demand{1, 1e12, 1e12}); r != budget.Granted {
 			t.Fatalf("before any headers: %v", r)
 		}
 	})
@@ -54,15 +54,15 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 		b.Observe(t0, headers(60, 2, 6000, 6000, 600, 600))
 		d := budget.Demand{1, 10, 10}
 		for range 2 {
-			if r, _ := b.TryTake(t0, 100, 0, d); r != budget.Granted {
+			if _, r, _ := b.TryTake(t0, 100, 0, d); r != budget.Granted {
 				t.Fatalf("take: %v", r)
 			}
 		}
-		r, w := b.TryTake(t0, 100, 0, d)
+		_, r, w := b.TryTake(t0, 100, 0, d)
 		if r != budget.ByRequests || w != time.Second {
 			t.Fatalf("third take: %v wait %v, want ByRequests 1s at 60 RPM", r, w)
 		}
-		if r, _ := b.TryTake(at(time.Second), 100, 0, d); r != budget.Granted {
+		if _, r, _ := b.TryTake(at(time.Second), 100, 0, d); r != budget.Granted {
 			t.Fatalf("after a second: %v", r)
 		}
 	})
@@ -83,7 +83,7 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 		b.Observe(t0, headers(100, 100, 1e6, 1e6, 1e6, 1e6))
 		n := 0
 		for {
-			if r, _ := b.TryTake(t0, 1000, 0.15, budget.Demand{1, 1, 1}); r != budget.Granted {
+			if _, r, _ := b.TryTake(t0, 1000, 0.15, budget.Demand{1, 1, 1}); r != budget.Granted {
 				break
 			}
 			n++
@@ -95,23 +95,36 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	t.Run("settle trues tokens up", func(t *testing.T) {
 		b := newBudget(t)
 		b.Observe(t0, headers(1000, 1000, 10000, 10000, 1000, 1000))
-		charged := budget.Demand{1, 1000, 500}
-		if r, _ := b.TryTake(t0, 10, 0, charged); r != budget.Granted {
-			t.Fatal(r)
+		taken, r, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 1000, 500})
+		if r != budget.Granted || taken != (budget.Demand{1, 1000, 500}) {
+			t.Fatal(r, taken)
 		}
-		b.Settle(t0, charged, budget.Demand{1, 1200, 100})
+		b.Settle(t0, taken, budget.Demand{1, 1200, 100})
 		s := b.Snapshot(t0)
 		if in, out := s.Buckets[budget.InputTokens].Level, s.Buckets[budget.OutputTokens].Level; in != 8800 || out != 900 {
 			t.Fatalf("levels in %v out %v, want 8800 and 900 after usage 1200/100", in, out)
 		}
 	})
+	t.Run("settle returns only what was taken", func(t *testing.T) {
+		b := newBudget(t)
+		taken, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 1000, 500}) // buckets unknown: nothing deducted
+		if taken != (budget.Demand{}) {
+			t.Fatalf("taken %v from unknown buckets", taken)
+		}
+		b.Observe(t0, headers(60, 50, 10000, 10000, 5000, 5000))
+		b.Settle(t0, taken, budget.Demand{1, 1000, 500})
+		s := b.Snapshot(t0)
+		if r, out := s.Buckets[budget.Requests].Level, s.Buckets[budget.OutputTokens].Level; r != 49 || out != 4500 {
+			t.Fatalf("levels %v / %v, want 49 / 4500: usage charged, nothing refunded", r, out)
+		}
+	})
 	t.Run("oversized demand fits a full bucket", func(t *testing.T) {
 		b := newBudget(t)
 		b.Observe(t0, headers(1000, 1000, 1000, 1000, 1000, 1000))
-		if r, _ := b.TryTake(t0, 10, 0.15, budget.Demand{1, 5000, 1}); r != budget.Granted {
+		if _, r, _ := b.TryTake(t0, 10, 0.15, budget.Demand{1, 5000, 1}); r != budget.Granted {
 			t.Fatalf("a request larger than the bucket must pass a full bucket: %v", r)
 		}
-		if r, w := b.TryTake(t0, 10, 0.15, budget.Demand{1, 5000, 1}); r != budget.ByInputTokens || w <= 0 {
+		if _, r, w := b.TryTake(t0, 10, 0.15, budget.Demand{1, 5000, 1}); r != budget.ByInputTokens || w <= 0 {
 			t.Fatalf("and then wait: %v %v", r, w)
 		}
 	})

@@ -84,7 +84,9 @@ batch round trip.`,
 // simulator with the simulator's own keys.
 func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string, n int, dir string) error {
 	out := cmd.ErrOrStderr()
+	resume := "sluice demo --dir " + dir
 	if dir == "" {
+		resume = "sluice demo --dir DIR (a temporary directory is deleted at exit)"
 		tmp, err := os.MkdirTemp("", "sluice-demo-")
 		if err != nil {
 			return err
@@ -123,7 +125,7 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 	}
 	err = runJob(cmd.Context(), job.Options{
 		Input: in, Output: res, Dispatch: dc, Progress: out, Terminal: tty,
-		ProgressInterval: interval, Logger: log, Command: "sluice demo --dir " + dir,
+		ProgressInterval: interval, Logger: log, Command: resume, Redact: pool.Redact,
 	}, rep)
 	st := srv.Stats()
 	var admitted, limited int64

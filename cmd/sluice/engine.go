@@ -48,7 +48,7 @@ func (f *engineFlags) register(cmd *cobra.Command) {
 				def = n
 			}
 		}
-		fl.IntVar(v, "cap-"+string(fam), def, fmt.Sprintf("concurrency cap per key for %s models (env SLUICE_CAP_%s)", fam, strings.ToUpper(string(fam))))
+		fl.IntVar(v, "cap-"+string(fam), def, fmt.Sprintf("concurrency cap per key (per organization: keys of one org share it) for %s models (env SLUICE_CAP_%s)", fam, strings.ToUpper(string(fam))))
 		f.caps[fam] = v
 	}
 	fl.Float64Var(&f.reserve, "reserve", 0.15, "fraction of every rate limit left for colleagues")
