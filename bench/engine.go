@@ -15,8 +15,8 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
-	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
@@ -94,13 +94,7 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 	}
 	defer sp.Stop()
 
-	env := map[string]string{}
-	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio} {
-		if i < len(e.Sim.Orgs) {
-			env[name] = e.Sim.Orgs[i].Keys[0].Key
-		}
-	}
-	pool, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(env), NoDotEnv: true})
+	pool, err := simtest.Pool(e.Sim)
 	if err != nil {
 		return res, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/pipenet"
+	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
@@ -32,9 +32,7 @@ type world struct {
 
 func threeKeys(t *testing.T) *keys.Pool {
 	t.Helper()
-	p, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{
-		keys.EnvAPIKey: sim.FakeKeyHighPrio, keys.EnvBatch: sim.FakeKeyBatch, keys.EnvLowPrio: sim.FakeKeyLowPrio,
-	})})
+	p, err := simtest.Pool(sim.Default())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,21 +42,8 @@ func threeKeys(t *testing.T) *keys.Pool {
 // loopbackWorld serves the simulator on real loopback TCP.
 func loopbackWorld(t *testing.T, mutate func(*sim.Config)) *world {
 	t.Helper()
-	cfg := sim.Default()
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Close() })
-	return &world{sim: s, client: client.New(client.Config{BaseURL: "http://" + ln.Addr().String(), MaxConns: 512}), pool: threeKeys(t)}
+	s, base := simtest.Loopback(t, mutate)
+	return &world{sim: s, client: client.New(client.Config{BaseURL: base, MaxConns: 512}), pool: threeKeys(t)}
 }
 
 // pipeWorld serves the simulator on an in-memory network, for synctest.

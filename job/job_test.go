@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,8 +17,8 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
-	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
@@ -37,23 +36,14 @@ type env struct {
 
 func newEnv(t *testing.T, n int, mutate func(*sim.Config)) *env {
 	t.Helper()
-	cfg := sim.Default()
-	cfg.TimeScale = 200
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Close() })
+	s, base := simtest.Loopback(t, func(c *sim.Config) {
+		c.TimeScale = 200
+		if mutate != nil {
+			mutate(c)
+		}
+	})
 	dir := t.TempDir()
-	e := &env{t: t, sim: s, base: "http://" + ln.Addr().String(), dir: dir,
+	e := &env{t: t, sim: s, base: base, dir: dir,
 		in: filepath.Join(dir, "in.jsonl"), out: filepath.Join(dir, "out.jsonl"), logBuf: &bytes.Buffer{}}
 	if n > 0 {
 		if err := (workload.Judge{N: n, Seed: 3}).WriteFile(e.in); err != nil {
@@ -64,8 +54,7 @@ func newEnv(t *testing.T, n int, mutate func(*sim.Config)) *env {
 }
 
 func (e *env) options() job.Options {
-	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{
-		keys.EnvAPIKey: sim.FakeKeyHighPrio, keys.EnvBatch: sim.FakeKeyBatch, keys.EnvLowPrio: sim.FakeKeyLowPrio})})
+	pool, err := simtest.Pool(sim.Default())
 	if err != nil {
 		e.t.Fatal(err)
 	}

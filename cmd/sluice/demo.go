@@ -21,8 +21,8 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
-	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
@@ -99,13 +99,7 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 		return err
 	}
 	os.Remove(res)
-	env := map[string]string{}
-	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio} {
-		if i < len(cfg.Orgs) {
-			env[name] = cfg.Orgs[i].Keys[0].Key
-		}
-	}
-	pool, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(env), NoDotEnv: true})
+	pool, err := simtest.Pool(cfg)
 	if err != nil {
 		return err
 	}

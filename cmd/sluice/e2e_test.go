@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
@@ -90,19 +90,8 @@ type e2e struct {
 func newE2E(t *testing.T) *e2e {
 	t.Helper()
 	bin := sluiceBin(t)
-	cfg := sim.Default()
-	cfg.TimeScale = 20
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Close() })
-	e := &e2e{t: t, bin: bin, sim: s, url: "http://" + ln.Addr().String(), dir: t.TempDir()}
+	s, base := simtest.Loopback(t, func(c *sim.Config) { c.TimeScale = 20 })
+	e := &e2e{t: t, bin: bin, sim: s, url: base, dir: t.TempDir()}
 	e.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + e.url}
 	for name, k := range fakeKeys {
 		e.env = append(e.env, name+"="+k)
