@@ -292,3 +292,24 @@ func (c *Client) Probe(ctx context.Context, key *keys.Key, model string) Outcome
 		"messages": []map[string]any{{"role": "user", "content": "ping"}}})
 	return c.Do(ctx, key, "POST", "/v1/messages/count_tokens", body)
 }
+
+// Stream sends a body-less GET of path and returns the response unread,
+// for answers too large to hold (batch results files). The caller closes
+// the body; a status other than 200 is returned as is, for the caller to
+// classify. It uses the same transport, auth style and version as Do.
+func (c *Client) Stream(ctx context.Context, key *keys.Key, path, accept string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", c.cfg.BaseURL+path, nil)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	req.Header.Set(api.HeaderVersion, c.cfg.Version)
+	req.Header.Set("Accept", accept)
+	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	key.Apply(req.Header, c.cfg.Auth)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		// url.Error names the URL, never a header: no key can leak.
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return resp, nil
+}

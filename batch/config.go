@@ -1,0 +1,155 @@
+package batch
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// Defaults of Config.
+const (
+	DefaultChunkSize     = 500
+	DefaultMaxChunkBytes = 250 << 20 // a margin under api.MaxBatchBytes
+	DefaultPollMin       = 2 * time.Second
+	DefaultPollMax       = 60 * time.Second
+	DefaultExpiryGrace   = 30 * time.Minute
+	DefaultStuckAfter    = 4 * time.Hour
+	DefaultCancelWait    = 15 * time.Minute
+	DefaultCreateGrace   = 60 * time.Second
+	DefaultClockSkew     = 2 * time.Minute
+)
+
+// Config configures a Runner. Client, Keys, Journal, OnResult and OnReroute
+// are required.
+type Config struct {
+	// Client sends every batch call; results files are streamed through
+	// its Stream method, line by line.
+	Client *client.Client
+
+	// Keys whose Org is set (dispatch.Discover). Batches belong to an
+	// organization, so the first live key of each org makes all of that
+	// org's batch calls; the next key of the org takes over if it dies.
+	Keys []*keys.Key
+	// Journal is the path of the write-ahead journal (created if missing).
+	Journal string
+	// NoSync skips fsync (tests only).
+	NoSync bool
+	// Done reports whether the results file already holds a kept result
+	// for a custom_id; on resume, rows of done ids are neither delivered
+	// nor waited for. Nil means nothing is done.
+	Done func(customID string) bool
+
+	// ChunkSize is the most requests per batch (default 500, at most
+	// api.MaxBatchRequests).
+	ChunkSize int
+	// MaxChunkBytes is the most bytes per create body (default 250 MiB, at
+	// most api.MaxBatchBytes).
+	MaxChunkBytes int64
+	// WindowPerOrg is the most requests in unended batches per org
+	// (default 10 × ChunkSize): a chunk is created on an org only when it
+	// fits. Chunks are never larger than the window.
+	WindowPerOrg int
+
+	// PollMin and PollMax bound the poll interval of one batch, which
+	// starts at PollMin and grows ×1.5 (defaults 2 s, 60 s).
+	PollMin, PollMax time.Duration
+	// Deadline, if set, is when every batch not ended is cancelled, its
+	// ended rows harvested and the rest re-routed. Otherwise each batch's
+	// deadline is its expires_at + ExpiryGrace.
+	Deadline    time.Time
+	ExpiryGrace time.Duration // default 30 min
+	// StuckAfter: a batch not ended this long after create is cancelled,
+	// its ended rows harvested, the rest re-routed (default 4 h; < 0
+	// disables).
+	StuckAfter time.Duration
+	// CancelWait bounds the wait for a batch sluice cancelled to end;
+	// after it the batch is given up and its requests re-routed (default
+	// 15 min).
+	CancelWait time.Duration
+	// CreateGrace: a retrieve answering 404 this soon after create is the
+	// API's read-after-write delay, not a lost batch; and an intent whose
+	// create may have happened is looked for in the org's list this long
+	// before it is declared never created (default 60 s).
+	CreateGrace time.Duration
+	// ClockSkew is how much earlier than the local intent time a listed
+	// batch's created_at may be and still be adopted (default 2 min).
+	ClockSkew time.Duration
+
+	// OnResult receives the final result of a request answered by a
+	// batch: class ok, final or transport.
+	OnResult func(Result)
+	// OnReroute receives a request the batch path gives back, with the
+	// reason: send it through the sync dispatcher. Its result is then the
+	// dispatcher's.
+	OnReroute func(req *dispatch.Request, why string)
+
+	// Now reads the clock for journal times and deadlines (default
+	// time.Now). Waits use timers: tests run in testing/synctest bubbles.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Result is the final word on one request answered by a batch: a
+// dispatch.Result (Class, Body as the API sent it, Org and Key labels,
+// Usage, StopReason, Err for a non-ok row) and the batch's id.
+type Result struct {
+	dispatch.Result
+	BatchID string
+}
+
+func (c *Config) defaults() error {
+	if c.Client == nil {
+		return errors.New("batch: Config.Client is required")
+	}
+	if c.OnResult == nil || c.OnReroute == nil {
+		return errors.New("batch: Config.OnResult and Config.OnReroute are required")
+	}
+	if c.Done == nil {
+		c.Done = func(string) bool { return false }
+	}
+	if c.ChunkSize <= 0 {
+		c.ChunkSize = DefaultChunkSize
+	}
+	c.ChunkSize = min(c.ChunkSize, api.MaxBatchRequests)
+	if c.MaxChunkBytes <= 0 {
+		c.MaxChunkBytes = DefaultMaxChunkBytes
+	}
+	c.MaxChunkBytes = min(c.MaxChunkBytes, api.MaxBatchBytes)
+	if c.WindowPerOrg <= 0 {
+		c.WindowPerOrg = 10 * c.ChunkSize
+	}
+	if c.PollMin <= 0 {
+		c.PollMin = DefaultPollMin
+	}
+	if c.PollMax <= 0 {
+		c.PollMax = DefaultPollMax
+	}
+	c.PollMax = max(c.PollMax, c.PollMin)
+	if c.ExpiryGrace <= 0 {
+		c.ExpiryGrace = DefaultExpiryGrace
+	}
+	if c.StuckAfter == 0 {
+		c.StuckAfter = DefaultStuckAfter
+	}
+	if c.CancelWait <= 0 {
+		c.CancelWait = DefaultCancelWait
+	}
+	if c.CreateGrace <= 0 {
+		c.CreateGrace = DefaultCreateGrace
+	}
+	if c.ClockSkew <= 0 {
+		c.ClockSkew = DefaultClockSkew
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}

@@ -1,0 +1,344 @@
+package batch
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/pipenet"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// world is a simulator on an in-memory network, for testing/synctest
+// bubbles, and the keys of its orgs.
+type world struct {
+	sim     *sim.Server
+	client  *client.Client
+	keys    []*keys.Key
+	tap     *tap
+	journal string
+}
+
+// tap records the batch calls that went through.
+type tap struct {
+	next http.RoundTripper
+	mu   sync.Mutex
+	// creates: org key label → body sizes and request counts
+	creates   []createCall
+	notFound  int
+	retrieves int
+	// failCreate, when set, decides the fate of a create before it is
+	// forwarded: "" forwards it; "drop-after" forwards it then answers
+	// with a transport error.
+	failCreate func() string
+}
+
+type createCall struct {
+	key   string
+	bytes int
+	n     int
+}
+
+func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
+	isCreate := req.Method == "POST" && req.URL.Path == "/v1/messages/batches"
+	var body []byte
+	if isCreate {
+		body, _ = io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		var c api.BatchCreate
+		if err := json.Unmarshal(body, &c); err != nil {
+			return nil, fmt.Errorf("tap: create body is not JSON: %v", err)
+		}
+		tp.mu.Lock()
+		tp.creates = append(tp.creates, createCall{key: req.Header.Get("x-api-key"), bytes: len(body), n: len(c.Requests)})
+		fail := tp.failCreate
+		tp.mu.Unlock()
+		if fail != nil && fail() == "drop-after" {
+			resp, err := tp.next.RoundTrip(req)
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			return nil, fmt.Errorf("tap: connection dropped after the create was sent")
+		}
+	}
+	resp, err := tp.next.RoundTrip(req)
+	if err == nil && req.Method == "GET" && strings.HasPrefix(req.URL.Path, "/v1/messages/batches/") && !strings.HasSuffix(req.URL.Path, "/results") {
+		tp.mu.Lock()
+		tp.retrieves++
+		if resp.StatusCode == 404 {
+			tp.notFound++
+		}
+		tp.mu.Unlock()
+	}
+	return resp, err
+}
+
+func (tp *tap) createCount() int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	return len(tp.creates)
+}
+
+// newWorld serves the three-org simulator (mutated) over pipenet and
+// discovers the keys named by labels (all three when none).
+func newWorld(t *testing.T, mutate func(*sim.Config), labels ...string) *world {
+	t.Helper()
+	cfg := sim.Default()
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := pipenet.Listen()
+	go s.Serve(ln)
+	tr := &http.Transport{DialContext: ln.DialContext, MaxIdleConnsPerHost: 64}
+	tp := &tap{next: tr}
+	t.Cleanup(func() {
+		tr.CloseIdleConnections()
+		s.Shutdown(context.Background())
+	})
+	env := map[string]string{keys.EnvAPIKey: sim.FakeKeyHighPrio, keys.EnvBatch: sim.FakeKeyBatch, keys.EnvLowPrio: sim.FakeKeyLowPrio}
+	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(env)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := client.New(client.Config{BaseURL: "http://sim", Transport: tp})
+	var ks []*keys.Key
+	for _, k := range pool.Keys() {
+		if len(labels) == 0 || contains(labels, k.Label()) {
+			ks = append(ks, k)
+		}
+	}
+	if _, err := dispatch.Discover(t.Context(), cl, ks, "claude-haiku-4-5"); err != nil {
+		t.Fatal(err)
+	}
+	return &world{sim: s, client: cl, keys: ks, tap: tp,
+		journal: filepath.Join(t.TempDir(), "batch.journal")}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// config is a test configuration: fast polls, the world's client and keys.
+func (w *world) config() Config {
+	return Config{
+		Client: w.client, Keys: w.keys, Journal: w.journal,
+		ChunkSize: 10, PollMin: time.Second, PollMax: 10 * time.Second,
+	}
+}
+
+// sim calls the simulator's handler directly (no network), as key.
+func (w *world) call(t *testing.T, method, path, key string) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, nil)
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("anthropic-version", api.VersionDefault)
+	rec := httptest.NewRecorder()
+	w.sim.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+// created sums Batches.Created over the orgs.
+func (w *world) created() int64 {
+	var n int64
+	for _, o := range w.sim.Stats().Orgs {
+		n += o.Batches.Created
+	}
+	return n
+}
+
+// requests returns n valid Haiku requests r0 … r(n-1) with params hashes.
+func requests(n int) []*dispatch.Request {
+	out := make([]*dispatch.Request, n)
+	for i := range out {
+		out[i] = request(fmt.Sprintf("r%d", i), 64, fmt.Sprintf("Judge answer number %d.", i))
+	}
+	return out
+}
+
+func request(id string, maxTokens int, text string) *dispatch.Request {
+	p, _ := json.Marshal(map[string]any{"model": "claude-haiku-4-5", "max_tokens": maxTokens,
+		"messages": []map[string]any{{"role": "user", "content": text}}})
+	return &dispatch.Request{ID: id, Params: p, Model: "claude-haiku-4-5", MaxTokens: int64(maxTokens), ParamsHash: jsonl.ParamsHash(p)}
+}
+
+// collector is a caller: it records each outcome, counts every result
+// durable at once, and fails the test on a second outcome for an id.
+type collector struct {
+	t        *testing.T
+	r        *Runner
+	mu       sync.Mutex
+	results  map[string]Result
+	reroutes map[string]string
+	// after, if set, runs after each outcome (outside the lock).
+	after func(n int)
+}
+
+func newCollector(t *testing.T) *collector {
+	return &collector{t: t, results: map[string]Result{}, reroutes: map[string]string{}}
+}
+
+func (c *collector) onResult(res Result) {
+	id := res.Request.ID
+	c.mu.Lock()
+	_, dup := c.results[id]
+	_, dup2 := c.reroutes[id]
+	if dup || dup2 {
+		c.t.Errorf("two outcomes for %s", id)
+	}
+	c.results[id] = res
+	n := len(c.results) + len(c.reroutes)
+	c.mu.Unlock()
+	c.r.Durable([]string{id})
+	if c.after != nil {
+		c.after(n)
+	}
+}
+
+func (c *collector) onReroute(req *dispatch.Request, why string) {
+	c.mu.Lock()
+	_, dup := c.results[req.ID]
+	_, dup2 := c.reroutes[req.ID]
+	if dup || dup2 {
+		c.t.Errorf("two outcomes for %s", req.ID)
+	}
+	c.reroutes[req.ID] = why
+	n := len(c.results) + len(c.reroutes)
+	c.mu.Unlock()
+	if c.after != nil {
+		c.after(n)
+	}
+}
+
+// done returns the ids with a result (as a results file would hold them).
+func (c *collector) done() map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	d := map[string]bool{}
+	for id := range c.results {
+		d[id] = true
+	}
+	return d
+}
+
+// run runs one Runner over reqs (skipping done ids) and returns its
+// collector and Run's error.
+func (w *world) run(t *testing.T, cfg Config, reqs []*dispatch.Request, done map[string]bool, crashAt func(string) bool) (*collector, *Runner, error) {
+	t.Helper()
+	col := newCollector(t)
+	cfg.OnResult, cfg.OnReroute = col.onResult, col.onReroute
+	if done != nil {
+		cfg.Done = func(id string) bool { return done[id] }
+	}
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col.r = r
+	r.crashAt = crashAt
+	errc := make(chan error, 1)
+	go func() { errc <- r.Run(t.Context()) }()
+	for _, q := range reqs {
+		if done[q.ID] {
+			continue
+		}
+		if err := r.Submit(t.Context(), q); err != nil {
+			break // stopped (a simulated crash)
+		}
+	}
+	r.CloseInput()
+	err = <-errc
+	if cerr := r.Close(); cerr != nil && err == nil {
+		t.Errorf("close: %v", cerr)
+	}
+	return col, r, err
+}
+
+// checkAllOK fails unless every request has exactly one ok result across
+// the collectors, answering its own request.
+func checkAllOK(t *testing.T, reqs []*dispatch.Request, cols ...*collector) {
+	t.Helper()
+	seen := map[string]int{}
+	for _, c := range cols {
+		for id, res := range c.results {
+			seen[id]++
+			if res.Class != api.ClassOK {
+				t.Errorf("%s: class %q (%v)", id, res.Class, res.Err)
+				continue
+			}
+			var m api.Message
+			if err := json.Unmarshal(res.Body, &m); err != nil || len(m.Content) == 0 {
+				t.Errorf("%s: body %s", id, res.Body)
+				continue
+			}
+			if !strings.HasPrefix(m.Content[0].Text, sim.AnswerTag(res.Request.Params)) {
+				t.Errorf("%s: answer %q is not its request's", id, m.Content[0].Text)
+			}
+			if res.BatchID == "" || res.Org == "" {
+				t.Errorf("%s: batch %q org %q", id, res.BatchID, res.Org)
+			}
+		}
+		for id, why := range c.reroutes {
+			t.Errorf("%s re-routed: %s", id, why)
+		}
+	}
+	for _, q := range reqs {
+		if seen[q.ID] != 1 {
+			t.Errorf("%s: %d results", q.ID, seen[q.ID])
+		}
+	}
+}
+
+// journalOps returns the ops of the journal, in order.
+func journalOps(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var r record
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("journal line %q: %v", line, err)
+		}
+		ops = append(ops, r.Op)
+	}
+	return ops
+}
+
+func count(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
+}
+
+func newClientStub() *client.Client { return client.New(client.Config{BaseURL: "http://unused"}) }

@@ -1,0 +1,565 @@
+package batch
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+const (
+	batchesPath = "/v1/messages/batches"
+	// maxCreateFailures ambiguous create failures in a row end an org's
+	// batch path for the run.
+	maxCreateFailures = 6
+	// maxNotFound 404s in a row on a batch past its create grace make it
+	// lost (the old system's mid-poll budget was five).
+	maxNotFound = 5
+	// maxListFailures failed list calls past the create grace end a
+	// reconciliation undecided.
+	maxListFailures = 6
+	// maxHarvestTries bounds the downloads of one results file.
+	maxHarvestTries = 8
+	// listPages bounds how far back a reconciliation looks.
+	listPages = 50
+)
+
+// lifecycle takes c from wherever the journal left it to its end: create
+// (or reconcile), poll, harvest. A nil error with c given up is normal; an
+// error stops the Runner.
+func (r *Runner) lifecycle(c *chunk) error {
+	ctx := r.pollCtx
+	if c.batch == "" {
+		ok, err := r.establish(ctx, c)
+		if err != nil || !ok {
+			return err
+		}
+	}
+	b, err := r.watch(ctx, c)
+	if err != nil || b == nil {
+		return err
+	}
+	return r.harvest(r.ctx, c, b)
+}
+
+// establish gets c a batch id: by creating it, or, for an intent the
+// journal left without an id, by finding the batch in the org's list. It
+// returns false when c ended without a batch (its requests moved).
+func (r *Runner) establish(ctx context.Context, c *chunk) (bool, error) {
+	o := c.org
+	o.createMu.Lock()
+	defer o.createMu.Unlock()
+	defer r.resolved(c)
+	if c.recovered {
+		found, err := r.reconcile(ctx, c)
+		if err != nil || found {
+			return found, err
+		}
+		r.mu.Lock()
+		wanted := r.wanted(c)
+		r.mu.Unlock()
+		if !wanted {
+			return false, r.drop(c)
+		}
+		return false, r.abandon(c, "its create never happened (not in the organization's list)", moveRequeue)
+	}
+	return r.create(ctx, c)
+}
+
+// create persists c's intent, then creates its batch.
+func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
+	o := c.org
+	key := r.orgKey(o)
+	if key == nil {
+		return false, r.abandon(c, "organization has no live key", moveRequeue)
+	}
+	body := buildBody(c.list, c.bytes)
+	c.intentAt = r.now()
+	in := record{Op: opIntent, Chunk: c.id, At: c.intentAt, Org: o.id, OrgLabel: o.label,
+		N: c.n(), Bytes: int64(len(body)), Hash: chunkHash(c.ids, c.hashes), IDs: c.ids, Params: c.hashes}
+	if err := r.j.append(in, true); err != nil {
+		return false, err
+	}
+	if r.crash("before-create") {
+		return false, errCrash
+	}
+	out := r.cfg.Client.Do(ctx, key, "POST", batchesPath, body)
+	var b api.MessageBatch
+	if out.Class == client.OK {
+		if err := json.Unmarshal(out.Body, &b); err != nil || b.ID == "" {
+			out.Class, out.Err = client.Transport, fmt.Errorf("batch: create answered without a batch: %v", err)
+		}
+	}
+	switch out.Class {
+	case client.OK:
+		if r.crash("after-create") {
+			return false, errCrash
+		}
+		r.mu.Lock()
+		o.failures = 0
+		r.mu.Unlock()
+		return true, r.recordCreated(c, &b, false)
+	case client.Canceled:
+		// The create may have happened: the intent stays open and a resume
+		// reconciles it.
+		return false, context.Cause(ctx)
+	case client.RateLimited:
+		// The queue cap or the batch RPM: not created.
+		wait := r.cfg.PollMax
+		if out.HasRetryAfter {
+			wait = max(out.RetryAfter, r.cfg.PollMin)
+		}
+		r.mu.Lock()
+		o.paused = r.now().Add(wait)
+		r.mu.Unlock()
+		r.log.Info("batch: create refused with 429; the org pauses", "org", o.label, "wait", wait, "err", out.Err)
+		return false, r.abandon(c, "create: HTTP 429", moveRequeue)
+	case client.KeyDead:
+		r.keyDead(o, key, &out)
+		return false, r.abandon(c, fmt.Sprintf("create: HTTP %d", out.Status), moveRequeue)
+	case client.Invalid:
+		if out.Status == 404 {
+			// No batches endpoint here (a gateway): the org cannot batch.
+			r.mu.Lock()
+			r.orgDead(o, "create: HTTP 404")
+			r.mu.Unlock()
+			return false, r.abandon(c, "create: HTTP 404", moveRequeue)
+		}
+		return false, r.abandon(c, fmt.Sprintf("create refused: %v", out.Err), moveReroute)
+	}
+	// 5xx, 529, a dropped connection: the batch may exist.
+	r.log.Warn("batch: create failed without a clear answer; looking for the batch before creating it again",
+		"org", o.label, "chunk", c.id, "err", out.Err)
+	found, err := r.reconcile(ctx, c)
+	if err != nil || found {
+		if found {
+			r.mu.Lock()
+			o.failures = 0
+			r.mu.Unlock()
+		}
+		return found, err
+	}
+	r.mu.Lock()
+	o.failures++
+	if o.failures >= maxCreateFailures {
+		r.orgDead(o, fmt.Sprintf("%d creates in a row failed", o.failures))
+	} else {
+		o.paused = r.now().Add(backoff(r.cfg.PollMin, r.cfg.PollMax, o.failures))
+	}
+	r.mu.Unlock()
+	return false, r.abandon(c, fmt.Sprintf("create failed and no batch appeared: %v", out.Err), moveRequeue)
+}
+
+// backoff is min(max, min × 2^(n-1)).
+func backoff(lo, hi time.Duration, n int) time.Duration {
+	d := lo
+	for i := 1; i < n && d < hi; i++ {
+		d *= 2
+	}
+	return min(d, hi)
+}
+
+// recordCreated journals c's batch id.
+func (r *Runner) recordCreated(c *chunk, b *api.MessageBatch, adopted bool) error {
+	now := r.now()
+	c.batch, c.created, c.expires = b.ID, now, b.ExpiresAt
+	r.mu.Lock()
+	r.claimed[b.ID] = true
+	if adopted {
+		r.stats.Adopted++
+	} else {
+		r.stats.Created++
+	}
+	r.mu.Unlock()
+	var exp *time.Time
+	if !b.ExpiresAt.IsZero() {
+		exp = &b.ExpiresAt
+	}
+	if err := r.j.append(record{Op: opCreated, Chunk: c.id, At: now, Batch: b.ID, ExpiresAt: exp, Adopted: adopted}, true); err != nil {
+		return err
+	}
+	if adopted {
+		r.log.Warn("batch: adopted a batch whose create was not recorded; not creating it again",
+			"org", c.org.label, "chunk", c.id, "batch", b.ID, "requests", c.n())
+	} else {
+		r.log.Info("batch: created", "org", c.org.label, "chunk", c.id, "batch", b.ID, "requests", c.n())
+	}
+	return nil
+}
+
+// reconcile looks for c's batch in its org's list: created at or after
+// the intent (less the clock skew), with c's request count, and not
+// claimed by another journaled chunk. It keeps looking for CreateGrace (a
+// new batch may not be listed at once).
+func (r *Runner) reconcile(ctx context.Context, c *chunk) (bool, error) {
+	o := c.org
+	// A create may have reached the API any time between the intent and
+	// now (a slow or cut attempt, a crash mid-call), and become visible a
+	// read-after-write delay later.
+	until := r.now().Add(r.cfg.CreateGrace)
+	delay := r.cfg.PollMin
+	failures := 0
+	for {
+		r.mu.Lock()
+		wanted := r.wanted(c)
+		r.mu.Unlock()
+		if !wanted {
+			return false, nil
+		}
+		key := r.orgKey(o)
+		if key == nil {
+			r.log.Warn("batch: cannot look for a batch whose create may have happened; the organization has no live key (it may be paid twice)",
+				"org", o.label, "chunk", c.id)
+			return false, nil
+		}
+		b, out, err := r.findOrphan(ctx, key, c)
+		if b != nil {
+			return true, r.recordCreated(c, b, true)
+		}
+		now := r.now()
+		if err == nil && !now.Before(until) {
+			return false, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, context.Cause(ctx)
+			}
+			if out.Class == client.KeyDead {
+				r.keyDead(o, key, &out)
+				continue
+			}
+			failures++
+			if failures >= maxListFailures && !now.Before(until) {
+				r.log.Warn("batch: could not list the organization's batches; giving the chunk up (it may be paid twice)",
+					"org", o.label, "chunk", c.id, "err", err)
+				return false, nil
+			}
+			if out.Class == client.RateLimited && out.HasRetryAfter {
+				delay = max(delay, out.RetryAfter)
+			}
+		}
+		wait := delay
+		if now.Before(until) {
+			wait = min(wait, until.Sub(now)+time.Millisecond)
+		}
+		if err := sleep(ctx, wait); err != nil {
+			return false, err
+		}
+		delay = min(delay*3/2, r.cfg.PollMax)
+	}
+}
+
+// findOrphan pages through the org's batches, newest first, back to the
+// intent time less the skew, and returns the oldest unclaimed batch with
+// c's request count: with one create at a time per org, the first batch
+// created after the intent is the intent's.
+func (r *Runner) findOrphan(ctx context.Context, key *keys.Key, c *chunk) (*api.MessageBatch, client.Outcome, error) {
+	lo := c.intentAt.Add(-r.cfg.ClockSkew)
+	var best *api.MessageBatch
+	after := ""
+	for range listPages {
+		q := url.Values{"limit": {"100"}}
+		if after != "" {
+			q.Set("after_id", after)
+		}
+		out := r.cfg.Client.Do(ctx, key, "GET", batchesPath+"?"+q.Encode(), nil)
+		if out.Class != client.OK {
+			return nil, out, fmt.Errorf("batch: listing batches: HTTP %d: %v", out.Status, out.Err)
+		}
+		var p api.Page[api.MessageBatch]
+		if err := json.Unmarshal(out.Body, &p); err != nil {
+			return nil, out, fmt.Errorf("batch: listing batches: %w", err)
+		}
+		older := false
+		r.mu.Lock()
+		for i := range p.Data {
+			b := &p.Data[i]
+			if b.CreatedAt.Before(lo) {
+				older = true
+				break
+			}
+			if !r.claimed[b.ID] && total(b.RequestCounts) == c.n() {
+				best = b
+			}
+		}
+		r.mu.Unlock()
+		if older || !p.HasMore || p.LastID == nil {
+			break
+		}
+		after = *p.LastID
+	}
+	return best, client.Outcome{}, nil
+}
+
+// watch polls c's batch until it ends and returns it; nil when c was given
+// up. It cancels a stuck batch, or any batch past the deadline.
+func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error) {
+	o := c.org
+	delay := r.cfg.PollMin
+	notFound := 0
+	path := batchesPath + "/" + url.PathEscape(c.batch)
+	first := true
+	for {
+		if !first || c.fresh {
+			if err := sleep(ctx, delay); err != nil {
+				return nil, err
+			}
+			delay = min(delay*3/2, r.cfg.PollMax)
+		}
+		first = false
+		r.mu.Lock()
+		wanted := r.wanted(c)
+		r.mu.Unlock()
+		if !wanted {
+			return nil, r.drop(c)
+		}
+		if r.crash("mid-poll") {
+			return nil, errCrash
+		}
+		key := r.orgKey(o)
+		if key == nil {
+			return nil, r.giveUp(c, "organization has no live key", true)
+		}
+		if !c.cancelAt.IsZero() && !c.canceled {
+			if err := r.sendCancel(ctx, c, key); err != nil {
+				return nil, err
+			}
+		}
+		out := r.cfg.Client.Do(ctx, key, "GET", path, nil)
+		now := r.now()
+		var b api.MessageBatch
+		if out.Class == client.OK {
+			if err := json.Unmarshal(out.Body, &b); err != nil || b.ID == "" {
+				out.Class = client.Transport
+			}
+		}
+		switch out.Class {
+		case client.OK:
+			notFound = 0
+			if !b.ExpiresAt.IsZero() {
+				c.expires = b.ExpiresAt
+			}
+			if b.ProcessingStatus == api.BatchEnded {
+				r.mu.Lock()
+				r.release(c)
+				r.stats.Ended++
+				r.mu.Unlock()
+				r.poke()
+				return &b, nil
+			}
+		case client.Canceled:
+			return nil, context.Cause(ctx)
+		case client.KeyDead:
+			r.keyDead(o, key, &out)
+			continue
+		case client.RateLimited:
+			if out.HasRetryAfter {
+				delay = max(delay, out.RetryAfter)
+			}
+		case client.Invalid:
+			if out.Status == 404 && now.Sub(c.created) <= r.cfg.CreateGrace {
+				break // the read-after-write window
+			}
+			notFound++
+			if notFound > maxNotFound {
+				return nil, r.giveUp(c, fmt.Sprintf("retrieve keeps failing: HTTP %d", out.Status), false)
+			}
+		}
+		// Escape: a batch in progress past StuckAfter, or any batch not
+		// known to have ended (nor to be canceling by someone else's hand)
+		// past the deadline.
+		inProgress := out.Class == client.OK && b.ProcessingStatus == api.BatchInProgress
+		if c.cancelAt.IsZero() && (inProgress || out.Class != client.OK) {
+			why := ""
+			switch {
+			case inProgress && r.cfg.StuckAfter > 0 && now.Sub(c.intentAt) >= r.cfg.StuckAfter:
+				why = fmt.Sprintf("stuck: not ended %v after create", r.cfg.StuckAfter)
+			case !now.Before(r.deadline(c)):
+				why = "deadline reached"
+			}
+			if why != "" {
+				if err := r.escape(ctx, c, key, why); err != nil {
+					return nil, err
+				}
+			}
+		}
+		// Bounded whatever the API answers.
+		if !c.cancelAt.IsZero() && !now.Before(c.cancelAt.Add(r.cfg.CancelWait)) {
+			return nil, r.giveUp(c, fmt.Sprintf("not ended %v after sluice cancelled it", r.cfg.CancelWait), false)
+		}
+		if !now.Before(r.deadline(c).Add(r.cfg.CancelWait)) {
+			return nil, r.giveUp(c, "not ended by its deadline", false)
+		}
+	}
+}
+
+// deadline is when c's batch is cancelled if it has not ended.
+func (r *Runner) deadline(c *chunk) time.Time {
+	if !r.cfg.Deadline.IsZero() {
+		return r.cfg.Deadline
+	}
+	exp := c.expires
+	if exp.IsZero() {
+		exp = c.intentAt.Add(api.BatchLifetime)
+	}
+	return exp.Add(r.cfg.ExpiryGrace)
+}
+
+// escape cancels c's batch: the intent is fsynced first, so rows the
+// cancel leaves canceled are re-routed even after a crash.
+func (r *Runner) escape(ctx context.Context, c *chunk, key *keys.Key, why string) error {
+	c.cancelAt = r.now()
+	if err := r.j.append(record{Op: opCancel, Chunk: c.id, At: c.cancelAt, Batch: c.batch, Why: why}, true); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	r.stats.Cancelled++
+	r.mu.Unlock()
+	r.log.Warn("batch: cancelling a batch; its ended rows will be harvested and the rest re-routed",
+		"org", c.org.label, "batch", c.batch, "reason", why)
+	if r.crash("after-cancel-intent") {
+		return errCrash
+	}
+	return r.sendCancel(ctx, c, key)
+}
+
+// sendCancel asks the API to cancel c's batch. A cancel that fails because
+// the batch is already canceling or ended is a success; any other failure
+// is tried again on the next poll.
+func (r *Runner) sendCancel(ctx context.Context, c *chunk, key *keys.Key) error {
+	path := batchesPath + "/" + url.PathEscape(c.batch)
+	out := r.cfg.Client.Do(ctx, key, "POST", path+"/cancel", nil)
+	if out.Class == client.Canceled {
+		return context.Cause(ctx)
+	}
+	ok := false
+	var b api.MessageBatch
+	if out.Class == client.OK && json.Unmarshal(out.Body, &b) == nil {
+		ok = true
+	} else if g := r.cfg.Client.Do(ctx, key, "GET", path, nil); g.Class == client.OK && json.Unmarshal(g.Body, &b) == nil {
+		ok = b.ProcessingStatus == api.BatchCanceling || b.ProcessingStatus == api.BatchEnded
+	}
+	if !ok {
+		r.log.Warn("batch: cancel failed; trying again on the next poll", "org", c.org.label, "batch", c.batch, "err", out.Err)
+		return nil
+	}
+	c.canceled = true
+	return r.j.append(record{Op: opCanceled, Chunk: c.id, At: r.now(), Batch: c.batch}, false)
+}
+
+// orgKey returns o's live key, marking o dead when it has none.
+func (r *Runner) orgKey(o *orgState) *keys.Key {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	k := o.key()
+	if k == nil {
+		r.orgDead(o, "no live key")
+	}
+	return k
+}
+
+// keyDead marks key dead (logged once, by label); its org's next key takes
+// over, or the org's batch path ends.
+func (r *Runner) keyDead(o *orgState, key *keys.Key, out *client.Outcome) {
+	reason := fmt.Sprintf("HTTP %d", out.Status)
+	if out.Err != nil {
+		reason = out.Err.Error()
+	}
+	if key.MarkDead(reason) {
+		_, why := key.Dead()
+		r.log.Warn("batch: key is dead for this run", "key", key, "reason", why)
+	}
+	r.mu.Lock()
+	if o.key() == nil {
+		r.orgDead(o, "every key is dead")
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// What abandon does with the requests of a chunk that has no batch.
+const (
+	moveRequeue = iota // back to the pending queue, for another chunk
+	moveReroute        // to the sync path
+)
+
+// abandon closes c, which has no batch (or one that will never be
+// harvested), and moves its requests: back to the pending queue, or to the
+// sync path.
+func (r *Runner) abandon(c *chunk, why string, move int) error {
+	if err := r.j.append(record{Op: opAbandoned, Chunk: c.id, At: r.now(), Batch: c.batch, Why: why}, true); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	c.closed, c.finished = true, true
+	r.release(c)
+	var reroute []*dispatch.Request
+	if move == moveRequeue {
+		r.requeue(c)
+	} else {
+		reroute = r.takeUnhandled(c)
+		r.freeUnattached(c)
+	}
+	r.mu.Unlock()
+	for _, q := range reroute {
+		r.emitReroute(c, q, why)
+	}
+	r.poke()
+	return nil
+}
+
+// giveUp ends this run's work on c's batch and re-routes its requests
+// without an outcome. keepOpen leaves the journal entry open, so a resume
+// with a working key can still harvest it.
+func (r *Runner) giveUp(c *chunk, why string, keepOpen bool) error {
+	if !keepOpen {
+		if err := r.j.append(record{Op: opAbandoned, Chunk: c.id, At: r.now(), Batch: c.batch, Why: why}, true); err != nil {
+			return err
+		}
+	}
+	r.mu.Lock()
+	c.finished = true
+	c.closed = c.closed || !keepOpen
+	c.keepOpen = keepOpen
+	r.release(c)
+	r.stats.GivenUp++
+	reroute := r.takeUnhandled(c)
+	r.freeUnattached(c)
+	r.mu.Unlock()
+	r.log.Warn("batch: giving a batch up; its requests are re-routed to sync", "org", c.org.label, "batch", c.batch,
+		"requests", len(reroute), "reason", why)
+	for _, q := range reroute {
+		r.emitReroute(c, q, "batch given up: "+why)
+	}
+	r.poke()
+	return nil
+}
+
+// drop ends this run's work on c, which no request waits for.
+func (r *Runner) drop(c *chunk) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c.finished = true
+	r.release(c)
+	r.maybeClose(c)
+	r.poke()
+	return nil
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

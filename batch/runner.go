@@ -1,0 +1,800 @@
+// Package batch sends requests through the Message Batches API: it cuts
+// them into chunks by count and body bytes, creates each chunk as a batch
+// on the organization with the most free window, polls it, streams its
+// results, and hands every request back exactly once, as a result or as a
+// request to re-route to the sync dispatcher.
+//
+// A write-ahead journal makes a crash at any point cost neither a second
+// payment nor a batch: the intent of a create is fsynced before it, the id
+// right after, and a resume adopts an orphaned batch through the org's list
+// instead of creating it again. The design note is docs/batch.md.
+package batch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// ErrStopped is returned by Submit once the Runner stopped, or after
+// CloseInput.
+var ErrStopped = errors.New("batch: runner stopped or input closed")
+
+// errCrash is a simulated crash (tests).
+var errCrash = errors.New("batch: simulated crash")
+
+// errFinished cancels the goroutines of chunks nobody waits for once every
+// request has its outcome.
+var errFinished = errors.New("batch: finished")
+
+// Runner drives requests through Message Batches. Create with New; feed
+// with Submit and CloseInput while Run runs; report durable results with
+// Durable; Close after Run returned.
+//
+// Every submitted request gets exactly one callback — Config.OnResult or
+// Config.OnReroute — unless Run stops first (context cancelled, journal
+// failure): then the rest get none and a resume picks them up. Callbacks
+// are serialized (never two at once) and run on the Runner's goroutines or
+// on the goroutine calling Submit; they may block, but must not call Submit.
+type Runner struct {
+	cfg    Config
+	log    *slog.Logger
+	j      *journal
+	orgs   []*orgState // by label
+	byOrg  map[string]*orgState
+	target int // requests per chunk: min(ChunkSize, WindowPerOrg)
+	maxPen int // Submit blocks while this many requests wait to be cut
+	runID  string
+
+	mu          sync.Mutex
+	pending     []*dispatch.Request   // not yet in a chunk, oldest first
+	sizes       []int64               // body bytes of each pending request
+	recovered   map[string]*chunk     // ids of journaled chunks not yet submitted this run
+	parked      map[string]*parkedRow // harvested rows waiting for their request
+	open        []*chunk              // every chunk of this run
+	durWait     map[string]*chunk     // delivered ids not yet reported durable
+	claimed     map[string]bool       // batch ids the journal knows
+	outstanding int                   // submitted requests without an outcome
+	inputClosed bool
+	stopped     bool
+	started     bool
+	seq         int
+	space       chan struct{} // closed when pending shrinks
+	stats       Stats
+	fatal       error
+
+	kick chan struct{}
+	cbMu sync.Mutex // serializes callbacks
+	dead atomic.Bool
+	// ctx ends on an interrupt or a fatal error; pollCtx also when every
+	// request has its outcome (it stops chunks nobody waits for, while a
+	// harvest under way finishes on ctx).
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	pollCtx   context.Context
+	stopPolls context.CancelCauseFunc
+	wg        sync.WaitGroup
+
+	// crashAt, when set (tests), is asked at each crash point; true makes
+	// the Runner stop there as if the process had died.
+	crashAt func(point string) bool
+}
+
+// orgState is one organization's batch path. Guarded by Runner.mu, except
+// createMu.
+type orgState struct {
+	id, label string
+	keys      []*keys.Key
+	inflight  int // requests in unended batches (and unresolved intents)
+	creating  int // chunks whose create is unresolved: at most one is new
+	paused    time.Time
+	dead      bool
+	failures  int // consecutive ambiguous create failures
+	createMu  sync.Mutex
+}
+
+// key returns the org's first live key, or nil when it has none.
+func (o *orgState) key() *keys.Key {
+	for _, k := range o.keys {
+		if dead, _ := k.Dead(); !dead {
+			return k
+		}
+	}
+	return nil
+}
+
+// chunk is one batch: its requests and where it is in its life. The
+// lifecycle fields are owned by the chunk's goroutine; the rest is guarded
+// by Runner.mu.
+type chunk struct {
+	id        string
+	org       *orgState
+	ids       []string
+	hashes    []string
+	index     map[string]int
+	list      []*dispatch.Request // new chunks: the requests, in body order
+	bytes     int64
+	recovered bool
+
+	// lifecycle (the chunk's goroutine; read by others only after it ends)
+	intentAt time.Time
+	batch    string
+	created  time.Time
+	expires  time.Time
+	cancelAt time.Time
+	canceled bool // the cancel was accepted
+	fresh    bool // created by this run: the first poll waits
+
+	// guarded by Runner.mu
+	reqs       map[string]*dispatch.Request // attached requests
+	handled    map[string]bool              // ids whose outcome is decided in this chunk
+	stale      map[string]bool              // submitted with other params: drop the row
+	waiting    int                          // attached requests without an outcome
+	unattached int                          // ids in Runner.recovered
+	awaiting   int                          // rows delivered, not yet durable
+	parkedN    int
+	inWindow   bool
+	resolving  bool // counts in org.creating
+	harvested  bool // every row processed
+	closed     bool // a terminal journal record is written
+	finished   bool // this run is done with it
+	keepOpen   bool // given up but left open in the journal for a resume
+}
+
+func (c *chunk) n() int { return len(c.ids) }
+
+// parkedRow is a harvested row of a recovered chunk whose request has not
+// been submitted yet.
+type parkedRow struct {
+	c    *chunk
+	row  *resultRow
+	hash string
+}
+
+// Stats is a snapshot of the batch path.
+type Stats struct {
+	Submitted int64 // requests submitted
+	Results   int64 // OnResult calls
+	Rerouted  int64 // OnReroute calls
+	Pending   int   // requests not yet in a chunk
+	// Batches created, adopted after a crash or an ambiguous create,
+	// ended, cancelled by sluice, and given up (re-routed).
+	Created, Adopted, Ended, Cancelled, GivenUp int64
+	// InFlight is, per org label, the requests in unended batches.
+	InFlight map[string]int
+}
+
+// New opens the journal, recovers the chunks it leaves open, and returns a
+// Runner ready to Run.
+func New(cfg Config) (*Runner, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		cfg: cfg, log: cfg.Logger,
+		byOrg:     map[string]*orgState{},
+		recovered: map[string]*chunk{}, parked: map[string]*parkedRow{},
+		durWait: map[string]*chunk{}, claimed: map[string]bool{},
+		space: make(chan struct{}), kick: make(chan struct{}, 1),
+	}
+	r.target = min(cfg.ChunkSize, cfg.WindowPerOrg)
+	r.maxPen = 2 * r.target
+	for _, k := range cfg.Keys {
+		if dead, _ := k.Dead(); dead {
+			continue
+		}
+		id := k.Org()
+		if id == "" {
+			return nil, fmt.Errorf("batch: key %s has no organization; run dispatch.Discover first", k)
+		}
+		o := r.byOrg[id]
+		if o == nil {
+			o = &orgState{id: id, label: k.Label()}
+			r.byOrg[id] = o
+			r.orgs = append(r.orgs, o)
+		}
+		o.keys = append(o.keys, k)
+	}
+	if len(r.orgs) == 0 {
+		return nil, fmt.Errorf("batch: %w", dispatch.ErrNoLiveKey)
+	}
+	sort.Slice(r.orgs, func(i, j int) bool { return r.orgs[i].label < r.orgs[j].label })
+
+	j, order, entries, err := openJournal(cfg.Journal, cfg.NoSync)
+	if err != nil {
+		return nil, err
+	}
+	r.j = j
+	now := cfg.Now()
+	r.runID = strconv.FormatInt(now.UnixNano(), 36) + "-" + strconv.FormatUint(uint64(rand.Uint32()), 36)
+	if err := j.append(record{Op: opRun, V: journalVersion, At: now}, false); err != nil {
+		j.close()
+		return nil, err
+	}
+	for _, id := range order {
+		if err := r.recover(id, entries[id], now); err != nil {
+			j.close()
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// recover turns an open journal entry into a chunk of this run.
+func (r *Runner) recover(id string, e *entry, now time.Time) error {
+	if e.batch != "" {
+		r.claimed[e.batch] = true
+	}
+	if e.closed {
+		return nil
+	}
+	in := e.intent
+	todo := 0
+	for _, cid := range in.IDs {
+		if !r.cfg.Done(cid) {
+			todo++
+		}
+	}
+	if todo == 0 {
+		return r.j.append(record{Op: opDropped, Chunk: id, At: now, Why: "every request is done"}, false)
+	}
+	o := r.byOrg[in.Org]
+	if o == nil {
+		r.log.Warn("batch: a journaled batch belongs to an organization none of the keys reaches; its requests will be sent again",
+			"chunk", id, "org", in.OrgLabel, "batch", e.batch, "requests", todo)
+		return nil
+	}
+	c := &chunk{
+		id: id, org: o, ids: in.IDs, hashes: in.Params, index: make(map[string]int, len(in.IDs)),
+		bytes: in.Bytes, recovered: true,
+		intentAt: in.At, batch: e.batch, created: e.created, expires: e.expires,
+		cancelAt: e.cancelAt, canceled: e.canceled,
+		reqs: map[string]*dispatch.Request{}, handled: map[string]bool{}, stale: map[string]bool{},
+	}
+	for i, cid := range in.IDs {
+		c.index[cid] = i
+		if r.cfg.Done(cid) {
+			c.handled[cid] = true
+			continue
+		}
+		r.recovered[cid] = c
+		c.unattached++
+	}
+	c.inWindow = true
+	o.inflight += c.n()
+	if c.batch == "" {
+		c.resolving = true
+		o.creating++
+	}
+	r.open = append(r.open, c)
+	r.log.Info("batch: resuming a journaled chunk", "chunk", id, "org", o.label, "batch", c.batch, "requests", c.n(), "to_do", todo)
+	return nil
+}
+
+// Submit hands req to the batch path. It blocks while enough requests wait
+// to be cut into chunks, and returns ErrStopped after CloseInput or once
+// the Runner stopped. A request whose id a resumed chunk carries, with the
+// same params hash, joins that chunk instead of a new one.
+func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
+	size := itemSize(req)
+	r.mu.Lock()
+	if r.inputClosed || r.stopped {
+		r.mu.Unlock()
+		return ErrStopped
+	}
+	r.outstanding++
+	r.stats.Submitted++
+	id := req.ID
+	if p := r.parked[id]; p != nil {
+		delete(r.parked, id)
+		c := p.c
+		c.parkedN--
+		if p.hash == req.ParamsHash {
+			c.reqs[id] = req
+			c.waiting++
+			r.mu.Unlock()
+			r.deliverRow(c, req, p.row)
+			r.mu.Lock()
+			r.maybeClose(c)
+			r.mu.Unlock()
+			return nil
+		}
+		r.maybeClose(c)
+	} else if c := r.recovered[id]; c != nil {
+		delete(r.recovered, id)
+		c.unattached--
+		if c.hashes[c.index[id]] == req.ParamsHash {
+			c.reqs[id] = req
+			c.waiting++
+			r.mu.Unlock()
+			return nil
+		}
+		// The request changed since the chunk was journaled: the batch's
+		// row answers the old one.
+		c.stale[id] = true
+		c.handled[id] = true
+	}
+	if size+int64(envelope) > r.cfg.MaxChunkBytes {
+		r.mu.Unlock()
+		r.emitReroute(nil, req, fmt.Sprintf("request of %d bytes is larger than a batch may be", size))
+		return nil
+	}
+	if r.noLiveOrg() {
+		r.mu.Unlock()
+		r.emitReroute(nil, req, "no organization can take batches")
+		return nil
+	}
+	for len(r.pending) >= r.maxPen {
+		ch := r.space
+		r.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			r.mu.Lock()
+			r.outstanding--
+			r.mu.Unlock()
+			r.poke()
+			return ctx.Err()
+		}
+		r.mu.Lock()
+		if r.stopped {
+			r.outstanding--
+			r.mu.Unlock()
+			return ErrStopped
+		}
+	}
+	r.pending = append(r.pending, req)
+	r.sizes = append(r.sizes, size)
+	r.mu.Unlock()
+	r.poke()
+	return nil
+}
+
+// CloseInput says no more requests will be submitted: a partial chunk may
+// be cut, and rows of resumed chunks whose requests were not submitted are
+// not wanted.
+func (r *Runner) CloseInput() {
+	r.mu.Lock()
+	if !r.inputClosed {
+		r.inputClosed = true
+		for id, p := range r.parked {
+			delete(r.parked, id)
+			p.c.parkedN--
+			r.maybeClose(p.c)
+		}
+		for id, c := range r.recovered {
+			delete(r.recovered, id)
+			c.unattached--
+		}
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// Durable reports that the results of ids are on disk (results.Options
+// OnDurable). Once every row a batch delivered is durable, the journal
+// records it harvested and a resume will not download it again. Ids the
+// batch path did not deliver are ignored; it never blocks on I/O beyond one
+// unsynced journal write.
+func (r *Runner) Durable(ids []string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		c := r.durWait[id]
+		if c == nil {
+			continue
+		}
+		delete(r.durWait, id)
+		c.awaiting--
+		r.maybeClose(c)
+	}
+}
+
+// Close closes the journal. Call it after Run has returned and after the
+// last Durable call.
+func (r *Runner) Close() error { return r.j.close() }
+
+// Stats returns a snapshot.
+func (r *Runner) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.stats
+	s.Pending = len(r.pending)
+	s.InFlight = map[string]int{}
+	for _, o := range r.orgs {
+		s.InFlight[o.label] = o.inflight
+	}
+	return s
+}
+
+// Run drives every submitted request to its outcome. It returns nil once
+// the input is closed and every request has had its callback; the
+// context's cause when ctx ends first (batches keep running on the API and
+// a resume harvests them); or the error that stopped it (the journal).
+func (r *Runner) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.started {
+		r.mu.Unlock()
+		return errors.New("batch: Run called twice")
+	}
+	r.started = true
+	r.ctx, r.cancel = context.WithCancelCause(ctx)
+	r.pollCtx, r.stopPolls = context.WithCancelCause(r.ctx)
+	for _, c := range r.open {
+		r.launch(c)
+	}
+	r.mu.Unlock()
+
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	normal := false
+	for {
+		r.mu.Lock()
+		if r.fatal != nil {
+			r.mu.Unlock()
+			break
+		}
+		launch, reroute, wake := r.schedule(r.cfg.Now())
+		for _, c := range launch {
+			r.launch(c)
+		}
+		done := r.inputClosed && r.outstanding == 0
+		r.mu.Unlock()
+		for _, req := range reroute {
+			r.emitReroute(nil, req, "no organization can take batches, or the deadline has passed")
+		}
+		if len(reroute) > 0 {
+			continue
+		}
+		if done {
+			normal = true
+			break
+		}
+		d := time.Hour
+		if !wake.IsZero() {
+			d = max(wake.Sub(r.cfg.Now()), time.Millisecond)
+		}
+		timer.Reset(d)
+		select {
+		case <-r.kick:
+		case <-timer.C:
+		case <-r.ctx.Done():
+		}
+		if r.ctx.Err() != nil {
+			break
+		}
+	}
+
+	r.mu.Lock()
+	r.stopped = true
+	close(r.space)
+	r.space = make(chan struct{})
+	r.mu.Unlock()
+	r.stopPolls(errFinished)
+	r.wg.Wait()
+	r.cancel(errFinished)
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.fatal != nil {
+		return r.fatal
+	}
+	if !normal {
+		return context.Cause(ctx)
+	}
+	// Chunks nobody waits for: closed once their delivered rows are durable.
+	for _, c := range r.open {
+		c.finished = true
+		r.maybeClose(c)
+	}
+	return nil
+}
+
+// launch starts the goroutine of c. Requires r.mu.
+func (r *Runner) launch(c *chunk) {
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		err := r.lifecycle(c)
+		if err == nil || errors.Is(err, errFinished) || r.ctx.Err() != nil {
+			return // done, or stopped from outside
+		}
+		r.fail(err)
+	}()
+}
+
+// fail stops the Runner for good: a journal failure or a simulated crash.
+func (r *Runner) fail(err error) {
+	r.mu.Lock()
+	if r.fatal == nil {
+		r.fatal = err
+		r.dead.Store(true)
+		if errors.Is(err, errCrash) {
+			r.j.freeze()
+		}
+		r.log.Error("batch: stopping", "err", err)
+	}
+	r.mu.Unlock()
+	r.cancel(err)
+	r.poke()
+}
+
+// crash reports whether a test asked for a crash at point, and if so
+// freezes the journal.
+func (r *Runner) crash(point string) bool {
+	if r.crashAt == nil || !r.crashAt(point) {
+		return false
+	}
+	r.j.freeze()
+	r.dead.Store(true)
+	return true
+}
+
+func (r *Runner) poke() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// schedule cuts chunks from the pending requests onto the orgs with the
+// most free window, and returns the chunks to launch, the requests to
+// re-route when no org is left or Config.Deadline has passed, and when to
+// look again. Requires r.mu.
+func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*dispatch.Request, wake time.Time) {
+	shrank := false
+	defer func() {
+		if shrank {
+			close(r.space)
+			r.space = make(chan struct{})
+		}
+	}()
+	for len(r.pending) > 0 {
+		if r.noLiveOrg() || (!r.cfg.Deadline.IsZero() && !now.Before(r.cfg.Deadline)) {
+			reroute = r.pending
+			r.pending, r.sizes = nil, nil
+			shrank = true
+			return nil, reroute, time.Time{}
+		}
+		n, body := fit(r.pending, r.sizes, r.target, r.cfg.MaxChunkBytes)
+		if n == len(r.pending) && n < r.target && !r.inputClosed {
+			break // wait for a full chunk
+		}
+		o, w := r.pickOrg(n, now)
+		if !w.IsZero() && (wake.IsZero() || w.Before(wake)) {
+			wake = w
+		}
+		if o == nil {
+			break
+		}
+		launch = append(launch, r.cut(n, body, o))
+		shrank = true
+	}
+	return launch, nil, wake
+}
+
+// pickOrg returns the live org with the most free window that can take n
+// requests now and has no create unresolved, or when one may become free.
+// Requires r.mu.
+func (r *Runner) pickOrg(n int, now time.Time) (*orgState, time.Time) {
+	var best *orgState
+	var wake time.Time
+	for _, o := range r.orgs {
+		if o.dead || o.creating > 0 || r.cfg.WindowPerOrg-o.inflight < n {
+			continue
+		}
+		if o.key() == nil {
+			r.orgDead(o, "no live key")
+			continue
+		}
+		if now.Before(o.paused) {
+			if wake.IsZero() || o.paused.Before(wake) {
+				wake = o.paused
+			}
+			continue
+		}
+		if best == nil || o.inflight < best.inflight {
+			best = o
+		}
+	}
+	return best, wake
+}
+
+// noLiveOrg reports whether every org's batch path is dead. Requires r.mu.
+func (r *Runner) noLiveOrg() bool {
+	for _, o := range r.orgs {
+		if !o.dead && o.key() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// orgDead ends an org's batch path for this run. Requires r.mu.
+func (r *Runner) orgDead(o *orgState, why string) {
+	if o.dead {
+		return
+	}
+	o.dead = true
+	r.log.Warn("batch: organization can no longer take batches; its requests move", "org", o.label, "reason", why)
+}
+
+// cut makes a chunk of the first n pending requests on o and reserves its
+// window. Requires r.mu.
+func (r *Runner) cut(n int, body int64, o *orgState) *chunk {
+	reqs := r.pending[:n:n]
+	r.pending = r.pending[n:]
+	r.sizes = r.sizes[n:]
+	r.seq++
+	c := &chunk{
+		id: fmt.Sprintf("%s-%d", r.runID, r.seq), org: o, list: reqs, bytes: body,
+		ids: make([]string, n), hashes: make([]string, n), index: make(map[string]int, n),
+		reqs: make(map[string]*dispatch.Request, n), handled: map[string]bool{}, stale: map[string]bool{},
+		waiting: n, inWindow: true, resolving: true, fresh: true,
+	}
+	for i, q := range reqs {
+		c.ids[i], c.hashes[i], c.index[q.ID], c.reqs[q.ID] = q.ID, q.ParamsHash, i, q
+	}
+	o.inflight += n
+	o.creating++
+	r.open = append(r.open, c)
+	return c
+}
+
+// release frees c's window. Requires r.mu.
+func (r *Runner) release(c *chunk) {
+	if c.inWindow {
+		c.inWindow = false
+		c.org.inflight -= c.n()
+	}
+}
+
+// resolved marks c's create resolved (created, adopted or abandoned).
+func (r *Runner) resolved(c *chunk) {
+	r.mu.Lock()
+	if c.resolving {
+		c.resolving = false
+		c.org.creating--
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// wanted reports whether anyone still waits for a row of c. Requires r.mu.
+func (r *Runner) wanted(c *chunk) bool {
+	return c.waiting > 0 || (!r.inputClosed && c.unattached > 0)
+}
+
+// maybeClose writes c's harvested record once every row it delivered is
+// durable and none is parked. Requires r.mu.
+func (r *Runner) maybeClose(c *chunk) {
+	if c.closed || c.keepOpen || !(c.harvested || c.finished) || c.awaiting > 0 || c.parkedN > 0 {
+		return
+	}
+	if c.finished && !c.harvested && c.batch == "" && !c.recovered {
+		return // never journaled
+	}
+	c.closed = true
+	op, why := opHarvested, ""
+	if !c.harvested {
+		op, why = opDropped, "no request of the chunk is wanted any more"
+	}
+	// Not synced: a lost harvested record costs one more download on
+	// resume, whose rows of done ids are skipped.
+	if err := r.j.append(record{Op: op, Chunk: c.id, At: r.cfg.Now(), Batch: c.batch, Why: why}, false); err != nil && !errors.Is(err, errCrash) {
+		r.log.Warn("batch: journal", "err", err)
+	}
+}
+
+// requeue puts c's attached requests without an outcome back at the front
+// of the pending queue and frees its unattached ids. Requires r.mu.
+func (r *Runner) requeue(c *chunk) {
+	var back []*dispatch.Request
+	for _, id := range c.ids {
+		if q := c.reqs[id]; q != nil && !c.handled[id] {
+			c.handled[id] = true
+			back = append(back, q)
+		}
+	}
+	r.freeUnattached(c)
+	c.waiting -= len(back)
+	sizes := make([]int64, len(back))
+	for i, q := range back {
+		sizes[i] = itemSize(q)
+	}
+	r.pending = append(back, r.pending...)
+	r.sizes = append(sizes, r.sizes...)
+}
+
+// freeUnattached forgets c's ids that were not submitted: a later Submit
+// of one starts afresh. Requires r.mu.
+func (r *Runner) freeUnattached(c *chunk) {
+	if c.unattached == 0 {
+		return
+	}
+	for _, id := range c.ids {
+		if r.recovered[id] == c {
+			delete(r.recovered, id)
+		}
+	}
+	c.unattached = 0
+}
+
+// takeUnhandled marks c's attached requests without an outcome handled and
+// returns them. Requires r.mu.
+func (r *Runner) takeUnhandled(c *chunk) []*dispatch.Request {
+	var out []*dispatch.Request
+	for _, id := range c.ids {
+		if q := c.reqs[id]; q != nil && !c.handled[id] {
+			c.handled[id] = true
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+// emitResult delivers res. The outcome counts only after the callback
+// returned, so Run cannot return while a callback runs.
+func (r *Runner) emitResult(c *chunk, res Result) {
+	if r.dead.Load() {
+		return
+	}
+	id := res.Request.ID
+	r.mu.Lock()
+	if c != nil {
+		c.awaiting++
+		r.durWait[id] = c
+	}
+	r.mu.Unlock()
+	r.cbMu.Lock()
+	r.cfg.OnResult(res)
+	r.cbMu.Unlock()
+	r.mu.Lock()
+	r.stats.Results++
+	r.done(c)
+	r.mu.Unlock()
+}
+
+// emitReroute gives req back for the sync path.
+func (r *Runner) emitReroute(c *chunk, req *dispatch.Request, why string) {
+	if r.dead.Load() {
+		return
+	}
+	r.cbMu.Lock()
+	r.cfg.OnReroute(req, why)
+	r.cbMu.Unlock()
+	r.mu.Lock()
+	r.stats.Rerouted++
+	r.done(c)
+	r.mu.Unlock()
+}
+
+// done counts one outcome. Requires r.mu.
+func (r *Runner) done(c *chunk) {
+	if c != nil {
+		c.waiting--
+	}
+	r.outstanding--
+	if r.outstanding == 0 {
+		r.poke()
+	}
+}
+
+// now is the injected clock.
+func (r *Runner) now() time.Time { return r.cfg.Now() }
+
+// total is a batch's request count.
+func total(c api.RequestCounts) int {
+	return int(c.Processing + c.Succeeded + c.Errored + c.Canceled + c.Expired)
+}
