@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
@@ -24,6 +25,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
@@ -63,9 +65,48 @@ type Options struct {
 	// Redact, if set, scrubs key values from error text before it is
 	// logged or written (keys.Pool.Redact): a gateway may echo a key.
 	Redact func(string) string
+	// Plan, if set, picks the route once the input has been surveyed
+	// (`run --route auto`); nil means Routing{Route: RouteSync}.
+	Plan func(s jsonl.Summary, pending int) (Routing, error)
 	// OnDurable, if set, is told the running count of results made
 	// durable this run, after each commit (benchmarks time with it).
 	OnDurable func(total int64)
+}
+
+// Routes a request can take.
+const (
+	RouteSync  = "sync"
+	RouteBatch = "batch"
+	RouteSplit = "split" // BatchShare of the requests by batch, the rest sync
+)
+
+// Routing is how a run sends its requests.
+type Routing struct {
+	Route string
+	// BatchShare is the fraction of requests routed to batch in a split;
+	// a request's side is a function of its custom_id, so a resumed run
+	// routes it the same way.
+	BatchShare float64
+	// Batch configures the batch path: ChunkSize, WindowPerOrg,
+	// StuckAfter, Deadline, poll intervals. Client, Keys, Journal and the
+	// callbacks are set by Run.
+	Batch batch.Config
+	// Why explains the choice; Predicted is the planner's wall-clock.
+	Why       string
+	Predicted time.Duration
+}
+
+// toBatch reports whether the request with this id goes to batch.
+func (r Routing) toBatch(id string) bool {
+	switch r.Route {
+	case RouteBatch:
+		return true
+	case RouteSplit:
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		return float64(h.Sum32()%10000) < r.BatchShare*10000
+	}
+	return false
 }
 
 // ErrInterrupted is returned (wrapped) when a run stopped before every
@@ -164,8 +205,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// 3. Open the results file; count durable results as they land.
 	var durable atomic.Int64
+	var batchRunner atomic.Pointer[batch.Runner]
 	w, err := results.Open(o.Output, st, drop, results.Options{NoSync: o.SyncOff, OnDurable: func(ids []string) {
 		n := durable.Add(int64(len(ids)))
+		if br := batchRunner.Load(); br != nil {
+			br.Durable(ids)
+		}
 		if o.OnDurable != nil {
 			o.OnDurable(n)
 		}
@@ -247,11 +292,65 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(serveCtx) }()
 
-	var feedErr error
+	// 5b. Route: sync, batch, or a split, decided once the input's shape
+	// is known.
+	routing := Routing{Route: RouteSync}
+	if o.Plan != nil {
+		if routing, err = o.Plan(plan.summary, todo); err != nil {
+			stopServe()
+			<-served
+			w.Close()
+			return nil, err
+		}
+	}
+	rep.Route, rep.RouteWhy, rep.PredictedSeconds = routing.Route, routing.Why, routing.Predicted.Seconds()
+	var br *batch.Runner
+	batchDone := make(chan error, 1)
+	if routing.Route != RouteSync {
+		bc := routing.Batch
+		bc.Client, bc.Keys, bc.NoSync, bc.Logger = o.Dispatch.Client, o.Dispatch.Keys, o.SyncOff, o.Logger
+		bc.Journal = o.Output + ".batch-journal"
+		// st.Done holds the kept rows only: rows being driven again were
+		// dropped from it by Open.
+		bc.Done = func(id string) bool { _, ok := st.Done[id]; return ok }
+		bc.OnResult = func(r batch.Result) {
+			rec := toRecord(r.Result, o.Redact)
+			rec.Sluice.Route, rec.Sluice.BatchID = RouteBatch, r.BatchID
+			if r.Class == api.ClassOK {
+				ledger.Add(r.Org, r.Request.Model, r.Usage, true)
+			}
+			if err := w.Write(rec); err != nil && writeErr.CompareAndSwap(nil, err) {
+				halt("writing results failed")
+			}
+		}
+		bc.OnReroute = func(req *dispatch.Request, why string) {
+			o.Logger.Debug("batch request re-routed to sync", "id", req.ID, "why", why)
+			d.Submit(serveCtx, req, record) // ErrStopped: the run is stopping; resume re-drives it
+		}
+		if br, err = batch.New(bc); err != nil {
+			stopServe()
+			<-served
+			w.Close()
+			return nil, err
+		}
+		batchRunner.Store(br)
+		go func() { batchDone <- br.Run(feedCtx) }()
+	}
+
+	var feedErr, batchErr error
 	var fed sync.WaitGroup
 	fed.Go(func() {
+		// The dispatcher stays open until the batch path has finished:
+		// it re-routes requests to it until then.
 		defer d.Close()
-		feedErr = feed(feedCtx, o, d, w, st, drop, record)
+		feedErr = feed(feedCtx, o, d, br, routing, w, st, drop, record)
+		if br != nil {
+			br.CloseInput()
+			batchErr = <-batchDone
+			if errors.Is(batchErr, batch.ErrJournal) {
+				halt("the batch journal failed")
+			}
+		}
 	})
 
 	prog := newProgress(o, d, &ledger, &durable, todo, len(st.Done))
@@ -281,6 +380,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	fed.Wait()
 	closeErr := w.Close()
+	if br != nil {
+		if err := br.Close(); err != nil && batchErr == nil {
+			batchErr = err
+		}
+		rep.Batch = br.Stats()
+	}
 	close(progDone) // the last frame shows every durable result
 	progWG.Wait()
 
@@ -294,8 +399,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	// ErrStopped: the dispatcher stopped first (no live key, a halt); the
 	// reason is reported below.
-	if feedErr != nil && !errors.Is(feedErr, context.Canceled) && !errors.Is(feedErr, dispatch.ErrStopped) {
+	if feedErr != nil && !errors.Is(feedErr, context.Canceled) && !errors.Is(feedErr, dispatch.ErrStopped) && !errors.Is(feedErr, batch.ErrStopped) {
 		return rep, feedErr
+	}
+	if batchErr != nil && !errors.Is(batchErr, context.Canceled) {
+		return rep, fmt.Errorf("job: batch path: %w", batchErr)
 	}
 	remaining := max(0, todo-int(durable.Load()))
 	if s, _ := stopReason.Load().(string); s != "" && remaining > 0 {
@@ -388,7 +496,7 @@ func survey(ctx context.Context, o Options, st *results.State) (*plan, error) {
 }
 
 // feed streams the input again, submitting what is not done yet.
-func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Writer, st *results.State,
+func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, br *batch.Runner, routing Routing, w *results.Writer, st *results.State,
 	drop func(string, results.Entry) bool, record func(dispatch.Result)) error {
 	f, err := os.Open(o.Input)
 	if err != nil {
@@ -429,6 +537,12 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, w *results.Wri
 		req := &dispatch.Request{
 			ID: info.CustomID, Params: info.Params, Model: info.Model,
 			MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens, ParamsHash: info.ParamsHash,
+		}
+		if br != nil && routing.toBatch(req.ID) {
+			if err := br.Submit(ctx, req); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := d.Submit(ctx, req, record); err != nil {
 			return err

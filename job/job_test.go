@@ -15,10 +15,12 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
@@ -428,4 +430,93 @@ func TestMaxCostStopsAdmitting(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkExactlyOnce()
+}
+
+func batchRouting(share float64) func(jsonl.Summary, int) (job.Routing, error) {
+	route := job.RouteBatch
+	if share < 1 {
+		route = job.RouteSplit
+	}
+	return func(jsonl.Summary, int) (job.Routing, error) {
+		return job.Routing{Route: route, BatchShare: share, Why: "test",
+			Batch: batch.Config{ChunkSize: 200, WindowPerOrg: 600, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond}}, nil
+	}
+}
+
+func batchesCreated(s *sim.Server) (n int64) {
+	for _, o := range s.Stats().Orgs {
+		n += o.Batches.Created
+	}
+	return n
+}
+
+func TestBatchRoute(t *testing.T) {
+	e := newEnv(t, 2000, func(c *sim.Config) { c.TimeScale = 2000 })
+	o := e.options()
+	o.Plan = batchRouting(1)
+	rep, err := e.run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
+	for id, r := range e.readResults() {
+		if r.Sluice.Route != job.RouteBatch || r.Sluice.BatchID == "" || !strings.Contains(string(r.Result), `"service_tier":"batch"`) {
+			t.Fatalf("%s: %+v %s", id, r.Sluice, r.Result)
+		}
+	}
+	if n := batchesCreated(e.sim); n != 10 {
+		t.Fatalf("%d batches created for 2000 requests in chunks of 200", n)
+	}
+	if rep.Cost.Total.BatchUSD <= 0 || rep.Cost.Total.SyncUSD != 0 || rep.Route != job.RouteBatch {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+func TestSplitRoute(t *testing.T) {
+	e := newEnv(t, 1000, func(c *sim.Config) { c.TimeScale = 2000 })
+	o := e.options()
+	o.Plan = batchRouting(0.5)
+	if _, err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
+	routes := map[string]int{}
+	for _, r := range e.readResults() {
+		routes[r.Sluice.Route]++
+	}
+	if routes["batch"] < 350 || routes["sync"] < 350 {
+		t.Fatalf("routes %v, want about half each", routes)
+	}
+}
+
+// TestBatchInterruptThenResume: stopping mid-batch then re-running pays for
+// no batch twice and writes every id once.
+func TestBatchInterruptThenResume(t *testing.T) {
+	e := newEnv(t, 2000, func(c *sim.Config) { c.TimeScale = 500 })
+	o := e.options()
+	o.Plan = batchRouting(1)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		for {
+			if b, _ := os.ReadFile(e.out); bytes.Count(b, []byte("\n")) >= 400 {
+				cancel()
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	_, err := job.Run(ctx, o)
+	if !errors.Is(err, job.ErrInterrupted) {
+		t.Fatalf("err = %v", err)
+	}
+	before := batchesCreated(e.sim)
+	o = e.options()
+	o.Plan = batchRouting(1)
+	if _, err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
+	if n := batchesCreated(e.sim); n != 10 {
+		t.Fatalf("%d batches created in all (%d before the resume); want 10: none twice", n, before)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
@@ -20,7 +21,12 @@ type Report struct {
 	StartedAt   time.Time `json:"started_at"`
 	WallSeconds float64   `json:"wall_seconds"`
 	Stopped     string    `json:"stopped,omitempty"`
-	Requests    struct {
+	// Route chosen (sync, batch, split), why, and the planner's predicted
+	// wall-clock for comparison with WallSeconds.
+	Route            string  `json:"route"`
+	RouteWhy         string  `json:"route_why,omitempty"`
+	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
+	Requests         struct {
 		Total       int `json:"total"`
 		Invalid     int `json:"invalid"`
 		AlreadyDone int `json:"already_done"`
@@ -43,6 +49,7 @@ type Report struct {
 	BindingLimit string        `json:"binding_limit"`
 	Cost         cost.Snapshot `json:"cost"`
 	Keys         []KeyReport   `json:"keys"`
+	Batch        batch.Stats   `json:"batch"`
 }
 
 // LaneReport is one lane's share of the run.
@@ -141,6 +148,16 @@ func (r *Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "\n  wall %s, %.0f requests/min, retries: %d rate-limited, %d failed\n",
 		fmtDur(time.Duration(r.WallSeconds*float64(time.Second))), r.ThroughputRPM, r.Retries.RateLimited, r.Retries.Failed)
 	fmt.Fprintf(w, "  binding limit: %s\n", r.BindingLimit)
+	if r.Route != "" {
+		fmt.Fprintf(w, "  route: %s", r.Route)
+		if r.PredictedSeconds > 0 {
+			fmt.Fprintf(w, " (predicted %s, took %s)", fmtDur(time.Duration(r.PredictedSeconds*float64(time.Second))), fmtDur(time.Duration(r.WallSeconds*float64(time.Second))))
+		}
+		if r.RouteWhy != "" {
+			fmt.Fprintf(w, " — %s", r.RouteWhy)
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintf(w, "  cost: $%.4f (sync $%.4f, batch $%.4f)\n", r.Cost.Total.USD, r.Cost.Total.SyncUSD, r.Cost.Total.BatchUSD)
 	sort.Slice(r.Lanes, func(i, j int) bool { return r.Lanes[i].Org+r.Lanes[i].Pool < r.Lanes[j].Org+r.Lanes[j].Pool })
 	fmt.Fprintf(w, "  %-12s %-10s %8s %7s %6s %6s %6s %9s\n", "org", "pool", "ok", "share", "429", "529", "5xx", "limit/cap")

@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/lane"
+	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
 )
@@ -117,9 +118,14 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 	if tty {
 		interval = 250 * time.Millisecond
 	}
+	// The planner sees the simulated world as it is (time scale included)
+	// and the engine's ramp as configured above.
+	world := plan.FromSim(cfg, nil)
+	world.Ramp.Doubling = dc.Lane.RampDoubling
 	err = runJob(cmd.Context(), job.Options{
 		Input: in, Output: res, Dispatch: dc, Progress: out, Terminal: tty,
 		ProgressInterval: interval, Logger: log, Command: resume, Redact: pool.Redact,
+		Plan: routeFlags{route: "auto", prefer: "latency"}.router(pool.Keys(), &world, log),
 	}, rep)
 	st := srv.Stats()
 	var admitted, limited int64

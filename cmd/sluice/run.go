@@ -38,6 +38,7 @@ func runCmd() *cobra.Command {
 		maxCost      float64
 		grace        time.Duration
 		noProgress   bool
+		rf           routeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run REQUESTS.jsonl -o RESULTS.jsonl",
@@ -77,6 +78,12 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 			if !noProgress {
 				opts.Progress = os.Stderr
 			}
+			if v, ok := os.LookupEnv("SLUICE_BATCH_STUCK_AFTER"); ok && !cmd.Flags().Changed("stuck-after") {
+				if rf.stuckAfter, err = time.ParseDuration(v); err != nil {
+					return fmt.Errorf("run: SLUICE_BATCH_STUCK_AFTER: %w", err)
+				}
+			}
+			opts.Plan = rf.router(pool.Keys(), nil, log)
 			return runJob(cmd.Context(), opts, report)
 		},
 	}
@@ -89,6 +96,13 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 	fl.Float64Var(&maxCost, "max-cost", 0, "stop admitting requests once this many USD are spent (0: no limit)")
 	fl.DurationVar(&grace, "grace", 30*time.Second, "on interrupt, how long requests in flight may finish")
 	fl.BoolVar(&noProgress, "no-progress", false, "no progress display or log lines")
+	fl.StringVar(&rf.route, "route", "auto", "auto (the planner decides), sync (Messages calls) or batch (Message Batches, half price)")
+	fl.StringVar(&rf.prefer, "prefer", "latency", "what auto optimises: latency, cost or balanced")
+	fl.DurationVar(&rf.deadline, "deadline", 0, "the job must finish within this (rules out routes predicted to take longer; bounds batch polling)")
+	fl.StringVar(&rf.limitsFile, "limits-file", "", "the organizations' limits for the planner (see sluice plan --help); default: read them from one 1-token probe per organization")
+	fl.IntVar(&rf.chunk, "chunk", 0, "requests per batch (default: the planner's)")
+	fl.IntVar(&rf.window, "window", 0, "batches in flight per organization (default: the planner's)")
+	fl.DurationVar(&rf.stuckAfter, "stuck-after", 0, "cancel a batch not ended this long after create and re-drive it on sync (default: the planner's; env SLUICE_BATCH_STUCK_AFTER)")
 	return cmd
 }
 

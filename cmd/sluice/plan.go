@@ -1,0 +1,395 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// planFlags are the inputs of `sluice plan`.
+type planFlags struct {
+	n           int
+	model       string
+	preset      string
+	limitsFile  string
+	simConfig   string
+	in, out     float64
+	maxTokens   int
+	input       string
+	prefer      string
+	deadline    time.Duration
+	valueOfTime float64
+	chunk       int
+	window      int
+	caps        map[api.Family]*int
+	reserve     float64
+	ramp        time.Duration
+	asJSON      bool
+}
+
+func planCmd() *cobra.Command {
+	var f planFlags
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Predict wall-clock and cost on the sync and batch routes, and pick one",
+		Long: `plan predicts how long a job takes and what it costs on the sync route (the
+dispatch engine), on the batch route (Message Batches, half price) and split
+between them, and picks a route for a priority:
+
+  latency   the least predicted wall-clock (a split when both routes together
+            finish sooner)
+  cost      the cheapest route that meets --deadline (batch, unless the job
+            has fewer than 100 requests)
+  balanced  the least cost + --value-of-time per hour of wall-clock
+
+The world is a simulator preset (--preset, default three-org), a simulator
+config (--sim-config, over the preset) or your own limits (--limits-file, see
+docs/plan.md). The job's shape comes from --in/--out/--max-tokens or is
+measured from a requests file (--input). Nothing is sent to the API.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			w, err := f.world(cmd)
+			if err != nil {
+				return err
+			}
+			j, err := f.job(cmd)
+			if err != nil {
+				return err
+			}
+			pr, err := plan.ParsePriority(f.prefer)
+			if err != nil {
+				return err
+			}
+			d, err := plan.Decide(w, j, plan.Options{
+				Priority: pr, Deadline: f.deadline, ValueOfTime: f.valueOfTime, Chunk: f.chunk, Window: f.window,
+			})
+			if err != nil {
+				return err
+			}
+			if f.asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(toDecisionJSON(d))
+			}
+			return d.WriteText(cmd.OutOrStdout())
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.n, "n", 0, "number of requests (default with --input: its valid lines)")
+	fl.StringVar(&f.model, "model", "", "model id or alias (default with --input: its most common model, else claude-sonnet-4-5-20250929)")
+	fl.StringVar(&f.preset, "preset", sim.PresetThreeOrg, "simulator preset whose limits to plan for: "+fmt.Sprint(sim.PresetNames()))
+	fl.StringVar(&f.simConfig, "sim-config", "", "simulator config file (as for sluice sim --config), over --preset")
+	fl.StringVar(&f.limitsFile, "limits-file", "", "JSON file of your organizations' limits (instead of a preset; see docs/plan.md)")
+	fl.Float64Var(&f.in, "in", 0, fmt.Sprintf("mean input tokens per request (default %d, or measured from --input)", plan.JudgeMeanInput))
+	fl.Float64Var(&f.out, "out", 0, "mean output tokens per request (default: the world's answer model at --max-tokens)")
+	fl.IntVar(&f.maxTokens, "max-tokens", 0, fmt.Sprintf("max_tokens per request (default %d, or measured from --input)", plan.JudgeMaxTokens))
+	fl.StringVar(&f.input, "input", "", "requests file (Message Batches JSONL) to measure N, model and token shape from")
+	fl.StringVar(&f.prefer, "prefer", string(plan.PreferBalanced), "priority: latency, cost or balanced")
+	fl.DurationVar(&f.deadline, "deadline", 0, "rule out routes predicted to take longer (e.g. 6h)")
+	fl.Float64Var(&f.valueOfTime, "value-of-time", plan.DefaultValueOfTime, "USD per hour of wall-clock, for --prefer balanced")
+	fl.IntVar(&f.chunk, "chunk", 0, "force the requests per batch (default: the planner's rule)")
+	fl.IntVar(&f.window, "window", 0, "force the batches in flight per organization (default: the planner's rule)")
+	f.caps = map[api.Family]*int{}
+	for _, fam := range []api.Family{api.FamilySonnet, api.FamilyHaiku, api.FamilyOpus, api.FamilyUnknown} {
+		v := new(int)
+		def := plan.DefaultCaps[fam]
+		if e, ok := os.LookupEnv("SLUICE_CAP_" + strings.ToUpper(string(fam))); ok {
+			if n, err := strconv.Atoi(e); err == nil && n > 0 {
+				def = n
+			}
+		}
+		fl.IntVar(v, "cap-"+string(fam), def, fmt.Sprintf("concurrency cap per organization for %s models (env SLUICE_CAP_%s)", fam, strings.ToUpper(string(fam))))
+		f.caps[fam] = v
+	}
+	fl.Float64Var(&f.reserve, "reserve", plan.DefaultReserve, "fraction of every rate limit left for colleagues")
+	fl.DurationVar(&f.ramp, "ramp-doubling", plan.DefaultRampDoubling, "warm-up: the concurrency ceiling doubles this often")
+	fl.BoolVar(&f.asJSON, "json", false, "print the decision as JSON")
+	return cmd
+}
+
+// world builds the world from the preset, simulator config or limits file,
+// with the engine flags applied.
+func (f *planFlags) world(cmd *cobra.Command) (plan.World, error) {
+	var w plan.World
+	switch {
+	case f.limitsFile != "" && (f.simConfig != "" || cmd.Flags().Changed("preset")):
+		return w, errors.New("plan: --limits-file replaces --preset and --sim-config; give one")
+	case f.limitsFile != "":
+		fh, err := os.Open(f.limitsFile)
+		if err != nil {
+			return w, err
+		}
+		defer fh.Close()
+		if w, err = plan.ReadWorld(fh); err != nil {
+			return w, err
+		}
+	default:
+		cfg, err := sim.Preset(f.preset)
+		if err != nil {
+			return w, err
+		}
+		name := f.preset
+		if f.simConfig != "" {
+			if cfg, err = sim.LoadConfig(f.simConfig, cfg); err != nil {
+				return w, err
+			}
+			name = filepath.Base(f.simConfig)
+		}
+		w = plan.FromSim(cfg, nil)
+		w.Name = name
+	}
+	// Engine flags override the world only when given (or set in the
+	// environment), so a limits file's own values stand.
+	fl := cmd.Flags()
+	for fam, v := range f.caps {
+		_, env := os.LookupEnv("SLUICE_CAP_" + strings.ToUpper(string(fam)))
+		if fl.Changed("cap-"+string(fam)) || env {
+			w.Caps[fam] = *v
+			if fam == api.FamilyUnknown {
+				w.Caps[api.FamilyFable] = *v
+			}
+		}
+	}
+	if fl.Changed("reserve") {
+		w.Reserve = max(f.reserve, 0)
+	}
+	if fl.Changed("ramp-doubling") {
+		w.Ramp.Doubling = f.ramp
+	}
+	return w, w.Validate()
+}
+
+// job builds the job's shape from the flags and, with --input, the file.
+func (f *planFlags) job(cmd *cobra.Command) (plan.Job, error) {
+	j := plan.Job{N: f.n, Model: f.model, MeanInput: f.in, MeanOutput: f.out, MaxTokens: f.maxTokens}
+	if f.input != "" {
+		sum, _, err := jsonl.ScanFile(f.input, 0)
+		if err != nil {
+			return j, err
+		}
+		if sum.Valid == 0 {
+			return j, fmt.Errorf("plan: %s has no valid request lines", f.input)
+		}
+		if sum.Invalid > 0 {
+			fmt.Fprintf(cmd.ErrOrStderr(), "plan: %d invalid lines in %s are left out of the shape\n", sum.Invalid, f.input)
+		}
+		if j.N == 0 {
+			j.N = sum.Valid
+		}
+		if j.Model == "" {
+			j.Model = mostCommon(sum.Models)
+			if len(sum.Models) > 1 {
+				fmt.Fprintf(cmd.ErrOrStderr(), "plan: %s uses %d models; planning for the most common, %s\n", f.input, len(sum.Models), j.Model)
+			}
+		}
+		if j.MeanInput == 0 {
+			j.MeanInput = sum.MeanEstInputTokens()
+		}
+		if j.MaxTokens == 0 {
+			j.MaxTokens = int(sum.MeanMaxTokens() + 0.5)
+		}
+	}
+	if j.Model == "" {
+		j.Model = "claude-sonnet-4-5-20250929"
+	}
+	if j.MeanInput == 0 {
+		j.MeanInput = plan.JudgeMeanInput
+	}
+	if j.MaxTokens == 0 && j.MeanOutput == 0 {
+		j.MaxTokens = plan.JudgeMaxTokens
+	}
+	if j.N == 0 {
+		return j, errors.New("plan: give --n or --input")
+	}
+	return j, nil
+}
+
+// mostCommon returns the key with the largest count, the first by name on
+// ties.
+func mostCommon(m map[string]int) string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	best := ""
+	for _, k := range names {
+		if best == "" || m[k] > m[best] {
+			best = k
+		}
+	}
+	return best
+}
+
+// The JSON form of a decision: durations in seconds.
+type (
+	rangeJSON struct {
+		Low  float64 `json:"low_s"`
+		Mid  float64 `json:"mid_s"`
+		High float64 `json:"high_s"`
+	}
+	laneJSON struct {
+		Org     string  `json:"org"`
+		Cap     int     `json:"cap"`
+		Start   int     `json:"start"`
+		Peak    int     `json:"peak"`
+		Steady  int     `json:"steady"`
+		Rate    float64 `json:"rate_per_s"`
+		Binding string  `json:"binding"`
+	}
+	batchOrgJSON struct {
+		Org      string  `json:"org"`
+		Requests int     `json:"requests"`
+		Batches  int     `json:"batches"`
+		Window   int     `json:"window"`
+		End      float64 `json:"end_s"`
+	}
+	batchJSON struct {
+		Chunk      int            `json:"chunk"`
+		Orgs       []batchOrgJSON `json:"orgs"`
+		StuckAfter float64        `json:"stuck_after_s"`
+		Binding    string         `json:"binding"`
+	}
+	decisionJSON struct {
+		World      string     `json:"world"`
+		N          int        `json:"n"`
+		Model      string     `json:"model"`
+		MeanInput  float64    `json:"mean_input_tokens"`
+		MeanOutput float64    `json:"mean_output_tokens"`
+		MaxTokens  int        `json:"max_tokens,omitempty"`
+		Priority   string     `json:"priority"`
+		Deadline   float64    `json:"deadline_s,omitempty"`
+		Route      string     `json:"route"`
+		SyncN      int        `json:"sync_n"`
+		BatchN     int        `json:"batch_n"`
+		Orgs       []string   `json:"orgs"`
+		Lanes      []laneJSON `json:"lanes,omitempty"`
+		SyncRate   float64    `json:"sync_rate_per_s,omitempty"`
+		RampTime   float64    `json:"ramp_s,omitempty"`
+		Latency    float64    `json:"latency_s"`
+		Batch      *batchJSON `json:"batch,omitempty"`
+		Wall       rangeJSON  `json:"wall"`
+		Cost       float64    `json:"cost_usd"`
+		SyncWall   rangeJSON  `json:"sync_wall"`
+		SyncCost   float64    `json:"sync_cost_usd"`
+		BatchWall  *rangeJSON `json:"batch_wall,omitempty"`
+		BatchCost  float64    `json:"batch_cost_usd"`
+		Binding    string     `json:"binding"`
+		Crossover  int        `json:"crossover_n"`
+		Why        string     `json:"why"`
+		Warnings   []string   `json:"warnings,omitempty"`
+	}
+)
+
+func toRange(r plan.Range) rangeJSON {
+	return rangeJSON{Low: r.Low.Seconds(), Mid: r.Mid.Seconds(), High: r.High.Seconds()}
+}
+
+func toDecisionJSON(d plan.Decision) decisionJSON {
+	v := decisionJSON{
+		World: d.World, N: d.Job.N, Model: d.Job.Model, MeanInput: d.Job.MeanInput, MeanOutput: d.Job.MeanOutput, MaxTokens: d.Job.MaxTokens,
+		Priority: string(d.Priority), Deadline: d.Deadline.Seconds(), Route: string(d.Route), SyncN: d.SyncN, BatchN: d.BatchN,
+		Orgs: d.Orgs, SyncRate: d.SyncRate, RampTime: d.RampTime.Seconds(), Latency: d.Latency.Seconds(),
+		Wall: toRange(d.Wall), Cost: d.Cost, SyncWall: toRange(d.SyncWall), SyncCost: d.SyncCost, BatchCost: d.BatchCost,
+		Binding: d.Binding, Crossover: d.Crossover, Why: d.Why, Warnings: d.Warnings,
+	}
+	for _, l := range d.Lanes {
+		v.Lanes = append(v.Lanes, laneJSON{l.Org, l.Cap, l.Start, l.Peak, l.Steady, l.Rate, l.Binding})
+	}
+	if d.BatchWall.Mid > 0 {
+		r := toRange(d.BatchWall)
+		v.BatchWall = &r
+	}
+	if b := d.Batch; b != nil {
+		bj := &batchJSON{Chunk: b.Chunk, StuckAfter: d.StuckAfter.Seconds(), Binding: b.Binding}
+		for _, o := range b.Orgs {
+			bj.Orgs = append(bj.Orgs, batchOrgJSON{o.Org, o.Requests, o.Batches, o.Window, o.End.Seconds()})
+		}
+		v.Batch = bj
+	}
+	return v
+}
+
+func guidelinesCmd() *cobra.Command {
+	var (
+		out   string
+		check bool
+	)
+	cmd := &cobra.Command{
+		Use:   "guidelines",
+		Short: "Regenerate docs/guidelines.md: the route decision table, crossover N and plot",
+		Long: `guidelines writes the decision table (N × model × priority, for the three-org
+preset and one Scale-tier key), the crossover N per model and the plot of
+wall-clock and cost versus N (` + plan.GuidelinesPlot + `, beside the page). The output
+depends only on the code, so a test fails when the committed page is stale.
+With --check it writes nothing and fails if the files differ.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			md, svg, err := plan.Guidelines()
+			if err != nil {
+				return err
+			}
+			files := []struct {
+				path string
+				data []byte
+			}{{out, md}, {filepath.Join(filepath.Dir(out), plan.GuidelinesPlot), svg}}
+			for _, fl := range files {
+				if check {
+					have, err := os.ReadFile(fl.path)
+					if err != nil {
+						return err
+					}
+					if !bytes.Equal(have, fl.data) {
+						return &exitError{code: 1, err: fmt.Errorf("guidelines: %s is stale; run sluice guidelines --out %s", fl.path, out)}
+					}
+					continue
+				}
+				if err := writeFileAtomic(fl.path, fl.data); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", fl.path, len(fl.data))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", filepath.Join("docs", "guidelines.md"), "where to write the page (the plot goes beside it)")
+	cmd.Flags().BoolVar(&check, "check", false, "write nothing; fail if the files differ from what would be written")
+	return cmd
+}
+
+// writeFileAtomic writes data to path through a temporary file and a
+// rename, so a reader never sees half a page.
+func writeFileAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := io.Copy(tmp, bytes.NewReader(data)); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

@@ -1,0 +1,131 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/workload"
+)
+
+// execute runs a command with args and returns its standard output.
+func execute(t *testing.T, cmd *cobra.Command, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestPlanJSON(t *testing.T) {
+	out, err := execute(t, planCmd(), "--n", "1000000", "--model", "claude-opus-4-8", "--prefer", "latency", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d decisionJSON
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatalf("%v in %s", err, out)
+	}
+	if d.World != "three-org" || d.N != 1_000_000 || d.Route != "split" || d.SyncN+d.BatchN != d.N ||
+		d.MeanInput != 260 || d.MeanOutput != 144 || len(d.Lanes) != 3 || d.Batch == nil || d.Batch.Chunk != 500 ||
+		d.Wall.Mid <= 0 || d.BatchWall == nil || d.Crossover == 0 || d.Why == "" {
+		t.Errorf("decision %+v", d)
+	}
+}
+
+func TestPlanText(t *testing.T) {
+	out, err := execute(t, planCmd(), "--n", "50", "--preset", "scale", "--prefer", "cost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"50 × claude-sonnet-4-5-20250929", "on scale, priority cost", "route          sync", "not worth a batch queue"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestPlanInput: --input measures N, model and shape from a requests file.
+func TestPlanInput(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "requests.jsonl")
+	if err := (workload.Judge{N: 300, Seed: 3, Model: "claude-haiku-4-5-20251001", MaxTokens: 128}).WriteFile(in); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(t, planCmd(), "--input", in, "--json", "--deadline", "1m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d decisionJSON
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.N != 300 || d.Model != "claude-haiku-4-5-20251001" || d.MaxTokens != 128 || d.MeanInput < 100 || d.MeanInput > 500 ||
+		d.Route != "sync" || d.Deadline != 60 {
+		t.Errorf("decision %+v", d)
+	}
+}
+
+func TestPlanLimitsFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "limits.json")
+	if err := os.WriteFile(f, []byte(`{"name": "mine", "orgs": [{"name": "lab", "limits": {"sonnet-4": {"rpm": 600}}}], "caps": {"sonnet": 20}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := execute(t, planCmd(), "--limits-file", f, "--n", "6000", "--prefer", "latency", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d decisionJSON
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	// 20 ÷ 2.84 s = 7.0/s is below 600 RPM = 10/s: the file's cap binds.
+	if d.World != "mine" || len(d.Lanes) != 1 || d.Lanes[0].Cap != 20 || d.Lanes[0].Binding != "etiquette cap" {
+		t.Errorf("decision %+v", d)
+	}
+	out, err = execute(t, planCmd(), "--limits-file", f, "--n", "6000", "--cap-sonnet", "100", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(out), &d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Lanes[0].Cap != 100 || d.Lanes[0].Binding != "RPM" {
+		t.Errorf("--cap-sonnet over the file: lanes %+v", d.Lanes)
+	}
+	if _, err := execute(t, planCmd(), "--limits-file", f, "--preset", "scale", "--n", "1"); err == nil {
+		t.Error("--limits-file with --preset accepted")
+	}
+	if _, err := execute(t, planCmd(), "--prefer", "latency"); err == nil {
+		t.Error("no --n and no --input accepted")
+	}
+}
+
+// TestGuidelinesCheck: the committed page is what the generator writes
+// (the plan package's TestGuidelinesUpToDate compares the bytes too), and
+// --check notices a stale one.
+func TestGuidelinesCheck(t *testing.T) {
+	if _, err := execute(t, guidelinesCmd(), "--check", "--out", filepath.Join("..", "..", "docs", "guidelines.md")); err != nil {
+		t.Fatalf("docs/guidelines.md: %v", err)
+	}
+	dir := t.TempDir()
+	page := filepath.Join(dir, "guidelines.md")
+	if _, err := execute(t, guidelinesCmd(), "--out", page); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, guidelinesCmd(), "--out", page, "--check"); err != nil {
+		t.Fatalf("fresh page: %v", err)
+	}
+	if err := os.WriteFile(page, []byte("stale"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := execute(t, guidelinesCmd(), "--out", page, "--check"); err == nil {
+		t.Error("--check accepted a stale page")
+	}
+}

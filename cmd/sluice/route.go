@@ -1,0 +1,142 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/plan"
+)
+
+// routeFlags choose how `sluice run` sends its requests.
+type routeFlags struct {
+	route      string
+	prefer     string
+	deadline   time.Duration
+	limitsFile string
+	chunk      int
+	window     int
+	stuckAfter time.Duration
+}
+
+// router returns job.Options.Plan for these flags. With --route auto the
+// planner decides from the input's shape and the organizations' limits
+// from --limits-file (without one, from the etiquette caps alone: no paid
+// probe is sent).
+func (f routeFlags) router(ks []*keys.Key, world *plan.World, log *slog.Logger) func(jsonl.Summary, int) (job.Routing, error) {
+	return func(s jsonl.Summary, pending int) (job.Routing, error) {
+		switch f.route {
+		case "sync":
+			return job.Routing{Route: job.RouteSync, Why: "--route sync"}, nil
+		case "batch", "auto":
+		default:
+			return job.Routing{}, fmt.Errorf("run: --route must be auto, sync or batch, got %q", f.route)
+		}
+		prio, err := plan.ParsePriority(f.prefer)
+		if err != nil {
+			return job.Routing{}, err
+		}
+		model := mainModel(s)
+		w, err := f.world(ks, world, log)
+		if err != nil {
+			return job.Routing{}, err
+		}
+		j := plan.Job{N: pending, Model: model, MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
+		opts := plan.Options{Priority: prio, Deadline: f.deadline, Chunk: f.chunk, Window: f.window}
+		if f.route == "batch" {
+			opts.MinBatch = 1
+		}
+		d, err := plan.Decide(w, j, opts)
+		if err != nil {
+			return job.Routing{}, err
+		}
+		for _, warn := range d.Warnings {
+			log.Warn("plan: " + warn)
+		}
+		r := job.Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid}
+		if f.route == "batch" {
+			r.Route, r.Why = job.RouteBatch, "--route batch"
+			if d.Batch == nil || d.Route != plan.RouteBatch {
+				// The planner would not send it all to batch; size the
+				// chunks and the window as it would.
+				br, err := w.SimulateBatch(pending, 0, 0)
+				if err == nil {
+					d.Batch = &br
+				}
+			}
+			r.Predicted = 0
+		}
+		if pending > 0 && r.Route == job.RouteSplit {
+			r.BatchShare = float64(d.BatchN) / float64(pending)
+		}
+		if r.Route != job.RouteSync {
+			bc := batch.Config{StuckAfter: d.StuckAfter}
+			if d.Batch != nil {
+				bc.ChunkSize, bc.WindowPerOrg = d.Batch.Chunk, d.Batch.WindowRequests()
+			}
+			if f.stuckAfter != 0 {
+				bc.StuckAfter = f.stuckAfter
+			}
+			if f.deadline > 0 {
+				bc.Deadline = time.Now().Add(f.deadline)
+			}
+			r.Batch = bc
+		}
+		log.Info("route chosen", "route", r.Route, "predicted", r.Predicted.Round(time.Second), "why", r.Why)
+		return r, nil
+	}
+}
+
+// world is the planner's view of the organizations: a given world (the
+// demo's simulator), --limits-file, or limits probed from live headers.
+func (f routeFlags) world(ks []*keys.Key, given *plan.World, log *slog.Logger) (plan.World, error) {
+	if given != nil {
+		return *given, nil
+	}
+	if f.limitsFile != "" {
+		fh, err := os.Open(f.limitsFile)
+		if err != nil {
+			return plan.World{}, err
+		}
+		defer fh.Close()
+		return plan.ReadWorld(fh)
+	}
+	// No paid probe: the organizations' limits are learned from the
+	// headers once requests flow. Until then the plan knows the etiquette
+	// caps, which bind first on most organizations.
+	seen := map[string]bool{}
+	var orgs []plan.Org
+	for _, k := range ks {
+		if dead, _ := k.Dead(); dead || seen[k.Org()] {
+			continue
+		}
+		seen[k.Org()] = true
+		orgs = append(orgs, plan.Org{Name: k.Label()})
+	}
+	log.Info("planning with the etiquette caps only: the organizations' rate limits are not known before the first answers (pass --limits-file for a better plan)")
+	return plan.NewWorld("caps only", orgs...), nil
+}
+
+// mainModel is the input's most common model.
+func mainModel(s jsonl.Summary) string {
+	names := make([]string, 0, len(s.Models))
+	for m := range s.Models {
+		names = append(names, m)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if s.Models[names[i]] != s.Models[names[j]] {
+			return s.Models[names[i]] > s.Models[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	if len(names) == 0 {
+		return "claude-sonnet-4-5"
+	}
+	return names[0]
+}

@@ -1,0 +1,390 @@
+package plan
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+)
+
+// The sync model: one lane per organization for the job's pool. A lane's
+// concurrency ceiling c(t) = min(cap, start · 2^(t/doubling)) sends c(t) ÷
+// L requests per second (L the mean latency), at most the refill rate of
+// its binding rate-limit bucket. The first start requests of every lane go
+// out at once. The job is done one latency after its last request is sent.
+//
+// Buckets start full, so a lane whose limit is below cap ÷ L could first
+// burst (1 − reserve) · window · refill requests beyond the refill before
+// it is paced. Only the low end of the range counts on that burst: the
+// engine was measured not to realize it (docs/plan.md), a colleague may
+// have spent it, and the API may enforce a limit over a shorter window.
+
+// What binds a lane or a route.
+const (
+	BindCap        = "etiquette cap"
+	BindRPM        = "RPM"
+	BindITPM       = "ITPM"
+	BindOTPM       = "OTPM"
+	BindLatency    = "latency" // every request fits in the first wave
+	BindRamp       = "ramp"    // the job ends before the lanes are warm
+	BindProcessing = "batch processing rate"
+	BindAdmission  = "batch admission"
+	BindStarvation = "starvation"
+	BindWindow     = "batch window"
+)
+
+// Lane is the plan of one organization's sync lane for a job.
+type Lane struct {
+	Org string
+	// Cap is the etiquette cap, Start the first ramp ceiling.
+	Cap, Start int
+	// Rate is the steady-state rate in requests per second:
+	// min(cap ÷ L, RPM ÷ 60, ITPM ÷ 60 ÷ in, OTPM ÷ 60 ÷ out).
+	Rate float64
+	// Binding is what bounds Rate: BindCap, BindRPM, BindITPM or BindOTPM.
+	Binding string
+	// Steady is the concurrency at the steady rate, min(cap, Rate · L).
+	Steady int
+	// Peak is the most requests in flight this job is predicted to reach
+	// on the lane (0 when the lane is not used).
+	Peak int
+	// Burst is how many requests the lane can send beyond the refill rate
+	// before its binding bucket runs dry: (1 − reserve) · window · Rate
+	// when a bucket binds, 0 when the cap does.
+	Burst float64
+}
+
+// laneModel is a Lane with the arithmetic of its send curve; times are in
+// seconds from the start of the job.
+type laneModel struct {
+	Lane
+	cap, s, d, lat float64
+	rCap, rb       float64 // cap ÷ L; the binding bucket's refill (+Inf: none)
+	tc             float64 // the ramp reaches the cap
+	t0, td         float64 // c(t) ÷ L passes the refill; the burst is spent (+Inf: never)
+}
+
+// newLaneModel builds the lane of org o for job j (resolved) in world w.
+func newLaneModel(w World, o Org, j Job) laneModel {
+	p := api.PoolOf(j.Model)
+	c := w.cap(api.FamilyOf(j.Model))
+	lat := w.latency(p).mean(j.MeanOutput)
+	lim := o.limits(p)
+	m := laneModel{
+		cap: float64(c), s: float64(w.Ramp.start(c)), d: w.Ramp.Doubling.Seconds(), lat: lat,
+		rCap: float64(c) / lat, rb: math.Inf(1),
+	}
+	m.Org, m.Cap, m.Start = o.Name, c, w.Ramp.start(c)
+	m.Binding = BindCap
+	for _, b := range []struct {
+		name string
+		v    float64
+	}{
+		{BindRPM, lim.RPM / 60},
+		{BindITPM, lim.ITPM / 60 / math.Max(j.MeanInput, 1)},
+		{BindOTPM, lim.OTPM / 60 / math.Max(j.MeanOutput, 1)},
+	} {
+		if b.v > 0 && b.v < m.rb {
+			m.rb = b.v
+			if b.v < m.rCap {
+				m.Binding = b.name
+			}
+		}
+	}
+	m.Rate = math.Min(m.rCap, m.rb)
+	m.Steady = int(math.Round(math.Min(m.cap, m.Rate*lat)))
+	m.tc = m.d * math.Log2(m.cap/m.s)
+	m.t0, m.td = math.Inf(1), math.Inf(1)
+	if m.rb < m.rCap {
+		m.Burst = (1 - w.Reserve) * w.BucketWindow.Seconds() * m.rb
+		m.t0 = math.Max(0, m.d*math.Log2(m.rb*lat/m.s))
+		// The bucket drains at c(t) ÷ L − refill from t0 on: find where
+		// the drained amount reaches the burst. g grows by at least
+		// rCap − rb per second once the ramp is over.
+		g := func(t float64) float64 { return m.conc(t) - m.conc(m.t0) - m.rb*(t-m.t0) - m.Burst }
+		lo, hi := m.t0, math.Max(m.t0, m.tc)+m.Burst/(m.rCap-m.rb)+1
+		m.td = bisect(g, lo, hi)
+	}
+	return m
+}
+
+// ceiling is the ramp's concurrency ceiling at t.
+func (m *laneModel) ceiling(t float64) float64 {
+	return math.Min(m.cap, m.s*math.Exp2(t/m.d))
+}
+
+// conc is ∫₀ᵗ ceiling ÷ L: the requests the concurrency alone lets the lane
+// send by t beyond its first wave.
+func (m *laneModel) conc(t float64) float64 {
+	k := m.d / (m.lat * math.Ln2)
+	if t <= m.tc {
+		return m.s * k * (math.Exp2(t/m.d) - 1)
+	}
+	return m.s*k*(math.Exp2(m.tc/m.d)-1) + (t-m.tc)*m.cap/m.lat
+}
+
+// sent is the requests the lane has sent by t beyond its first wave,
+// spending the buckets' initial burst or not.
+func (m *laneModel) sent(t float64, burst bool) float64 {
+	td := m.t0
+	if burst {
+		td = m.td
+	}
+	if t <= td {
+		return m.conc(t)
+	}
+	return m.conc(td) + m.rb*(t-td)
+}
+
+// bisect returns t in [lo, hi] where the nondecreasing g crosses 0 (lo if
+// g(lo) ≥ 0, hi if g(hi) < 0).
+func bisect(g func(float64) float64, lo, hi float64) float64 {
+	if g(lo) >= 0 {
+		return lo
+	}
+	if g(hi) < 0 {
+		return hi
+	}
+	for range 200 {
+		mid := (lo + hi) / 2
+		if hi-lo <= 1e-9*math.Max(1, hi) {
+			break
+		}
+		if g(mid) >= 0 {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return hi
+}
+
+// syncRun is the sync route's prediction for n requests on some lanes.
+type syncRun struct {
+	n       int
+	lanes   []Lane // the lanes used, with Peak set
+	rate    float64
+	send    float64 // the last request is sent (s)
+	ramp    float64 // the slowest used lane reaches its steady concurrency (s)
+	lat     Latency
+	out     float64
+	wall    Range
+	binding string
+}
+
+// sendTime is when the n-th request is sent on lanes ms at efficiency e
+// (the fraction of every lane's sending rate the job gets), with or without
+// the initial burst.
+func sendTime(ms []laneModel, n int, e float64, burst bool) float64 {
+	first := 0.0
+	for _, m := range ms {
+		first += m.s
+	}
+	if float64(n) <= first {
+		return 0
+	}
+	need := float64(n) - first
+	total := func(t float64) float64 {
+		s := 0.0
+		for i := range ms {
+			s += ms[i].sent(t, burst)
+		}
+		return e*s - need
+	}
+	hi := 1.0
+	for total(hi) < 0 {
+		hi *= 2
+	}
+	return bisect(total, 0, hi)
+}
+
+// highEfficiency is the fraction of the modelled sending rate the high end
+// of the sync range assumes: colleagues may spend the reserve's share.
+func highEfficiency(w World) float64 { return 1 - math.Max(w.Reserve, DefaultReserve) }
+
+// p99 is the standard normal's 99th percentile.
+const p99 = 2.326
+
+// runSync predicts n requests on lanes ms (all of them).
+func runSync(w World, ms []laneModel, j Job, n int) syncRun {
+	lat := w.latency(api.PoolOf(j.Model))
+	r := syncRun{n: n, lat: lat, out: j.MeanOutput}
+	r.send = sendTime(ms, n, 1, false)
+	low := sendTime(ms, n, 1, true)
+	high := sendTime(ms, n, highEfficiency(w), false)
+	r.wall = Range{
+		Low:  seconds(low + lat.median(j.MeanOutput)),
+		Mid:  seconds(r.send + lat.mean(j.MeanOutput)),
+		High: seconds(high + lat.quantile(j.MeanOutput, p99)),
+	}
+	first := 0
+	votes := map[string]float64{}
+	for _, m := range ms {
+		first += m.Start
+		r.rate += m.Rate
+		r.ramp = math.Max(r.ramp, math.Min(m.tc, m.t0))
+		l := m.Lane
+		l.Peak = int(math.Round(math.Min(m.ceiling(math.Min(r.send, m.t0)), float64(n))))
+		r.lanes = append(r.lanes, l)
+		why := m.Binding
+		if r.send <= m.t0 {
+			why = BindCap
+		}
+		votes[why] += m.Rate
+	}
+	switch {
+	case n <= first:
+		r.binding = BindLatency
+	case r.send < r.ramp:
+		r.binding = BindRamp
+	default:
+		r.binding = vote(votes)
+	}
+	return r
+}
+
+// vote returns the key with the largest weight, the first in name order on
+// ties.
+func vote(votes map[string]float64) string {
+	names := make([]string, 0, len(votes))
+	for n := range votes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	best, most := "", -1.0
+	for _, n := range names {
+		if votes[n] > most {
+			best, most = n, votes[n]
+		}
+	}
+	return best
+}
+
+// fewerOrgsTolerance: the sync route uses the fewest organizations (the
+// fastest first) whose predicted wall-clock is within this fraction of
+// the wall-clock on all of them, so a small job does not touch every
+// shared key.
+const fewerOrgsTolerance = 0.05
+
+// planSync predicts the sync route for n requests on the fewest lanes,
+// fastest first, that come within fewerOrgsTolerance of all of them. The
+// lanes of the result are in the world's order.
+func planSync(w World, all []laneModel, j Job, n int) syncRun {
+	best := runSync(w, all, j, n)
+	order := make([]int, len(all))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return all[order[a]].Rate > all[order[b]].Rate })
+	for k := 1; k < len(all); k++ {
+		pick := append([]int(nil), order[:k]...)
+		sort.Ints(pick)
+		some := make([]laneModel, k)
+		for i, o := range pick {
+			some[i] = all[o]
+		}
+		if r := runSync(w, some, j, n); r.wall.Mid.Seconds() <= best.wall.Mid.Seconds()*(1+fewerOrgsTolerance) {
+			return r
+		}
+	}
+	return best
+}
+
+// laneModels builds every org's lane for job j (resolved).
+func laneModels(w World, j Job) []laneModel {
+	ms := make([]laneModel, 0, len(w.Orgs))
+	for _, o := range w.Orgs {
+		ms = append(ms, newLaneModel(w, o, j))
+	}
+	return ms
+}
+
+// SyncRate returns the steady-state ceiling of job j's sync route on every
+// organization of w, in requests per second: the sum over orgs of
+// min(cap ÷ L, RPM ÷ 60, ITPM ÷ 60 ÷ in, OTPM ÷ 60 ÷ out), and what binds
+// most of it (weighted by rate; BindCap, BindRPM, BindITPM or BindOTPM).
+// L is the mean latency (TTFT + out ÷ tokens/s) · exp(σ²/2).
+func (w World) SyncRate(j Job) (rate float64, binding string, err error) {
+	j, err = w.resolve(j)
+	if err != nil {
+		return 0, "", err
+	}
+	votes := map[string]float64{}
+	for _, m := range laneModels(w, j) {
+		rate += m.Rate
+		votes[m.Binding] += m.Rate
+	}
+	return rate, vote(votes), nil
+}
+
+// Lanes returns job j's sync lane on every organization of w, in the
+// world's order, with Peak unset.
+func (w World) Lanes(j Job) ([]Lane, error) {
+	j, err := w.resolve(j)
+	if err != nil {
+		return nil, err
+	}
+	var ls []Lane
+	for _, m := range laneModels(w, j) {
+		ls = append(ls, m.Lane)
+	}
+	return ls, nil
+}
+
+// RampTime is how long a lane with etiquette cap c takes to warm up:
+// doubling · log2(cap ÷ start).
+func (r Ramp) RampTime(c int) time.Duration {
+	s := r.start(c)
+	return seconds(r.Doubling.Seconds() * math.Log2(float64(c)/float64(s)))
+}
+
+// Mean returns the mean answer length for max_tokens k: E[min(U, k)] for
+// U uniform on the integers [Min, Max] (k ≤ 0: no cap).
+func (o OutputModel) Mean(k int) float64 {
+	a, b, c := float64(o.Min), float64(o.Max), float64(k)
+	if k <= 0 || c >= b {
+		return (a + b) / 2
+	}
+	if c <= a {
+		return c
+	}
+	n := b - a + 1
+	below := c - a // values a..c-1 keep themselves
+	return (below*(a+c-1)/2 + (n-below)*c) / n
+}
+
+// resolve checks j and fills its mean output from the world's output model.
+func (w World) resolve(j Job) (Job, error) {
+	if err := w.Validate(); err != nil {
+		return j, err
+	}
+	switch {
+	case j.N < 1:
+		return j, fmt.Errorf("plan: N must be >= 1, got %d", j.N)
+	case j.Model == "":
+		return j, errors.New("plan: no model")
+	case j.MeanInput < 0 || j.MeanOutput < 0 || j.MaxTokens < 0:
+		return j, errors.New("plan: token counts must be >= 0")
+	}
+	if j.MeanOutput == 0 {
+		if j.MaxTokens == 0 {
+			return j, errors.New("plan: give the mean output tokens or max_tokens")
+		}
+		j.MeanOutput = w.Output.Mean(j.MaxTokens)
+	}
+	if j.MaxTokens > 0 && j.MeanOutput > float64(j.MaxTokens) {
+		return j, fmt.Errorf("plan: mean output %.0f exceeds max_tokens %d", j.MeanOutput, j.MaxTokens)
+	}
+	return j, nil
+}
+
+// seconds converts seconds to a Duration (saturating far beyond any job).
+func seconds(s float64) time.Duration {
+	if s >= math.MaxInt64/float64(time.Second) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(math.Round(s * float64(time.Second)))
+}

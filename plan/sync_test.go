@@ -1,0 +1,232 @@
+package plan_test
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/bench"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+const (
+	sonnet = "claude-sonnet-4-5-20250929"
+	haiku  = "claude-haiku-4-5-20251001"
+	opus   = "claude-opus-4-8"
+)
+
+func preset(t *testing.T, name string) plan.World {
+	t.Helper()
+	w, err := plan.Preset(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func near(got, want, tol float64) bool { return math.Abs(got-want) <= tol }
+
+// The judge shape's mean latency on Sonnet: (0.5 s + 144 ÷ 64) · e^(0.25²/2).
+var judgeLatency = (0.5 + 144.0/64) * math.Exp(0.25*0.25/2)
+
+func TestDefaultCapsMatchDispatch(t *testing.T) {
+	for f, c := range dispatch.DefaultCaps {
+		if plan.DefaultCaps[f] != c {
+			t.Errorf("plan.DefaultCaps[%s] = %d, dispatch has %d", f, plan.DefaultCaps[f], c)
+		}
+	}
+	if len(plan.DefaultCaps) != len(dispatch.DefaultCaps) {
+		t.Errorf("plan.DefaultCaps has %d families, dispatch %d", len(plan.DefaultCaps), len(dispatch.DefaultCaps))
+	}
+}
+
+// TestSyncRateMatchesBench: the planner's steady-state arithmetic agrees
+// with bench.BindingLimit, which the efficiency benchmark was measured
+// against, on every preset, model and two time scales.
+func TestSyncRateMatchesBench(t *testing.T) {
+	for _, name := range sim.PresetNames() {
+		for _, model := range []string{sonnet, haiku, opus, "claude-sonnet-5"} {
+			for _, k := range []float64{1, 10} {
+				cfg, err := sim.Preset(name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg.TimeScale = k
+				w := plan.FromSim(cfg, nil)
+				got, gotWhy, err := w.SyncRate(plan.JudgeJob(1, model))
+				if err != nil {
+					t.Fatal(err)
+				}
+				caps := map[api.Family]int{}
+				for f, c := range dispatch.DefaultCaps {
+					caps[f] = c
+				}
+				want, wantWhy := bench.BindingLimit(cfg, caps, api.PoolOf(model), plan.JudgeMaxTokens, plan.JudgeMeanInput, 144)
+				if !near(got, want, 1e-9*want) || gotWhy != wantWhy {
+					t.Errorf("%s %s K=%g: SyncRate = %.6f (%s), bench.BindingLimit = %.6f (%s)", name, model, k, got, gotWhy, want, wantWhy)
+				}
+			}
+		}
+	}
+}
+
+func TestSyncRateJudgeThreeOrg(t *testing.T) {
+	w := preset(t, "three-org")
+	got, why, err := w.SyncRate(plan.JudgeJob(1, sonnet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := 3 * 100 / judgeLatency // ≈ 105.7 req/s
+	if !near(got, want, 1e-9) || why != plan.BindCap || !near(got, 105.7, 0.05) {
+		t.Errorf("SyncRate = %.4f (%s) want %.4f (%s)", got, why, want, plan.BindCap)
+	}
+	// Haiku: the batch org's 4,000 RPM (66.7/s) is below its cap ÷ latency.
+	lanes, err := w.Lanes(plan.JudgeJob(1, haiku))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := lanes[1]; l.Org != "batch" || l.Binding != plan.BindRPM || !near(l.Rate, 4000.0/60, 1e-9) || l.Steady != 118 {
+		t.Errorf("batch org Haiku lane = %+v, want RPM-bound at 66.67/s, steady 118", l)
+	}
+}
+
+func TestRampTime(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		ramp plan.Ramp
+		cap  int
+		want float64 // seconds
+	}{
+		{"sonnet default start 12", plan.Ramp{Doubling: 5 * time.Second}, 100, 5 * math.Log2(100.0/12)},
+		{"haiku start 15", plan.Ramp{Doubling: 5 * time.Second}, 120, 15},
+		{"opus start 5", plan.Ramp{Doubling: 5 * time.Second}, 40, 15},
+		{"cap below 4 starts at the cap", plan.Ramp{Doubling: 5 * time.Second}, 3, 0},
+		{"explicit start", plan.Ramp{Start: 25, Doubling: 2 * time.Second}, 100, 4},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.ramp.RampTime(tt.cap).Seconds(); !near(got, tt.want, 1e-6) {
+				t.Errorf("RampTime(%d) = %v want %.6f s", tt.cap, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestOutputMean(t *testing.T) {
+	m := plan.OutputModel{Min: 32, Max: 256}
+	for _, tt := range []struct {
+		k    int
+		want float64
+	}{
+		{256, 144}, {0, 144}, {1000, 144}, {10, 10}, {32, 32},
+		// 32..63 keep themselves, 64..256 are capped at 64.
+		{64, (32*(32+63)/2.0 + 193*64) / 225},
+	} {
+		if got := m.Mean(tt.k); !near(got, tt.want, 1e-9) {
+			t.Errorf("Mean(%d) = %v want %v", tt.k, got, tt.want)
+		}
+	}
+}
+
+// TestSyncWallHandComputed checks cells of the decision table against the
+// formulas worked by hand: first wave at t = 0, then ∫ start·2^(t/d) ÷ L
+// during the ramp, then the steady rate, plus one latency.
+func TestSyncWallHandComputed(t *testing.T) {
+	w := preset(t, "three-org")
+	L := judgeLatency
+	s, d := 12.0, 5.0
+	k := s * d / (L * math.Ln2) // requests per unit of (2^(t/d) − 1), per lane
+	tc := d * math.Log2(100/s)
+	for _, tt := range []struct {
+		n    int
+		want float64
+		orgs int
+		bind string
+	}{
+		// 10 requests fit in one lane's first wave of 12: one latency, one org.
+		{10, L, 1, plan.BindLatency},
+		// 100: 36 at once on three lanes, 64 more during the ramp.
+		{100, d*math.Log2(1+64/(3*k)) + L, 3, plan.BindRamp},
+		// 10,000: the ramp sends 3·(12 + k·(100/12 − 1)), the rest at 3·100/L.
+		{10_000, tc + (10_000-3*(s+k*(100/s-1)))/(300/L) + L, 3, plan.BindCap},
+	} {
+		dd, err := plan.Decide(w, plan.JudgeJob(tt.n, sonnet), plan.Options{Priority: plan.PreferLatency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dd.Route != plan.RouteSync || !near(dd.Wall.Mid.Seconds(), tt.want, 2e-3) || len(dd.Orgs) != tt.orgs || dd.Binding != tt.bind {
+			t.Errorf("N=%d: %s on %v, wall %v (%s); want sync on %d orgs, %.3f s (%s)", tt.n, dd.Route, dd.Orgs, dd.Wall.Mid, dd.Binding, tt.orgs, tt.want, tt.bind)
+		}
+		if dd.Wall.Low > dd.Wall.Mid || dd.Wall.Mid > dd.Wall.High {
+			t.Errorf("N=%d: range %+v not ordered", tt.n, dd.Wall)
+		}
+	}
+}
+
+// TestSyncBurstOnlyInLowEnd: an OTPM-bound lane is paced at the refill
+// rate in the central prediction; the low end spends the full bucket's
+// (1 − reserve) · window · refill first.
+func TestSyncBurstOnlyInLowEnd(t *testing.T) {
+	w := plan.NewWorld("otpm", plan.Org{Name: "solo", Limits: map[api.Pool]plan.Limits{
+		api.PoolSonnet4: {RPM: 100_000, ITPM: 100_000_000, OTPM: 144 * 60 * 10}, // 10 requests/s of output
+	}})
+	lanes, err := w.Lanes(plan.JudgeJob(1, sonnet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := lanes[0]
+	if l.Binding != plan.BindOTPM || !near(l.Rate, 10, 1e-9) || !near(l.Burst, 0.85*60*10, 1e-9) || l.Steady != 28 {
+		t.Fatalf("lane = %+v, want OTPM-bound at 10/s, burst 510, steady 28", l)
+	}
+	d, err := plan.Decide(w, plan.JudgeJob(10_000, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	L := judgeLatency
+	t0 := 5 * math.Log2(10*L/12) // the ramp reaches the refill rate
+	sent0 := 12 + 12*5/(L*math.Ln2)*(math.Exp2(t0/5)-1)
+	want := t0 + (10_000-sent0)/10 + L
+	if !near(d.Wall.Mid.Seconds(), want, 2e-3) || d.Binding != plan.BindOTPM {
+		t.Errorf("wall %v (%s) want %.3f s (OTPM)", d.Wall.Mid, d.Binding, want)
+	}
+	saved := (d.Wall.Mid - d.Wall.Low).Seconds()
+	if saved < 40 || saved > 51.1 {
+		t.Errorf("the burst saves %.1f s at the low end, want a little under 510 ÷ 10 = 51 s", saved)
+	}
+}
+
+func TestFewestOrgs(t *testing.T) {
+	w := preset(t, "three-org")
+	for _, tt := range []struct {
+		n, orgs int
+	}{{1, 1}, {12, 1}, {13, 2}, {24, 2}, {36, 3}, {1000, 3}} {
+		d, err := plan.Decide(w, plan.JudgeJob(tt.n, sonnet), plan.Options{Priority: plan.PreferLatency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(d.Orgs) != tt.orgs || len(d.Lanes) != tt.orgs {
+			t.Errorf("N=%d uses %v, want %d org(s)", tt.n, d.Orgs, tt.orgs)
+		}
+	}
+}
+
+// TestFromSimTimeScale: a world at time scale K predicts the same job in
+// 1/K of the time, for the sync route's steady state and for batches.
+func TestFromSimTimeScale(t *testing.T) {
+	cfg := sim.Default()
+	w1 := plan.FromSim(cfg, nil)
+	cfg.TimeScale = 10
+	w10 := plan.FromSim(cfg, nil)
+	r1, _, _ := w1.SyncRate(plan.JudgeJob(1, sonnet))
+	r10, _, _ := w10.SyncRate(plan.JudgeJob(1, sonnet))
+	if !near(r10, 10*r1, 1e-9*r10) {
+		t.Errorf("sync rate at K=10 = %v, want 10 × %v", r10, r1)
+	}
+	b1, _ := w1.SimulateBatch(500, 500, 1, "batch")
+	b10, _ := w10.SimulateBatch(500, 500, 1, "batch")
+	if b1.End != 310*time.Second || b10.End != 31*time.Second {
+		t.Errorf("one 500-request batch: %v at K=1, %v at K=10; want 5m10s and 31s", b1.End, b10.End)
+	}
+}

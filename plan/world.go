@@ -1,0 +1,507 @@
+package plan
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// Limits are an organization's per-minute rate limits for one model pool.
+// Zero means unlimited.
+type Limits struct {
+	RPM  float64 `json:"rpm"`
+	ITPM float64 `json:"itpm"`
+	OTPM float64 `json:"otpm"`
+}
+
+// Latency is the latency model of one pool: an answer of k output tokens
+// takes (TTFT + k ÷ TokensPerSec) · math.Exp(Sigma · z), z standard normal.
+type Latency struct {
+	TTFT         time.Duration
+	TokensPerSec float64
+	Sigma        float64
+}
+
+// mean is the mean latency, in seconds, of answers averaging out tokens:
+// the log-normal factor's mean is math.Exp(σ²/2).
+func (l Latency) mean(out float64) float64 {
+	return l.median(out) * math.Exp(l.Sigma*l.Sigma/2)
+}
+
+// median is the median latency in seconds (the log-normal factor's median
+// is 1).
+func (l Latency) median(out float64) float64 {
+	return l.TTFT.Seconds() + out/l.TokensPerSec
+}
+
+// quantile is the latency in seconds at z standard deviations of the
+// log-normal factor (z = 2.326 is the 99th percentile).
+func (l Latency) quantile(out, z float64) float64 {
+	return l.median(out) * math.Exp(l.Sigma*z)
+}
+
+// Ramp is the engine's warm-up: a lane's concurrency ceiling starts at
+// Start and doubles every Doubling up to the etiquette cap.
+type Ramp struct {
+	// Start is the first ceiling; 0 means the engine's default,
+	// max(4, cap/8).
+	Start int
+	// Doubling is how often the ceiling doubles (the engine's default is
+	// 5 s).
+	Doubling time.Duration
+}
+
+// start is the first ceiling of a lane with etiquette cap c.
+func (r Ramp) start(c int) int {
+	s := r.Start
+	if s <= 0 {
+		s = max(4, c/8)
+	}
+	return min(s, c)
+}
+
+// BatchModel is how one organization's Message Batches queue behaves, as
+// the simulator models it (docs/sim.md): a batch of n requests starts
+// AdmissionBase + AdmissionPerRequest·n after create, plus StarveFor when
+// n > StarveAbove; the org processes ProcessingRate requests per second,
+// oldest started batch first; a batch not ended Expiry after create
+// expires.
+type BatchModel struct {
+	AdmissionBase       time.Duration
+	AdmissionPerRequest time.Duration
+	// ProcessingRate is requests per second, per organization.
+	ProcessingRate float64
+	// StarveAbove > 0: batches of more requests start StarveFor later.
+	StarveAbove int
+	StarveFor   time.Duration
+	Expiry      time.Duration
+}
+
+// admission is the delay, in seconds, from create to start of a batch of n
+// requests.
+func (b BatchModel) admission(n int) float64 {
+	a := b.AdmissionBase.Seconds() + b.AdmissionPerRequest.Seconds()*float64(n)
+	if b.StarveAbove > 0 && n > b.StarveAbove {
+		a += b.StarveFor.Seconds()
+	}
+	return a
+}
+
+// Org is one organization: every key of an org shares its limits, its
+// etiquette caps and its batch queue.
+type Org struct {
+	Name string
+	// Limits per pool; pools not listed use DefaultLimits; a pool with
+	// neither is unlimited.
+	Limits        map[api.Pool]Limits
+	DefaultLimits *Limits
+	// BatchQueueCap is the most batch requests that may wait in the org's
+	// processing queue (0: unknown, treated as unlimited).
+	BatchQueueCap int
+	// Batch overrides World.Batch for this org.
+	Batch *BatchModel
+}
+
+// limits returns the org's limits for pool p.
+func (o Org) limits(p api.Pool) Limits {
+	if l, ok := o.Limits[p]; ok {
+		return l
+	}
+	if o.DefaultLimits != nil {
+		return *o.DefaultLimits
+	}
+	return Limits{}
+}
+
+// OutputModel is the answer-length model used when a Job does not give its
+// mean output: uniform on the integers [Min, Max], capped by max_tokens
+// (the simulator's model).
+type OutputModel struct {
+	Min, Max int
+}
+
+// World is everything the planner knows that is not the job: the
+// organizations, the engine's etiquette (caps, reserve, ramp) and the
+// latency and batch-queue models. The zero value is not usable: build one
+// with FromSim, Preset, NewWorld or ReadWorld, then change fields as
+// needed. A World is a value; Decide does not modify it.
+type World struct {
+	// Name labels the world in reports ("three-org", "my-keys").
+	Name string
+	Orgs []Org
+	// Caps are the etiquette caps on concurrent requests per organization,
+	// by model family; a family not listed uses DefaultCaps.
+	Caps map[api.Family]int
+	// Reserve is the fraction of every rate-limit bucket the engine leaves
+	// for colleagues, in [0, 1).
+	Reserve float64
+	// BucketWindow is how much of a per-minute limit a full bucket holds
+	// (60 s: the whole limit). The buckets start full, so a lane can burst
+	// (1 − Reserve) · limit · BucketWindow before it is paced at the refill
+	// rate.
+	BucketWindow time.Duration
+	Ramp         Ramp
+	// Latency per pool; pools not listed use DefaultLatency.
+	Latency        map[api.Pool]Latency
+	DefaultLatency Latency
+	Output         OutputModel
+	// Batch is every org's batch queue model unless the org overrides it.
+	Batch BatchModel
+	// BatchOverhead is added once to every batch route's wall-clock: the
+	// create calls, the poll interval that detects the last end, and
+	// fetching the results.
+	BatchOverhead time.Duration
+}
+
+// DefaultCaps are the engine's etiquette caps (dispatch.DefaultCaps): at
+// most this many requests in flight per organization and model family.
+var DefaultCaps = map[api.Family]int{
+	api.FamilySonnet: 100, api.FamilyHaiku: 120, api.FamilyOpus: 40, api.FamilyFable: 40, api.FamilyUnknown: 40,
+}
+
+// Defaults of the engine and the batch path that a World starts from.
+const (
+	DefaultReserve       = 0.15
+	DefaultBucketWindow  = time.Minute
+	DefaultRampDoubling  = 5 * time.Second
+	DefaultBatchOverhead = 30 * time.Second
+)
+
+// cap returns the etiquette cap of family f.
+func (w World) cap(f api.Family) int {
+	if c, ok := w.Caps[f]; ok && c > 0 {
+		return c
+	}
+	if c, ok := DefaultCaps[f]; ok {
+		return c
+	}
+	return DefaultCaps[api.FamilyUnknown]
+}
+
+func (w World) latency(p api.Pool) Latency {
+	if l, ok := w.Latency[p]; ok {
+		return l
+	}
+	return w.DefaultLatency
+}
+
+func (w World) batchModel(o Org) BatchModel {
+	if o.Batch != nil {
+		return *o.Batch
+	}
+	return w.Batch
+}
+
+// NewWorld returns a world of the given organizations with the engine's
+// defaults (DefaultCaps, DefaultReserve, DefaultBucketWindow, the ramp
+// max(4, cap/8) doubling every 5 s) and the simulator's calibrated latency,
+// output and batch-queue models (docs/plan.md gives their provenance).
+func NewWorld(name string, orgs ...Org) World {
+	w := FromSim(sim.Default(), nil)
+	w.Name = name
+	w.Orgs = append([]Org(nil), orgs...)
+	return w
+}
+
+// FromSim returns the world a sluice run would meet against the simulator
+// configured by cfg, with etiquette caps caps (nil or missing families:
+// DefaultCaps). The simulator's time scale K is applied as the simulator
+// applies it: limits and processing rates × K, latencies and batch delays
+// ÷ K, so predictions are in real time. The bucket window is not scaled
+// (the simulator's buckets hold the same number of real seconds of refill
+// at any K). The engine's ramp is not part of the simulator and keeps its
+// default (5 s); set World.Ramp if the engine is configured otherwise.
+func FromSim(cfg sim.Config, caps map[api.Family]int) World {
+	k := cfg.TimeScale
+	if k <= 0 {
+		k = 1
+	}
+	scaleD := func(d sim.Duration) time.Duration { return time.Duration(float64(d) / k) }
+	scaleL := func(l sim.Limits) Limits {
+		return Limits{RPM: float64(l.RPM) * k, ITPM: float64(l.ITPM) * k, OTPM: float64(l.OTPM) * k}
+	}
+	batch := func(b sim.BatchModel) BatchModel {
+		return BatchModel{
+			AdmissionBase:       scaleD(b.AdmissionBase),
+			AdmissionPerRequest: scaleD(b.AdmissionPerRequest),
+			ProcessingRate:      b.ProcessingRate * k,
+			StarveAbove:         b.StarveAbove,
+			StarveFor:           scaleD(b.StarveFor),
+			Expiry:              scaleD(b.Expiry),
+		}
+	}
+	lat := func(l sim.LatencyModel) Latency {
+		return Latency{TTFT: scaleD(l.TTFT), TokensPerSec: l.TokensPerSec * k, Sigma: l.Sigma}
+	}
+	w := World{
+		Caps:          maps.Clone(DefaultCaps),
+		Reserve:       DefaultReserve,
+		BucketWindow:  cfg.BucketWindow.D(),
+		Ramp:          Ramp{Doubling: DefaultRampDoubling},
+		Latency:       map[api.Pool]Latency{},
+		Output:        OutputModel{Min: cfg.Output.Min, Max: cfg.Output.Max},
+		Batch:         batch(cfg.Batch),
+		BatchOverhead: time.Duration(float64(DefaultBatchOverhead) / k),
+	}
+	maps.Copy(w.Caps, caps)
+	if w.BucketWindow <= 0 {
+		w.BucketWindow = DefaultBucketWindow
+	}
+	for name, l := range cfg.Latency {
+		if name == "default" {
+			w.DefaultLatency = lat(l)
+			continue
+		}
+		w.Latency[api.Pool(name)] = lat(l)
+	}
+	for _, o := range cfg.Orgs {
+		po := Org{Name: o.Name, Limits: map[api.Pool]Limits{}, BatchQueueCap: int(o.BatchQueueCap)}
+		for p, l := range o.Limits {
+			po.Limits[p] = scaleL(l)
+		}
+		if o.DefaultLimits != nil {
+			d := scaleL(*o.DefaultLimits)
+			po.DefaultLimits = &d
+		}
+		if o.Batch != nil {
+			b := batch(*o.Batch)
+			po.Batch = &b
+		}
+		w.Orgs = append(w.Orgs, po)
+	}
+	return w
+}
+
+// Preset returns the world of the simulator preset name (sim.PresetNames:
+// "three-org", "scale", "tier4", …) with the default caps.
+func Preset(name string) (World, error) {
+	cfg, err := sim.Preset(name)
+	if err != nil {
+		return World{}, fmt.Errorf("plan: %w", err)
+	}
+	w := FromSim(cfg, nil)
+	w.Name = name
+	return w, nil
+}
+
+// Validate reports the first problem that would make predictions
+// meaningless.
+func (w World) Validate() error {
+	if len(w.Orgs) == 0 {
+		return errors.New("plan: the world has no organizations")
+	}
+	if w.Reserve < 0 || w.Reserve >= 1 {
+		return fmt.Errorf("plan: reserve must be in [0, 1), got %v", w.Reserve)
+	}
+	if w.BucketWindow < 0 {
+		return fmt.Errorf("plan: bucket window must be >= 0, got %v", w.BucketWindow)
+	}
+	if w.Ramp.Doubling <= 0 {
+		return fmt.Errorf("plan: ramp doubling must be > 0, got %v", w.Ramp.Doubling)
+	}
+	if w.Output.Min < 0 || w.Output.Max < w.Output.Min {
+		return fmt.Errorf("plan: output model needs 0 <= min <= max, got [%d, %d]", w.Output.Min, w.Output.Max)
+	}
+	check := func(where string, l Latency) error {
+		if l.TokensPerSec <= 0 || l.TTFT < 0 || l.Sigma < 0 {
+			return fmt.Errorf("plan: latency %s needs tokens/s > 0, ttft >= 0, sigma >= 0", where)
+		}
+		return nil
+	}
+	if err := check("default", w.DefaultLatency); err != nil {
+		return err
+	}
+	for p, l := range w.Latency {
+		if err := check(string(p), l); err != nil {
+			return err
+		}
+	}
+	if err := w.Batch.validate("batch"); err != nil {
+		return err
+	}
+	seen := map[string]bool{}
+	for _, o := range w.Orgs {
+		if o.Name == "" {
+			return errors.New("plan: every organization needs a name")
+		}
+		if seen[o.Name] {
+			return fmt.Errorf("plan: organization %q listed twice", o.Name)
+		}
+		seen[o.Name] = true
+		all := []Limits{}
+		for _, l := range o.Limits {
+			all = append(all, l)
+		}
+		if o.DefaultLimits != nil {
+			all = append(all, *o.DefaultLimits)
+		}
+		for _, l := range all {
+			if l.RPM < 0 || l.ITPM < 0 || l.OTPM < 0 {
+				return fmt.Errorf("plan: organization %q has a negative limit", o.Name)
+			}
+		}
+		if o.BatchQueueCap < 0 {
+			return fmt.Errorf("plan: organization %q has a negative batch queue cap", o.Name)
+		}
+		if o.Batch != nil {
+			if err := o.Batch.validate("organization " + o.Name + " batch"); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b BatchModel) validate(where string) error {
+	if b.ProcessingRate <= 0 {
+		return fmt.Errorf("plan: %s: processing rate must be > 0", where)
+	}
+	if b.Expiry <= 0 {
+		return fmt.Errorf("plan: %s: expiry must be > 0", where)
+	}
+	if b.AdmissionBase < 0 || b.AdmissionPerRequest < 0 || b.StarveFor < 0 || b.StarveAbove < 0 {
+		return fmt.Errorf("plan: %s: delays and the starvation size must be >= 0", where)
+	}
+	return nil
+}
+
+// The limits file (sluice plan --limits-file): organizations and their
+// limits, plus optional overrides of the defaults NewWorld starts from.
+// Durations are strings like "90s" or numbers of seconds.
+type worldFile struct {
+	Name           string                   `json:"name"`
+	Orgs           []orgFile                `json:"orgs"`
+	Caps           map[api.Family]int       `json:"caps"`
+	Reserve        *float64                 `json:"reserve"`
+	BucketWindow   *sim.Duration            `json:"bucket_window"`
+	Ramp           *rampFile                `json:"ramp"`
+	Latency        map[api.Pool]latencyFile `json:"latency"`
+	DefaultLatency *latencyFile             `json:"default_latency"`
+	Output         *OutputModel             `json:"output"`
+	Batch          *batchFile               `json:"batch"`
+	BatchOverhead  *sim.Duration            `json:"batch_overhead"`
+}
+
+type orgFile struct {
+	Name          string              `json:"name"`
+	Limits        map[api.Pool]Limits `json:"limits"`
+	DefaultLimits *Limits             `json:"default_limits"`
+	BatchQueueCap int                 `json:"batch_queue_cap"`
+	Batch         *batchFile          `json:"batch"`
+}
+
+type rampFile struct {
+	Start    int          `json:"start"`
+	Doubling sim.Duration `json:"doubling"`
+}
+
+type latencyFile struct {
+	TTFT         sim.Duration `json:"ttft"`
+	TokensPerSec float64      `json:"tokens_per_sec"`
+	Sigma        float64      `json:"sigma"`
+}
+
+func (l latencyFile) latency() Latency {
+	return Latency{TTFT: l.TTFT.D(), TokensPerSec: l.TokensPerSec, Sigma: l.Sigma}
+}
+
+// batchFile fields left out keep the default model's values.
+type batchFile struct {
+	AdmissionBase       *sim.Duration `json:"admission_base"`
+	AdmissionPerRequest *sim.Duration `json:"admission_per_request"`
+	ProcessingRate      *float64      `json:"processing_rate"`
+	StarveAbove         *int          `json:"starve_above"`
+	StarveFor           *sim.Duration `json:"starve_for"`
+	Expiry              *sim.Duration `json:"expiry"`
+}
+
+func (f batchFile) over(b BatchModel) BatchModel {
+	if f.AdmissionBase != nil {
+		b.AdmissionBase = f.AdmissionBase.D()
+	}
+	if f.AdmissionPerRequest != nil {
+		b.AdmissionPerRequest = f.AdmissionPerRequest.D()
+	}
+	if f.ProcessingRate != nil {
+		b.ProcessingRate = *f.ProcessingRate
+	}
+	if f.StarveAbove != nil {
+		b.StarveAbove = *f.StarveAbove
+	}
+	if f.StarveFor != nil {
+		b.StarveFor = f.StarveFor.D()
+	}
+	if f.Expiry != nil {
+		b.Expiry = f.Expiry.D()
+	}
+	return b
+}
+
+// ReadWorld reads a limits file: JSON naming the organizations and their
+// per-minute limits per pool (as `sluice keys --limits` shows them), for
+// example
+//
+//	{"name": "lab", "orgs": [
+//	  {"name": "high_prio", "limits": {"sonnet-4": {"rpm": 30000, "itpm": 10000000, "otpm": 1000000}},
+//	   "batch_queue_cap": 500000}]}
+//
+// Optional top-level fields override NewWorld's defaults: "caps" (by
+// family), "reserve", "bucket_window", "ramp" {"start", "doubling"},
+// "latency" (by pool) and "default_latency" {"ttft", "tokens_per_sec",
+// "sigma"}, "output" {"min", "max"}, "batch" (and per org "batch")
+// {"admission_base", "admission_per_request", "processing_rate",
+// "starve_above", "starve_for", "expiry"}, "batch_overhead". Unknown fields
+// are an error.
+func ReadWorld(r io.Reader) (World, error) {
+	var f worldFile
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return World{}, fmt.Errorf("plan: limits file: %w", err)
+	}
+	w := NewWorld(f.Name)
+	if w.Name == "" {
+		w.Name = "limits file"
+	}
+	maps.Copy(w.Caps, f.Caps)
+	if f.Reserve != nil {
+		w.Reserve = *f.Reserve
+	}
+	if f.BucketWindow != nil {
+		w.BucketWindow = f.BucketWindow.D()
+	}
+	if f.Ramp != nil {
+		w.Ramp = Ramp{Start: f.Ramp.Start, Doubling: f.Ramp.Doubling.D()}
+	}
+	for p, l := range f.Latency {
+		w.Latency[p] = l.latency()
+	}
+	if f.DefaultLatency != nil {
+		w.DefaultLatency = f.DefaultLatency.latency()
+	}
+	if f.Output != nil {
+		w.Output = *f.Output
+	}
+	if f.Batch != nil {
+		w.Batch = f.Batch.over(w.Batch)
+	}
+	if f.BatchOverhead != nil {
+		w.BatchOverhead = f.BatchOverhead.D()
+	}
+	for _, of := range f.Orgs {
+		o := Org{Name: of.Name, Limits: of.Limits, DefaultLimits: of.DefaultLimits, BatchQueueCap: of.BatchQueueCap}
+		if of.Batch != nil {
+			b := of.Batch.over(w.Batch)
+			o.Batch = &b
+		}
+		w.Orgs = append(w.Orgs, o)
+	}
+	return w, w.Validate()
+}
