@@ -79,7 +79,7 @@ func TestConfigLimits(t *testing.T) {
 	}
 	c = Config{Client: newClientStub(), OnResult: func(Result) {}, OnReroute: func(*dispatch.Request, string) {}}
 	c.defaults()
-	if c.ChunkSize != 500 || c.MaxChunkBytes != 250<<20 || c.WindowPerOrg != 5000 {
+	if c.ChunkSize != 500 || c.MaxChunkBytes != 250<<20 || c.WindowPerOrg != 2500 {
 		t.Errorf("defaults = %d, %d, %d", c.ChunkSize, c.MaxChunkBytes, c.WindowPerOrg)
 	}
 }

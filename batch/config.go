@@ -22,7 +22,20 @@ const (
 	DefaultCancelWait    = 15 * time.Minute
 	DefaultCreateGrace   = 60 * time.Second
 	DefaultClockSkew     = 2 * time.Minute
+	// DefaultWindowChunks is the default window in chunks: 5 × 500 =
+	// 2,500 requests per org, half the simulator preset's starvation size.
+	DefaultWindowChunks = 5
+	// MinStuckAfter is the floor a planner should put under a StuckAfter
+	// it derives from predicted turnarounds: a batch is only cancelled as
+	// stuck this long after its create at the earliest. The Runner itself
+	// uses Config.StuckAfter as given (tests use minutes).
+	MinStuckAfter = 30 * time.Minute
 )
+
+// ProvisionalOrgPrefix starts the provisional organization id that
+// dispatch.Discover gives a key whose probe did not name its org. Such a
+// key is not used for batches: its org id would never match a journal's.
+const ProvisionalOrgPrefix = "key:"
 
 // Config configures a Runner. Client, Keys, Journal, OnResult and OnReroute
 // are required.
@@ -34,6 +47,9 @@ type Config struct {
 	// Keys whose Org is set (dispatch.Discover). Batches belong to an
 	// organization, so the first live key of each org makes all of that
 	// org's batch calls; the next key of the org takes over if it dies.
+	// Keys with a provisional org ("key:…") are left out. With no usable
+	// key at all the Runner still opens: new requests are re-routed and
+	// journaled chunks held back (see Runner.Holds).
 	Keys []*keys.Key
 	// Journal is the path of the write-ahead journal (created if missing).
 	Journal string
@@ -51,21 +67,39 @@ type Config struct {
 	// most api.MaxBatchBytes).
 	MaxChunkBytes int64
 	// WindowPerOrg is the most requests in unended batches per org
-	// (default 10 × ChunkSize): a chunk is created on an org only when it
-	// fits. Chunks are never larger than the window.
+	// (default 5 × ChunkSize: 2,500 at the default chunk): a chunk is
+	// created on an org only when it fits. Chunks are never larger than
+	// the largest window.
 	WindowPerOrg int
+	// WindowByOrg overrides WindowPerOrg per organization, keyed by the
+	// org's LABEL: the Label() of the org's first key in Keys (the
+	// simulator's org names, and the planner's BatchRun.WindowByOrg keys).
+	// Entries <= 0 and labels that name no org are ignored. An org whose
+	// window is below the chunk size only ever takes a partial chunk.
+	WindowByOrg map[string]int
+	// HarvestOnly makes the Runner finish the chunks the journal left open
+	// and create nothing new: a request that would need a new batch is
+	// re-routed at once. For a run routed to sync that found an open
+	// journal (HasJournal).
+	HarvestOnly bool
 
 	// PollMin and PollMax bound the poll interval of one batch, which
 	// starts at PollMin and grows ×1.5 (defaults 2 s, 60 s).
 	PollMin, PollMax time.Duration
-	// Deadline, if set, is when every batch not ended is cancelled, its
-	// ended rows harvested and the rest re-routed. Otherwise each batch's
-	// deadline is its expires_at + ExpiryGrace.
+	// A batch's deadline is the earlier of Deadline (if set) and its
+	// expires_at + ExpiryGrace. A batch not ended by its deadline is
+	// cancelled, its ended rows harvested and the rest re-routed.
 	Deadline    time.Time
 	ExpiryGrace time.Duration // default 30 min
-	// StuckAfter: a batch not ended this long after create is cancelled,
-	// its ended rows harvested, the rest re-routed (default 4 h; < 0
-	// disables).
+	// Turnaround is the planner's predicted create-to-end time of one
+	// batch. With a Deadline, no batch is created once now + Turnaround
+	// passes it: those requests are re-routed to sync at once. 0 means
+	// unknown: creates stop only at the Deadline itself.
+	Turnaround time.Duration
+	// StuckAfter: a batch in progress this long after its intent is
+	// cancelled, its ended rows harvested, the rest re-routed (default
+	// 4 h; < 0 disables). It is used as given: a planner deriving it from
+	// predicted turnarounds should floor it at MinStuckAfter.
 	StuckAfter time.Duration
 	// CancelWait bounds the wait for a batch sluice cancelled to end;
 	// after it the batch is given up and its requests re-routed (default
@@ -121,7 +155,7 @@ func (c *Config) defaults() error {
 	}
 	c.MaxChunkBytes = min(c.MaxChunkBytes, api.MaxBatchBytes)
 	if c.WindowPerOrg <= 0 {
-		c.WindowPerOrg = 10 * c.ChunkSize
+		c.WindowPerOrg = DefaultWindowChunks * c.ChunkSize
 	}
 	if c.PollMin <= 0 {
 		c.PollMin = DefaultPollMin

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -46,12 +47,30 @@ type tap struct {
 	// forwarded: "" forwards it; "drop-after" forwards it then answers
 	// with a transport error.
 	failCreate func() string
+	// maxCreateBytes > 0 answers 413 to a create body larger than it, as a
+	// gateway with a small body limit would; the sim never sees it.
+	maxCreateBytes int
+	// createStatus, when set and non-zero, answers every create with that
+	// status (an error body), unforwarded.
+	createStatus int
+	// failRetrieve, when set and true, answers a retrieve of one batch
+	// with a 500, unforwarded.
+	failRetrieve func() bool
 }
 
 type createCall struct {
-	key   string
-	bytes int
-	n     int
+	key    string
+	bytes  int
+	n      int
+	status int // the tap's own answer, 0 when forwarded
+}
+
+// answer is a response the tap makes up.
+func answer(req *http.Request, status int, typ, msg string) *http.Response {
+	body := api.NewErrorBody(api.ErrorType(typ), "", "%s", msg).Marshal()
+	return &http.Response{StatusCode: status, Status: http.StatusText(status), Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)), Request: req}
 }
 
 func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -65,9 +84,19 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("tap: create body is not JSON: %v", err)
 		}
 		tp.mu.Lock()
-		tp.creates = append(tp.creates, createCall{key: req.Header.Get("x-api-key"), bytes: len(body), n: len(c.Requests)})
+		call := createCall{key: req.Header.Get("x-api-key"), bytes: len(body), n: len(c.Requests)}
+		switch {
+		case tp.createStatus != 0:
+			call.status = tp.createStatus
+		case tp.maxCreateBytes > 0 && len(body) > tp.maxCreateBytes:
+			call.status = http.StatusRequestEntityTooLarge
+		}
+		tp.creates = append(tp.creates, call)
 		fail := tp.failCreate
 		tp.mu.Unlock()
+		if call.status != 0 {
+			return answer(req, call.status, "invalid_request_error", "refused by the test gateway"), nil
+		}
 		if fail != nil && fail() == "drop-after" {
 			resp, err := tp.next.RoundTrip(req)
 			if err == nil {
@@ -76,6 +105,13 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, fmt.Errorf("tap: connection dropped after the create was sent")
 		}
+	}
+	isRetrieve := req.Method == "GET" && strings.HasPrefix(req.URL.Path, "/v1/messages/batches/") && !strings.HasSuffix(req.URL.Path, "/results")
+	tp.mu.Lock()
+	failRetrieve := tp.failRetrieve
+	tp.mu.Unlock()
+	if isRetrieve && failRetrieve != nil && failRetrieve() {
+		return answer(req, 500, "api_error", "the test gateway is down"), nil
 	}
 	resp, err := tp.next.RoundTrip(req)
 	if err == nil && req.Method == "GET" && strings.HasPrefix(req.URL.Path, "/v1/messages/batches/") && !strings.HasSuffix(req.URL.Path, "/results") {
@@ -162,6 +198,68 @@ func (w *world) call(t *testing.T, method, path, key string) *httptest.ResponseR
 	return rec
 }
 
+// callBody is call with a JSON body.
+func (w *world) callBody(t *testing.T, method, path, key string, body []byte) *httptest.ResponseRecorder {
+	t.Helper()
+	req := httptest.NewRequest(method, path, bytes.NewReader(body))
+	req.Header.Set("x-api-key", key)
+	req.Header.Set("anthropic-version", api.VersionDefault)
+	req.Header.Set("content-type", "application/json")
+	rec := httptest.NewRecorder()
+	w.sim.Handler().ServeHTTP(rec, req)
+	return rec
+}
+
+// key returns the world's key labelled label.
+func (w *world) key(t *testing.T, label string) *keys.Key {
+	t.Helper()
+	for _, k := range w.keys {
+		if k.Label() == label {
+			return k
+		}
+	}
+	t.Fatalf("no key %s", label)
+	return nil
+}
+
+// journalRecords returns the journal's records, in order.
+func journalRecords(t *testing.T, path string) []record {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []record
+	for _, line := range bytes.Split(bytes.TrimSpace(b), []byte("\n")) {
+		var r record
+		if err := json.Unmarshal(line, &r); err != nil {
+			t.Fatalf("journal line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// logBuffer is a slog.Logger writing text lines into a buffer.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+
 // created sums Batches.Created over the orgs.
 func (w *world) created() int64 {
 	var n int64
@@ -194,12 +292,23 @@ type collector struct {
 	mu       sync.Mutex
 	results  map[string]Result
 	reroutes map[string]string
+	// rerouteAt is when each re-route happened.
+	rerouteAt map[string]time.Time
+	// noDurable: the collector does not report results durable.
+	noDurable bool
 	// after, if set, runs after each outcome (outside the lock).
 	after func(n int)
 }
 
 func newCollector(t *testing.T) *collector {
-	return &collector{t: t, results: map[string]Result{}, reroutes: map[string]string{}}
+	return &collector{t: t, results: map[string]Result{}, reroutes: map[string]string{}, rerouteAt: map[string]time.Time{}}
+}
+
+// outcomes counts the outcomes so far.
+func (c *collector) outcomes() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.results) + len(c.reroutes)
 }
 
 func (c *collector) onResult(res Result) {
@@ -213,7 +322,9 @@ func (c *collector) onResult(res Result) {
 	c.results[id] = res
 	n := len(c.results) + len(c.reroutes)
 	c.mu.Unlock()
-	c.r.Durable([]string{id})
+	if !c.noDurable {
+		c.r.Durable([]string{id})
+	}
 	if c.after != nil {
 		c.after(n)
 	}
@@ -227,6 +338,7 @@ func (c *collector) onReroute(req *dispatch.Request, why string) {
 		c.t.Errorf("two outcomes for %s", req.ID)
 	}
 	c.reroutes[req.ID] = why
+	c.rerouteAt[req.ID] = time.Now()
 	n := len(c.results) + len(c.reroutes)
 	c.mu.Unlock()
 	if c.after != nil {
@@ -249,7 +361,13 @@ func (c *collector) done() map[string]bool {
 // collector and Run's error.
 func (w *world) run(t *testing.T, cfg Config, reqs []*dispatch.Request, done map[string]bool, crashAt func(string) bool) (*collector, *Runner, error) {
 	t.Helper()
-	col := newCollector(t)
+	return w.runWith(t, newCollector(t), cfg, reqs, done, crashAt, nil)
+}
+
+// runWith is run with a given collector; setup, if set, runs after New.
+func (w *world) runWith(t *testing.T, col *collector, cfg Config, reqs []*dispatch.Request, done map[string]bool,
+	crashAt func(string) bool, setup func(*Runner)) (*collector, *Runner, error) {
+	t.Helper()
 	cfg.OnResult, cfg.OnReroute = col.onResult, col.onReroute
 	if done != nil {
 		cfg.Done = func(id string) bool { return done[id] }
@@ -260,6 +378,9 @@ func (w *world) run(t *testing.T, cfg Config, reqs []*dispatch.Request, done map
 	}
 	col.r = r
 	r.crashAt = crashAt
+	if setup != nil {
+		setup(r)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- r.Run(t.Context()) }()
 	for _, q := range reqs {

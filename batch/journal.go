@@ -62,6 +62,7 @@ type entry struct {
 	batch     string
 	created   time.Time // local time the id was recorded
 	expires   time.Time
+	adopted   bool // the batch was found in a list, not created by sluice
 	cancelAt  time.Time
 	canceled  bool
 	closed    bool
@@ -78,6 +79,9 @@ type journal struct {
 	f      *os.File // nil after close
 	err    error    // sticky: the first write or sync error
 	frozen bool     // tests: a simulated crash; nothing more is written
+	// hook, when set (tests), runs before each write, with the journal
+	// locked: a slow disk.
+	hook func(record)
 }
 
 // ErrJournal wraps every journal failure. After one, the Runner stops: a
@@ -123,6 +127,35 @@ func openJournal(path string, noSync bool) (*journal, []string, map[string]*entr
 		}
 	}
 	return j, order, chunks, nil
+}
+
+// HasJournal reports whether the journal at path leaves chunks open: batches
+// that may be running or unharvested on the API, whose requests must go to
+// a Runner (see Runner.Holds) and nowhere else, or they may be paid twice.
+// A missing file is no journal. It only reads: a torn last line is ignored,
+// not cut. A corrupt journal is an error wrapping ErrJournal.
+//
+// A run routed to sync uses it to decide whether to open a Runner anyway
+// (with Config.HarvestOnly).
+func HasJournal(path string) (open bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", ErrJournal, err)
+	}
+	defer f.Close()
+	_, chunks, _, err := replay(f, path)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range chunks {
+		if !e.closed {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // replay reads every record and returns the chunks and the length of the
@@ -198,7 +231,7 @@ func apply(chunks map[string]*entry, order *[]string, r record) error {
 	}
 	switch r.Op {
 	case opCreated:
-		e.batch, e.created = r.Batch, r.At
+		e.batch, e.created, e.adopted = r.Batch, r.At, r.Adopted
 		if r.ExpiresAt != nil {
 			e.expires = *r.ExpiresAt
 		}
@@ -232,6 +265,9 @@ func (j *journal) append(r record, sync bool) error {
 	}
 	if j.f == nil {
 		return fmt.Errorf("%w: closed", ErrJournal)
+	}
+	if j.hook != nil {
+		j.hook(r)
 	}
 	if _, err := j.f.Write(b); err != nil {
 		j.err = fmt.Errorf("%w: writing %s: %v", ErrJournal, j.path, err)

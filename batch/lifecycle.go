@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"time"
 
@@ -79,13 +80,22 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 	if key == nil {
 		return false, r.abandon(c, "organization has no live key", moveRequeue)
 	}
+	now := r.now()
+	if co := r.cutoff(); !co.IsZero() && !now.Before(co) {
+		// Cut just before the cutoff: re-route rather than create.
+		r.mu.Lock()
+		why := r.noBatch(now)
+		r.mu.Unlock()
+		return false, r.abandon(c, why, moveReroute)
+	}
 	body := buildBody(c.list, c.bytes)
-	c.intentAt = r.now()
+	c.intentAt = now
 	in := record{Op: opIntent, Chunk: c.id, At: c.intentAt, Org: o.id, OrgLabel: o.label,
 		N: c.n(), Bytes: int64(len(body)), Hash: chunkHash(c.ids, c.hashes), IDs: c.ids, Params: c.hashes}
 	if err := r.j.append(in, true); err != nil {
 		return false, err
 	}
+	c.journaled = true
 	if r.crash("before-create") {
 		return false, errCrash
 	}
@@ -124,14 +134,22 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 		r.keyDead(o, key, &out)
 		return false, r.abandon(c, fmt.Sprintf("create: HTTP %d", out.Status), moveRequeue)
 	case client.Invalid:
-		if out.Status == 404 {
+		switch out.Status {
+		case http.StatusNotFound:
 			// No batches endpoint here (a gateway): the org cannot batch.
 			r.mu.Lock()
 			r.orgDead(o, "create: HTTP 404")
 			r.mu.Unlock()
 			return false, r.abandon(c, "create: HTTP 404", moveRequeue)
+		case http.StatusRequestEntityTooLarge:
+			return false, r.tooLarge(c)
 		}
-		return false, r.abandon(c, fmt.Sprintf("create refused: %v", out.Err), moveReroute)
+		// 400 and any other 4xx: the sync path classifies each request.
+		r.mu.Lock()
+		r.warnOnce(fmt.Sprintf("create-%d", out.Status), "batch: a create was refused; its requests are re-routed to sync (logged once)",
+			"org", o.label, "status", out.Status, "err", out.Err)
+		r.mu.Unlock()
+		return false, r.abandon(c, fmt.Sprintf("create refused: HTTP %d: %v", out.Status, out.Err), moveReroute)
 	}
 	// 5xx, 529, a dropped connection: the batch may exist.
 	r.log.Warn("batch: create failed without a clear answer; looking for the batch before creating it again",
@@ -156,6 +174,23 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 	return false, r.abandon(c, fmt.Sprintf("create failed and no batch appeared: %v", out.Err), moveRequeue)
 }
 
+// tooLarge handles a create refused with 413: the chunk's requests go back
+// to the queue and chunks are cut at most half its body from now on, so
+// the chunk is split in two (and further on another 413); a single request
+// refused is re-routed.
+func (r *Runner) tooLarge(c *chunk) error {
+	if c.n() == 1 {
+		return r.abandon(c, "create: HTTP 413 for one request: larger than the API accepts", moveReroute)
+	}
+	r.mu.Lock()
+	r.byteCap = min(r.byteCap, c.bytes/2)
+	limit := r.byteCap
+	r.mu.Unlock()
+	r.log.Warn("batch: a create was refused as too large (HTTP 413); chunks are cut smaller",
+		"org", c.org.label, "chunk", c.id, "requests", c.n(), "bytes", c.bytes, "max_bytes", limit)
+	return r.abandon(c, "create: HTTP 413", moveRequeue)
+}
+
 // backoff is min(max, min × 2^(n-1)).
 func backoff(lo, hi time.Duration, n int) time.Duration {
 	d := lo
@@ -168,7 +203,7 @@ func backoff(lo, hi time.Duration, n int) time.Duration {
 // recordCreated journals c's batch id.
 func (r *Runner) recordCreated(c *chunk, b *api.MessageBatch, adopted bool) error {
 	now := r.now()
-	c.batch, c.created, c.expires = b.ID, now, b.ExpiresAt
+	c.batch, c.created, c.expires, c.adopted = b.ID, now, b.ExpiresAt, adopted
 	r.mu.Lock()
 	r.claimed[b.ID] = true
 	if adopted {
@@ -218,12 +253,17 @@ func (r *Runner) reconcile(ctx context.Context, c *chunk) (bool, error) {
 				"org", o.label, "chunk", c.id)
 			return false, nil
 		}
-		b, out, err := r.findOrphan(ctx, key, c)
+		b, skewed, out, err := r.findOrphan(ctx, key, c)
 		if b != nil {
 			return true, r.recordCreated(c, b, true)
 		}
 		now := r.now()
 		if err == nil && !now.Before(until) {
+			if skewed != nil {
+				// Nothing after the intent in the whole grace: the one
+				// inside the clock-skew window is ours.
+				return true, r.recordCreated(c, skewed, true)
+			}
 			return false, nil
 		}
 		if err != nil {
@@ -257,11 +297,13 @@ func (r *Runner) reconcile(ctx context.Context, c *chunk) (bool, error) {
 
 // findOrphan pages through the org's batches, newest first, back to the
 // intent time less the skew, and returns the oldest unclaimed batch with
-// c's request count: with one create at a time per org, the first batch
-// created after the intent is the intent's.
-func (r *Runner) findOrphan(ctx context.Context, key *keys.Key, c *chunk) (*api.MessageBatch, client.Outcome, error) {
+// c's request count created at or after the intent (with one create at a
+// time per org, the first batch created after the intent is the intent's),
+// and apart the oldest such batch created in the clock-skew window before
+// the intent: more likely a colleague's than ours, it is adopted only when
+// nothing after the intent shows up within CreateGrace.
+func (r *Runner) findOrphan(ctx context.Context, key *keys.Key, c *chunk) (best, skewed *api.MessageBatch, _ client.Outcome, _ error) {
 	lo := c.intentAt.Add(-r.cfg.ClockSkew)
-	var best *api.MessageBatch
 	after := ""
 	for range listPages {
 		q := url.Values{"limit": {"100"}}
@@ -270,11 +312,11 @@ func (r *Runner) findOrphan(ctx context.Context, key *keys.Key, c *chunk) (*api.
 		}
 		out := r.cfg.Client.Do(ctx, key, "GET", batchesPath+"?"+q.Encode(), nil)
 		if out.Class != client.OK {
-			return nil, out, fmt.Errorf("batch: listing batches: HTTP %d: %v", out.Status, out.Err)
+			return nil, nil, out, fmt.Errorf("batch: listing batches: HTTP %d: %v", out.Status, out.Err)
 		}
 		var p api.Page[api.MessageBatch]
 		if err := json.Unmarshal(out.Body, &p); err != nil {
-			return nil, out, fmt.Errorf("batch: listing batches: %w", err)
+			return nil, nil, out, fmt.Errorf("batch: listing batches: %w", err)
 		}
 		older := false
 		r.mu.Lock()
@@ -284,7 +326,13 @@ func (r *Runner) findOrphan(ctx context.Context, key *keys.Key, c *chunk) (*api.
 				older = true
 				break
 			}
-			if !r.claimed[b.ID] && total(b.RequestCounts) == c.n() {
+			if r.claimed[b.ID] || total(b.RequestCounts) != c.n() {
+				continue
+			}
+			// Newest first: the last match of each kind is the oldest.
+			if b.CreatedAt.Before(c.intentAt) {
+				skewed = b
+			} else {
 				best = b
 			}
 		}
@@ -294,11 +342,12 @@ func (r *Runner) findOrphan(ctx context.Context, key *keys.Key, c *chunk) (*api.
 		}
 		after = *p.LastID
 	}
-	return best, client.Outcome{}, nil
+	return best, skewed, client.Outcome{}, nil
 }
 
 // watch polls c's batch until it ends and returns it; nil when c was given
-// up. It cancels a stuck batch, or any batch past the deadline.
+// up. It cancels a stuck batch, or any batch past its deadline — unless
+// the batch was adopted: that one is given up without a cancel.
 func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error) {
 	o := c.org
 	delay := r.cfg.PollMin
@@ -307,7 +356,7 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 	first := true
 	for {
 		if !first || c.fresh {
-			if err := sleep(ctx, delay); err != nil {
+			if err := sleep(ctx, r.nextWait(c, delay)); err != nil {
 				return nil, err
 			}
 			delay = min(delay*3/2, r.cfg.PollMax)
@@ -383,6 +432,13 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 			case !now.Before(r.deadline(c)):
 				why = "deadline reached"
 			}
+			if why != "" && c.adopted {
+				// Found through the list, so possibly a colleague's batch
+				// with our request count: never cancel it. Its requests
+				// are re-routed now (paid twice if it was ours after all
+				// and ends with answers).
+				return nil, r.giveUp(c, why+" (an adopted batch: not cancelled)", false)
+			}
 			if why != "" {
 				if err := r.escape(ctx, c, key, why); err != nil {
 					return nil, err
@@ -399,16 +455,41 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 	}
 }
 
-// deadline is when c's batch is cancelled if it has not ended.
+// deadline is when c's batch is cancelled if it has not ended: the earlier
+// of Config.Deadline and its expiry + ExpiryGrace.
 func (r *Runner) deadline(c *chunk) time.Time {
-	if !r.cfg.Deadline.IsZero() {
-		return r.cfg.Deadline
-	}
 	exp := c.expires
 	if exp.IsZero() {
 		exp = c.intentAt.Add(api.BatchLifetime)
 	}
-	return exp.Add(r.cfg.ExpiryGrace)
+	d := exp.Add(r.cfg.ExpiryGrace)
+	if !r.cfg.Deadline.IsZero() && r.cfg.Deadline.Before(d) {
+		d = r.cfg.Deadline
+	}
+	return d
+}
+
+// nextWait is the poll wait d, shortened so that the poll after it falls
+// on c's next escape point (stuck, deadline, the end of a cancel wait)
+// rather than up to PollMax after it.
+func (r *Runner) nextWait(c *chunk, d time.Duration) time.Duration {
+	now := r.now()
+	dl := r.deadline(c)
+	points := []time.Time{dl.Add(r.cfg.CancelWait)}
+	if c.cancelAt.IsZero() {
+		points = append(points, dl)
+		if r.cfg.StuckAfter > 0 {
+			points = append(points, c.intentAt.Add(r.cfg.StuckAfter))
+		}
+	} else {
+		points = append(points, c.cancelAt.Add(r.cfg.CancelWait))
+	}
+	for _, t := range points {
+		if t.After(now) && t.Sub(now) < d {
+			d = t.Sub(now)
+		}
+	}
+	return d
 }
 
 // escape cancels c's batch: the intent is fsynced first, so rows the
@@ -493,8 +574,10 @@ const (
 // harvested), and moves its requests: back to the pending queue, or to the
 // sync path.
 func (r *Runner) abandon(c *chunk, why string, move int) error {
-	if err := r.j.append(record{Op: opAbandoned, Chunk: c.id, At: r.now(), Batch: c.batch, Why: why}, true); err != nil {
-		return err
+	if c.journaled {
+		if err := r.j.append(record{Op: opAbandoned, Chunk: c.id, At: r.now(), Batch: c.batch, Why: why}, true); err != nil {
+			return err
+		}
 	}
 	r.mu.Lock()
 	c.closed, c.finished = true, true
@@ -516,7 +599,8 @@ func (r *Runner) abandon(c *chunk, why string, move int) error {
 
 // giveUp ends this run's work on c's batch and re-routes its requests
 // without an outcome. keepOpen leaves the journal entry open, so a resume
-// with a working key can still harvest it.
+// with a working key can still harvest it; its ids not submitted yet are
+// then held back (see Holds), not sent again.
 func (r *Runner) giveUp(c *chunk, why string, keepOpen bool) error {
 	if !keepOpen {
 		if err := r.j.append(record{Op: opAbandoned, Chunk: c.id, At: r.now(), Batch: c.batch, Why: why}, true); err != nil {
@@ -530,6 +614,13 @@ func (r *Runner) giveUp(c *chunk, why string, keepOpen bool) error {
 	r.release(c)
 	r.stats.GivenUp++
 	reroute := r.takeUnhandled(c)
+	if keepOpen {
+		for i, id := range c.ids {
+			if r.recovered[id] == c {
+				r.heldBack[id] = c.hashes[i]
+			}
+		}
+	}
 	r.freeUnattached(c)
 	r.mu.Unlock()
 	r.log.Warn("batch: giving a batch up; its requests are re-routed to sync", "org", c.org.label, "batch", c.batch,

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,16 +45,18 @@ var errFinished = errors.New("batch: finished")
 //
 // Every submitted request gets exactly one callback — Config.OnResult or
 // Config.OnReroute — unless Run stops first (context cancelled, journal
-// failure): then the rest get none and a resume picks them up. Callbacks
-// are serialized (never two at once) and run on the Runner's goroutines or
-// on the goroutine calling Submit; they may block, but must not call Submit.
+// failure): then the rest get none and a resume picks them up. The one
+// exception is a request held back (see Holds): it gets no callback in this
+// run, and a run with a key of its batch's org harvests it. Callbacks are
+// serialized (never two at once) and run on the Runner's goroutines or on
+// the goroutine calling Submit; they may block, but must not call Submit.
 type Runner struct {
 	cfg    Config
 	log    *slog.Logger
 	j      *journal
 	orgs   []*orgState // by label
 	byOrg  map[string]*orgState
-	target int // requests per chunk: min(ChunkSize, WindowPerOrg)
+	target int // requests per chunk: min(ChunkSize, the largest window)
 	maxPen int // Submit blocks while this many requests wait to be cut
 	runID  string
 
@@ -65,6 +68,10 @@ type Runner struct {
 	open        []*chunk              // every chunk of this run
 	durWait     map[string]*chunk     // delivered ids not yet reported durable
 	claimed     map[string]bool       // batch ids the journal knows
+	heldBack    map[string]string     // id → params hash, of open chunks no usable key reaches
+	holds       map[string]bool       // not-done ids of the chunks the journal left open; read-only after New
+	byteCap     int64                 // most body bytes per chunk: MaxChunkBytes, halved by 413s
+	warned      map[string]bool       // warnings logged once
 	outstanding int                   // submitted requests without an outcome
 	inputClosed bool
 	stopped     bool
@@ -76,6 +83,16 @@ type Runner struct {
 
 	kick chan struct{}
 	cbMu sync.Mutex // serializes callbacks
+
+	// Durable ids and unsynced journal records wait here for the Runner's
+	// own goroutine (or Close): the results writer never waits on the
+	// journal, nor does anyone holding mu.
+	bgMu    sync.Mutex
+	bgIDs   []string
+	bgRecs  []record
+	bgKick  chan struct{}
+	flushMu sync.Mutex // one flush at a time
+
 	dead atomic.Bool
 	// ctx ends on an interrupt or a fatal error; pollCtx also when every
 	// request has its outcome (it stops chunks nobody waits for, while a
@@ -96,6 +113,7 @@ type Runner struct {
 type orgState struct {
 	id, label string
 	keys      []*keys.Key
+	window    int // most requests in unended batches
 	inflight  int // requests in unended batches (and unresolved intents)
 	creating  int // chunks whose create is unresolved: at most one is new
 	paused    time.Time
@@ -126,12 +144,14 @@ type chunk struct {
 	list      []*dispatch.Request // new chunks: the requests, in body order
 	bytes     int64
 	recovered bool
+	journaled bool // an intent is in the journal
 
 	// lifecycle (the chunk's goroutine; read by others only after it ends)
 	intentAt time.Time
 	batch    string
 	created  time.Time
 	expires  time.Time
+	adopted  bool // found in the org's list: maybe not sluice's, never cancelled
 	cancelAt time.Time
 	canceled bool // the cancel was accepted
 	fresh    bool // created by this run: the first poll waits
@@ -164,10 +184,13 @@ type parkedRow struct {
 
 // Stats is a snapshot of the batch path.
 type Stats struct {
-	Submitted int64 // requests submitted
+	Submitted int64 // requests accepted by Submit (held ones aside)
 	Results   int64 // OnResult calls
 	Rerouted  int64 // OnReroute calls
 	Pending   int   // requests not yet in a chunk
+	// Held is the requests held back: their journaled batch belongs to an
+	// org no usable key reaches (see Holds).
+	Held int
 	// Batches created, adopted after a crash or an ambiguous create,
 	// ended, cancelled by sluice, and given up (re-routed).
 	Created, Adopted, Ended, Cancelled, GivenUp int64
@@ -186,10 +209,9 @@ func New(cfg Config) (*Runner, error) {
 		byOrg:     map[string]*orgState{},
 		recovered: map[string]*chunk{}, parked: map[string]*parkedRow{},
 		durWait: map[string]*chunk{}, claimed: map[string]bool{},
-		space: make(chan struct{}), kick: make(chan struct{}, 1),
+		heldBack: map[string]string{}, holds: map[string]bool{}, warned: map[string]bool{}, byteCap: cfg.MaxChunkBytes,
+		space: make(chan struct{}), kick: make(chan struct{}, 1), bgKick: make(chan struct{}, 1),
 	}
-	r.target = min(cfg.ChunkSize, cfg.WindowPerOrg)
-	r.maxPen = 2 * r.target
 	for _, k := range cfg.Keys {
 		if dead, _ := k.Dead(); dead {
 			continue
@@ -197,6 +219,12 @@ func New(cfg Config) (*Runner, error) {
 		id := k.Org()
 		if id == "" {
 			return nil, fmt.Errorf("batch: key %s has no organization; run dispatch.Discover first", k)
+		}
+		if strings.HasPrefix(id, ProvisionalOrgPrefix) {
+			// Its real org is unknown: batches created with it could not
+			// be matched to a journal, nor journaled ones reached.
+			r.log.Info("batch: key's organization is unknown; it is not used for batches", "key", k)
+			continue
 		}
 		o := r.byOrg[id]
 		if o == nil {
@@ -207,9 +235,22 @@ func New(cfg Config) (*Runner, error) {
 		o.keys = append(o.keys, k)
 	}
 	if len(r.orgs) == 0 {
-		return nil, fmt.Errorf("batch: %w", dispatch.ErrNoLiveKey)
+		r.log.Warn("batch: no key with a known organization; requests are re-routed to sync and journaled batches held back")
 	}
 	sort.Slice(r.orgs, func(i, j int) bool { return r.orgs[i].label < r.orgs[j].label })
+	widest := 0
+	for _, o := range r.orgs {
+		o.window = cfg.WindowPerOrg
+		if w := cfg.WindowByOrg[o.label]; w > 0 {
+			o.window = w
+		}
+		widest = max(widest, o.window)
+	}
+	r.target = cfg.ChunkSize
+	if widest > 0 {
+		r.target = min(r.target, widest)
+	}
+	r.maxPen = 2 * r.target
 
 	j, order, entries, err := openJournal(cfg.Journal, cfg.NoSync)
 	if err != nil {
@@ -250,14 +291,31 @@ func (r *Runner) recover(id string, e *entry, now time.Time) error {
 		return r.j.append(record{Op: opDropped, Chunk: id, At: now, Why: "every request is done"}, false)
 	}
 	o := r.byOrg[in.Org]
+	if o == nil && e.batch == "" {
+		// The journal never saw the batch created: the chunk is closed and
+		// its requests start afresh. Were the create to have reached the
+		// API after all (a crash right after it), they are paid twice.
+		r.log.Warn("batch: a journaled create on an organization no usable key reaches was never confirmed; its requests are sent again",
+			"chunk", id, "org", in.OrgLabel, "requests", todo)
+		return r.j.append(record{Op: opAbandoned, Chunk: id, At: now,
+			Why: "organization unreachable and no batch recorded"}, true)
+	}
 	if o == nil {
-		r.log.Warn("batch: a journaled batch belongs to an organization none of the keys reaches; its requests will be sent again",
+		// The batch exists and may be running: its requests wait for a
+		// run with a key of its org rather than be paid twice.
+		r.log.Warn("batch: a journaled batch belongs to an organization no usable key reaches; its requests are held back for a run with a key of that organization",
 			"chunk", id, "org", in.OrgLabel, "batch", e.batch, "requests", todo)
+		for i, cid := range in.IDs {
+			if !r.cfg.Done(cid) {
+				r.heldBack[cid] = in.Params[i]
+				r.holds[cid] = true
+			}
+		}
 		return nil
 	}
 	c := &chunk{
 		id: id, org: o, ids: in.IDs, hashes: in.Params, index: make(map[string]int, len(in.IDs)),
-		bytes: in.Bytes, recovered: true,
+		bytes: in.Bytes, recovered: true, journaled: true, adopted: e.adopted,
 		intentAt: in.At, batch: e.batch, created: e.created, expires: e.expires,
 		cancelAt: e.cancelAt, canceled: e.canceled,
 		reqs: map[string]*dispatch.Request{}, handled: map[string]bool{}, stale: map[string]bool{},
@@ -269,6 +327,7 @@ func (r *Runner) recover(id string, e *entry, now time.Time) error {
 			continue
 		}
 		r.recovered[cid] = c
+		r.holds[cid] = true
 		c.unattached++
 	}
 	c.inWindow = true
@@ -282,10 +341,26 @@ func (r *Runner) recover(id string, e *entry, now time.Time) error {
 	return nil
 }
 
+// Holds reports whether customID is a not-done id (Config.Done) of a chunk
+// the journal left open when New ran (an intent not resolved, or a batch
+// not harvested, dropped or abandoned). Such a request must be submitted
+// to this Runner and sent nowhere else in this run, or it may be paid
+// twice: it joins its resumed chunk, gets the row harvested for it, or is
+// held back when no usable key reaches its batch's org (Submit accepts it
+// and gives it no callback). The answer is fixed at New and does not
+// change during the run, so callers asking at different times agree; if
+// the chunk is abandoned before the id is submitted, Submit treats it as a
+// new request. Safe for concurrent use; valid from New on.
+func (r *Runner) Holds(customID string) bool {
+	return r.holds[customID] // written only by New: no lock needed
+}
+
 // Submit hands req to the batch path. It blocks while enough requests wait
 // to be cut into chunks, and returns ErrStopped after CloseInput or once
 // the Runner stopped. A request whose id a resumed chunk carries, with the
-// same params hash, joins that chunk instead of a new one.
+// same params hash, joins that chunk instead of a new one; one whose id is
+// held back (see Holds) with the same params hash is accepted and gets no
+// callback in this run.
 func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
 	size := itemSize(req)
 	r.mu.Lock()
@@ -293,14 +368,18 @@ func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
 		r.mu.Unlock()
 		return ErrStopped
 	}
-	r.outstanding++
-	r.stats.Submitted++
 	id := req.ID
+	if h, ok := r.heldBack[id]; ok && h == req.ParamsHash {
+		r.mu.Unlock()
+		return nil
+	}
+	r.outstanding++
 	if p := r.parked[id]; p != nil {
 		delete(r.parked, id)
 		c := p.c
 		c.parkedN--
 		if p.hash == req.ParamsHash {
+			r.stats.Submitted++
 			c.reqs[id] = req
 			c.waiting++
 			r.mu.Unlock()
@@ -315,6 +394,7 @@ func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
 		delete(r.recovered, id)
 		c.unattached--
 		if c.hashes[c.index[id]] == req.ParamsHash {
+			r.stats.Submitted++
 			c.reqs[id] = req
 			c.waiting++
 			r.mu.Unlock()
@@ -326,13 +406,15 @@ func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
 		c.handled[id] = true
 	}
 	if size+int64(envelope) > r.cfg.MaxChunkBytes {
+		r.stats.Submitted++
 		r.mu.Unlock()
 		r.emitReroute(nil, req, fmt.Sprintf("request of %d bytes is larger than a batch may be", size))
 		return nil
 	}
-	if r.noLiveOrg() {
+	if why := r.noBatch(r.now()); why != "" {
+		r.stats.Submitted++
 		r.mu.Unlock()
-		r.emitReroute(nil, req, "no organization can take batches")
+		r.emitReroute(nil, req, why)
 		return nil
 	}
 	for len(r.pending) >= r.maxPen {
@@ -341,6 +423,7 @@ func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			// Not submitted: it counts nowhere.
 			r.mu.Lock()
 			r.outstanding--
 			r.mu.Unlock()
@@ -354,6 +437,7 @@ func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
 			return ErrStopped
 		}
 	}
+	r.stats.Submitted++
 	r.pending = append(r.pending, req)
 	r.sizes = append(r.sizes, size)
 	r.mu.Unlock()
@@ -385,25 +469,95 @@ func (r *Runner) CloseInput() {
 // Durable reports that the results of ids are on disk (results.Options
 // OnDurable). Once every row a batch delivered is durable, the journal
 // records it harvested and a resume will not download it again. Ids the
-// batch path did not deliver are ignored; it never blocks on I/O beyond one
-// unsynced journal write.
+// batch path did not deliver are ignored. It never waits on the journal:
+// the ids are queued for the Runner's own goroutine (or Close).
 func (r *Runner) Durable(ids []string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, id := range ids {
-		c := r.durWait[id]
-		if c == nil {
-			continue
-		}
-		delete(r.durWait, id)
-		c.awaiting--
-		r.maybeClose(c)
+	if len(ids) == 0 {
+		return
+	}
+	r.bgMu.Lock()
+	r.bgIDs = append(r.bgIDs, ids...)
+	r.bgMu.Unlock()
+	r.bgPoke()
+}
+
+// queueRecord queues an unsynced journal record for the background
+// writer, so that nobody holding mu waits on the journal. Any lock may be
+// held.
+func (r *Runner) queueRecord(rec record) {
+	r.bgMu.Lock()
+	r.bgRecs = append(r.bgRecs, rec)
+	r.bgMu.Unlock()
+	r.bgPoke()
+}
+
+func (r *Runner) bgPoke() {
+	select {
+	case r.bgKick <- struct{}{}:
+	default:
 	}
 }
 
-// Close closes the journal. Call it after Run has returned and after the
-// last Durable call.
-func (r *Runner) Close() error { return r.j.close() }
+// background flushes whenever Durable or queueRecord queued work, until
+// stop is closed; then it flushes once more and closes done.
+func (r *Runner) background(stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	for {
+		select {
+		case <-r.bgKick:
+			r.flush()
+		case <-stop:
+			r.flush()
+			return
+		}
+	}
+}
+
+// flush applies the queued durable ids and writes the queued records.
+func (r *Runner) flush() {
+	r.flushMu.Lock()
+	defer r.flushMu.Unlock()
+	for {
+		r.bgMu.Lock()
+		ids := r.bgIDs
+		r.bgIDs = nil
+		r.bgMu.Unlock()
+		if len(ids) > 0 {
+			r.mu.Lock()
+			for _, id := range ids {
+				c := r.durWait[id]
+				if c == nil {
+					continue
+				}
+				delete(r.durWait, id)
+				c.awaiting--
+				r.maybeClose(c)
+			}
+			r.mu.Unlock()
+		}
+		r.bgMu.Lock()
+		recs := r.bgRecs
+		r.bgRecs = nil
+		r.bgMu.Unlock()
+		for _, rec := range recs {
+			// Not synced: a lost harvested or dropped record costs one
+			// more download on resume, whose rows of done ids are skipped.
+			if err := r.j.append(rec, false); err != nil && !errors.Is(err, errCrash) {
+				r.log.Warn("batch: journal", "err", err)
+			}
+		}
+		if len(ids) == 0 && len(recs) == 0 {
+			return
+		}
+	}
+}
+
+// Close applies the Durable calls still queued and closes the journal.
+// Call it after Run has returned and after the last Durable call.
+func (r *Runner) Close() error {
+	r.flush()
+	return r.j.close()
+}
 
 // Stats returns a snapshot.
 func (r *Runner) Stats() Stats {
@@ -411,6 +565,7 @@ func (r *Runner) Stats() Stats {
 	defer r.mu.Unlock()
 	s := r.stats
 	s.Pending = len(r.pending)
+	s.Held = len(r.heldBack)
 	s.InFlight = map[string]int{}
 	for _, o := range r.orgs {
 		s.InFlight[o.label] = o.inflight
@@ -435,6 +590,12 @@ func (r *Runner) Run(ctx context.Context) error {
 		r.launch(c)
 	}
 	r.mu.Unlock()
+	bgStop, bgDone := make(chan struct{}), make(chan struct{})
+	go r.background(bgStop, bgDone)
+	defer func() {
+		close(bgStop)
+		<-bgDone
+	}()
 
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
@@ -445,14 +606,14 @@ func (r *Runner) Run(ctx context.Context) error {
 			r.mu.Unlock()
 			break
 		}
-		launch, reroute, wake := r.schedule(r.cfg.Now())
+		launch, reroute, why, wake := r.schedule(r.cfg.Now())
 		for _, c := range launch {
 			r.launch(c)
 		}
 		done := r.inputClosed && r.outstanding == 0
 		r.mu.Unlock()
 		for _, req := range reroute {
-			r.emitReroute(nil, req, "no organization can take batches, or the deadline has passed")
+			r.emitReroute(nil, req, why)
 		}
 		if len(reroute) > 0 {
 			continue
@@ -550,9 +711,9 @@ func (r *Runner) poke() {
 
 // schedule cuts chunks from the pending requests onto the orgs with the
 // most free window, and returns the chunks to launch, the requests to
-// re-route when no org is left or Config.Deadline has passed, and when to
-// look again. Requires r.mu.
-func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*dispatch.Request, wake time.Time) {
+// re-route (no org left, HarvestOnly, or too close to Config.Deadline) and
+// why, and when to look again. Requires r.mu.
+func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*dispatch.Request, why string, wake time.Time) {
 	shrank := false
 	defer func() {
 		if shrank {
@@ -561,13 +722,13 @@ func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*dispatch.R
 		}
 	}()
 	for len(r.pending) > 0 {
-		if r.noLiveOrg() || (!r.cfg.Deadline.IsZero() && !now.Before(r.cfg.Deadline)) {
+		if why := r.noBatch(now); why != "" {
 			reroute = r.pending
 			r.pending, r.sizes = nil, nil
 			shrank = true
-			return nil, reroute, time.Time{}
+			return nil, reroute, why, time.Time{}
 		}
-		n, body := fit(r.pending, r.sizes, r.target, r.cfg.MaxChunkBytes)
+		n, body := fit(r.pending, r.sizes, r.target, r.byteCap)
 		if n == len(r.pending) && n < r.target && !r.inputClosed {
 			break // wait for a full chunk
 		}
@@ -581,7 +742,47 @@ func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*dispatch.R
 		launch = append(launch, r.cut(n, body, o))
 		shrank = true
 	}
-	return launch, nil, wake
+	// Requests still waiting are re-routed when creates stop.
+	if co := r.cutoff(); len(r.pending) > 0 && !co.IsZero() && (wake.IsZero() || co.Before(wake)) {
+		wake = co
+	}
+	return launch, nil, "", wake
+}
+
+// cutoff is when creating batches stops: Config.Deadline less the
+// predicted turnaround of one batch. Zero without a deadline.
+func (r *Runner) cutoff() time.Time {
+	if r.cfg.Deadline.IsZero() {
+		return time.Time{}
+	}
+	return r.cfg.Deadline.Add(-max(r.cfg.Turnaround, 0))
+}
+
+// noBatch says why a request cannot go into a new batch now, or "".
+// Requires r.mu.
+func (r *Runner) noBatch(now time.Time) string {
+	switch {
+	case r.cfg.HarvestOnly:
+		return "this run only finishes journaled batches"
+	case r.noLiveOrg():
+		return "no organization can take batches"
+	}
+	if co := r.cutoff(); !co.IsZero() && !now.Before(co) {
+		if r.cfg.Turnaround > 0 {
+			return fmt.Sprintf("a batch created now would not end by the deadline (turnaround %v)", r.cfg.Turnaround)
+		}
+		return "the deadline has passed"
+	}
+	return ""
+}
+
+// warnOnce logs a warning the first time its key is seen. Requires r.mu.
+func (r *Runner) warnOnce(key, msg string, args ...any) {
+	if r.warned[key] {
+		return
+	}
+	r.warned[key] = true
+	r.log.Warn(msg, args...)
 }
 
 // pickOrg returns the live org with the most free window that can take n
@@ -591,7 +792,7 @@ func (r *Runner) pickOrg(n int, now time.Time) (*orgState, time.Time) {
 	var best *orgState
 	var wake time.Time
 	for _, o := range r.orgs {
-		if o.dead || o.creating > 0 || r.cfg.WindowPerOrg-o.inflight < n {
+		if o.dead || o.creating > 0 || o.window-o.inflight < n {
 			continue
 		}
 		if o.key() == nil {
@@ -683,18 +884,15 @@ func (r *Runner) maybeClose(c *chunk) {
 		return
 	}
 	if c.finished && !c.harvested && c.batch == "" && !c.recovered {
-		return // never journaled
+		return // never journaled, or an intent a resume must reconcile
 	}
 	c.closed = true
 	op, why := opHarvested, ""
 	if !c.harvested {
 		op, why = opDropped, "no request of the chunk is wanted any more"
 	}
-	// Not synced: a lost harvested record costs one more download on
-	// resume, whose rows of done ids are skipped.
-	if err := r.j.append(record{Op: op, Chunk: c.id, At: r.cfg.Now(), Batch: c.batch, Why: why}, false); err != nil && !errors.Is(err, errCrash) {
-		r.log.Warn("batch: journal", "err", err)
-	}
+	// Written by the background writer, unsynced: see flush.
+	r.queueRecord(record{Op: op, Chunk: c.id, At: r.cfg.Now(), Batch: c.batch, Why: why})
 }
 
 // requeue puts c's attached requests without an outcome back at the front

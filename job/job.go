@@ -29,6 +29,7 @@ import (
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/results"
 )
 
@@ -91,9 +92,37 @@ type Routing struct {
 	// StuckAfter, Deadline, poll intervals. Client, Keys, Journal and the
 	// callbacks are set by Run.
 	Batch batch.Config
+	// SyncOrgs, if set, restricts the sync route to these organizations,
+	// named by the label of their first key (a small job needs fewer).
+	SyncOrgs []string
 	// Why explains the choice; Predicted is the planner's wall-clock.
 	Why       string
 	Predicted time.Duration
+}
+
+// keysOfOrgs keeps the keys of the organizations named (by the label of
+// their first key) in orgs; with none matched it keeps them all.
+func keysOfOrgs(ks []*keys.Key, orgs []string) []*keys.Key {
+	want := map[string]bool{}
+	for _, o := range orgs {
+		want[o] = true
+	}
+	label := map[string]string{} // org id → label of its first key
+	for _, k := range ks {
+		if _, ok := label[k.Org()]; !ok {
+			label[k.Org()] = k.Label()
+		}
+	}
+	var out []*keys.Key
+	for _, k := range ks {
+		if want[label[k.Org()]] {
+			out = append(out, k)
+		}
+	}
+	if len(out) == 0 {
+		return ks
+	}
+	return out
 }
 
 // toBatch reports whether the request with this id goes to batch.
@@ -252,8 +281,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.Keys = keyReports(disc)
 	}
 
-	// 5. Dispatch.
-	d, err := dispatch.New(o.Dispatch)
+	// 5. Route: sync, batch, or a split, decided once the input's shape
+	// is known; then the dispatcher on the organizations the route uses.
+	routing := Routing{Route: RouteSync}
+	if o.Plan != nil {
+		if routing, err = o.Plan(plan.summary, todo); err != nil {
+			w.Close()
+			return nil, err
+		}
+	}
+	rep.Route, rep.RouteWhy, rep.PredictedSeconds = routing.Route, routing.Why, routing.Predicted.Seconds()
+	dc := o.Dispatch
+	if len(routing.SyncOrgs) > 0 {
+		dc.Keys = keysOfOrgs(dc.Keys, routing.SyncOrgs)
+	}
+	d, err := dispatch.New(dc)
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -292,22 +334,23 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	served := make(chan error, 1)
 	go func() { served <- d.Serve(serveCtx) }()
 
-	// 5b. Route: sync, batch, or a split, decided once the input's shape
-	// is known.
-	routing := Routing{Route: RouteSync}
-	if o.Plan != nil {
-		if routing, err = o.Plan(plan.summary, todo); err != nil {
-			stopServe()
-			<-served
-			w.Close()
-			return nil, err
-		}
-	}
-	rep.Route, rep.RouteWhy, rep.PredictedSeconds = routing.Route, routing.Why, routing.Predicted.Seconds()
+	// 5b. The batch path: for a batch or split route, and on any route
+	// when the journal holds batches a previous run left open — their
+	// requests must be answered by those batches, or they are paid twice.
 	var br *batch.Runner
 	batchDone := make(chan error, 1)
-	if routing.Route != RouteSync {
+	openJournal, err := batch.HasJournal(o.Output + ".batch-journal")
+	if err != nil {
+		stopServe()
+		<-served
+		w.Close()
+		return nil, err
+	}
+	if routing.Route != RouteSync || openJournal {
 		bc := routing.Batch
+		// On a sync route the runner only finishes what the journal left
+		// open: no new batch.
+		bc.HarvestOnly = routing.Route == RouteSync
 		bc.Client, bc.Keys, bc.NoSync, bc.Logger = o.Dispatch.Client, o.Dispatch.Keys, o.SyncOff, o.Logger
 		bc.Journal = o.Output + ".batch-journal"
 		// st.Done holds the kept rows only: rows being driven again were
@@ -318,6 +361,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rec.Sluice.Route, rec.Sluice.BatchID = RouteBatch, r.BatchID
 			if r.Class == api.ClassOK {
 				ledger.Add(r.Org, r.Request.Model, r.Usage, true)
+				if o.MaxCost > 0 && ledger.Total() >= o.MaxCost {
+					halt(fmt.Sprintf("--max-cost $%.2f reached", o.MaxCost))
+				}
 			}
 			if err := w.Write(rec); err != nil && writeErr.CompareAndSwap(nil, err) {
 				halt("writing results failed")
@@ -337,19 +383,34 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		go func() { batchDone <- br.Run(feedCtx) }()
 	}
 
-	var feedErr, batchErr error
+	// Two feeders, each its own pass over the input, so a full batch
+	// window never holds up the sync side, nor sync back-pressure the
+	// batch side.
+	toBatch := func(id string) bool { return br != nil && (br.Holds(id) || routing.toBatch(id)) }
+	var feedErr, batchFeedErr, batchErr error
 	var fed sync.WaitGroup
 	fed.Go(func() {
 		// The dispatcher stays open until the batch path has finished:
 		// it re-routes requests to it until then.
 		defer d.Close()
-		feedErr = feed(feedCtx, o, d, br, routing, w, st, drop, record)
+		var bf sync.WaitGroup
 		if br != nil {
-			br.CloseInput()
+			bf.Go(func() {
+				batchFeedErr = feed(feedCtx, o, st, drop, toBatch, func(req *dispatch.Request) error { return br.Submit(feedCtx, req) }, nil)
+				br.CloseInput()
+			})
+		}
+		feedErr = feed(feedCtx, o, st, drop, func(id string) bool { return !toBatch(id) },
+			func(req *dispatch.Request) error { return d.Submit(feedCtx, req, record) }, w)
+		bf.Wait()
+		if br != nil {
 			batchErr = <-batchDone
 			if errors.Is(batchErr, batch.ErrJournal) {
 				halt("the batch journal failed")
 			}
+		}
+		if feedErr == nil {
+			feedErr = batchFeedErr
 		}
 	})
 
@@ -495,9 +556,11 @@ func survey(ctx context.Context, o Options, st *results.State) (*plan, error) {
 	return p, nil
 }
 
-// feed streams the input again, submitting what is not done yet.
-func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, br *batch.Runner, routing Routing, w *results.Writer, st *results.State,
-	drop func(string, results.Entry) bool, record func(dispatch.Result)) error {
+// feed streams the input, submitting the requests mine selects that are
+// not done. With w set it also records invalid lines (--skip-invalid):
+// exactly one feeder of a run does that.
+func feed(ctx context.Context, o Options, st *results.State, drop func(string, results.Entry) bool,
+	mine func(id string) bool, submit func(*dispatch.Request) error, w *results.Writer) error {
 	f, err := os.Open(o.Input)
 	if err != nil {
 		return fmt.Errorf("job: %w", err)
@@ -520,7 +583,7 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, br *batch.Runn
 			// Only reached with SkipInvalid: survey refused otherwise.
 			le, _ := errors.AsType[jsonl.LineError](verr)
 			id := recordableInvalid(le)
-			if id == "" {
+			if id == "" || w == nil {
 				continue
 			}
 			if e, done := st.Done[id]; done && !drop(id, e) {
@@ -531,20 +594,14 @@ func feed(ctx context.Context, o Options, d *dispatch.Dispatcher, br *batch.Runn
 			}
 			continue
 		}
-		if e, done := st.Done[info.CustomID]; done && !drop(info.CustomID, e) {
+		if e, done := st.Done[info.CustomID]; (done && !drop(info.CustomID, e)) || !mine(info.CustomID) {
 			continue
 		}
 		req := &dispatch.Request{
 			ID: info.CustomID, Params: info.Params, Model: info.Model,
 			MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens, ParamsHash: info.ParamsHash,
 		}
-		if br != nil && routing.toBatch(req.ID) {
-			if err := br.Submit(ctx, req); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := d.Submit(ctx, req, record); err != nil {
+		if err := submit(req); err != nil {
 			return err
 		}
 	}

@@ -520,3 +520,33 @@ func TestBatchInterruptThenResume(t *testing.T) {
 		t.Fatalf("%d batches created in all (%d before the resume); want 10: none twice", n, before)
 	}
 }
+
+// TestResumeOnAnotherRoute: a run interrupted with batches in flight and
+// resumed on the sync route lets those batches answer their requests
+// instead of paying for them again on sync.
+func TestResumeOnAnotherRoute(t *testing.T) {
+	e := newEnv(t, 1000, func(c *sim.Config) { c.TimeScale = 500 })
+	o := e.options()
+	o.Plan = batchRouting(1)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() {
+		for {
+			if b, _ := os.ReadFile(e.out); bytes.Count(b, []byte("\n")) >= 200 {
+				cancel()
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	if _, err := job.Run(ctx, o); !errors.Is(err, job.ErrInterrupted) {
+		t.Fatalf("err = %v", err)
+	}
+	o = e.options() // no Plan: the sync route
+	if _, err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
+	if b := e.sim.Stats().Bodies; b.AnsweredMoreThanOnce != 0 {
+		t.Fatalf("requests paid twice after a change of route: %+v", b)
+	}
+}

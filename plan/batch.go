@@ -65,13 +65,23 @@ type BatchRun struct {
 }
 
 // WindowRequests is the most requests in flight on any one organization,
-// Window · Chunk: the batch path's per-organization window in requests.
+// Window · Chunk.
 func (r BatchRun) WindowRequests() int {
 	w := 0
 	for _, o := range r.Orgs {
 		w = max(w, o.Window*r.Chunk)
 	}
 	return w
+}
+
+// WindowByOrg is each organization's window in requests (Window · Chunk),
+// by organization name: each stays under that organization's queue cap.
+func (r BatchRun) WindowByOrg() map[string]int {
+	m := make(map[string]int, len(r.Orgs))
+	for _, o := range r.Orgs {
+		m[o.Org] = o.Window * r.Chunk
+	}
+	return m
 }
 
 // BatchOrg is one organization's share of a batch run.
@@ -206,6 +216,9 @@ func (in batchInput) binding() string {
 	for o, org := range in.orgs {
 		if s := org.model.StarveAbove; s > 0 && in.chunk > s {
 			return BindStarvation
+		}
+		if len(in.sizes[o]) == 0 {
+			continue // this org got no batch
 		}
 		reqs := 0
 		for _, s := range in.sizes[o] {

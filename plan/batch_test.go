@@ -214,3 +214,13 @@ func TestWindowKeepsQueueBusy(t *testing.T) {
 		t.Errorf("stuck after %v, want 3 × a batch's ~10 min", d.StuckAfter)
 	}
 }
+
+// TestOrgWithoutChunk: an organization that gets no batch must not break
+// the model (it used to index its empty size list).
+func TestOrgWithoutChunk(t *testing.T) {
+	fast := plan.BatchModel{AdmissionBase: time.Minute, AdmissionPerRequest: 300 * time.Millisecond, ProcessingRate: 50, Expiry: 24 * time.Hour}
+	w := plan.NewWorld("two", plan.Org{Name: "fast", Batch: &fast}, plan.Org{Name: "slow"})
+	if _, err := plan.Decide(w, plan.JudgeJob(1000, "claude-sonnet-4-5"), plan.Options{Priority: plan.PreferCost}); err != nil {
+		t.Fatal(err)
+	}
+}

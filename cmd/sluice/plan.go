@@ -99,7 +99,7 @@ measured from a requests file (--input). Nothing is sent to the API.`,
 	fl.Float64Var(&f.out, "out", 0, "mean output tokens per request (default: the world's answer model at --max-tokens)")
 	fl.IntVar(&f.maxTokens, "max-tokens", 0, fmt.Sprintf("max_tokens per request (default %d, or measured from --input)", plan.JudgeMaxTokens))
 	fl.StringVar(&f.input, "input", "", "requests file (Message Batches JSONL) to measure N, model and token shape from")
-	fl.StringVar(&f.prefer, "prefer", string(plan.PreferBalanced), "priority: latency, cost or balanced")
+	fl.StringVar(&f.prefer, "prefer", string(plan.PreferLatency), "priority: latency, cost or balanced (the default, as for sluice run)")
 	fl.DurationVar(&f.deadline, "deadline", 0, "rule out routes predicted to take longer (e.g. 6h)")
 	fl.Float64Var(&f.valueOfTime, "value-of-time", plan.DefaultValueOfTime, "USD per hour of wall-clock, for --prefer balanced")
 	fl.IntVar(&f.chunk, "chunk", 0, "force the requests per batch (default: the planner's rule)")

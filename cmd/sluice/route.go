@@ -60,25 +60,39 @@ func (f routeFlags) router(ks []*keys.Key, world *plan.World, log *slog.Logger) 
 			log.Warn("plan: " + warn)
 		}
 		r := job.Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid}
+		if d.Route == plan.RouteSync {
+			r.SyncOrgs = d.Orgs // a small job needs fewer organizations
+		}
 		if f.route == "batch" {
 			r.Route, r.Why = job.RouteBatch, "--route batch"
+			r.Predicted = d.BatchWall.Mid
 			if d.Batch == nil || d.Route != plan.RouteBatch {
 				// The planner would not send it all to batch; size the
-				// chunks and the window as it would.
-				br, err := w.SimulateBatch(pending, 0, 0)
-				if err == nil {
-					d.Batch = &br
+				// chunks and the window as it would, or as asked.
+				br, err := w.SimulateBatch(pending, f.chunk, f.window)
+				if err != nil {
+					return job.Routing{}, err
 				}
+				d.Batch = &br
 			}
-			r.Predicted = 0
 		}
 		if pending > 0 && r.Route == job.RouteSplit {
 			r.BatchShare = float64(d.BatchN) / float64(pending)
 		}
 		if r.Route != job.RouteSync {
-			bc := batch.Config{StuckAfter: d.StuckAfter}
+			// The planner's stuck threshold, floored: against the real API
+			// a healthy batch may take far longer than its prediction, and a
+			// needless escape re-drives it at full price.
+			bc := batch.Config{StuckAfter: max(d.StuckAfter, batch.MinStuckAfter)}
 			if d.Batch != nil {
-				bc.ChunkSize, bc.WindowPerOrg = d.Batch.Chunk, d.Batch.WindowRequests()
+				bc.ChunkSize, bc.WindowByOrg, bc.Turnaround = d.Batch.Chunk, d.Batch.WindowByOrg(), d.Batch.MaxTurnaround
+				// The smallest, so an org the plan did not size stays
+				// under every org's queue cap.
+				for _, n := range bc.WindowByOrg {
+					if bc.WindowPerOrg == 0 || n < bc.WindowPerOrg {
+						bc.WindowPerOrg = n
+					}
+				}
 			}
 			if f.stuckAfter != 0 {
 				bc.StuckAfter = f.stuckAfter
