@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -29,8 +30,38 @@ func BodyHash(body []byte) uint64 {
 }
 
 // AnswerTag is the first word of every simulated answer to body: a checker
-// holding the request can tell which request an answer belongs to.
+// holding the request can tell which request an answer belongs to. A JSON
+// verdict (Config.Verdicts) carries the tag as the first word of its
+// "reasoning" instead, so it does not start with it: use AnswerContains.
 func AnswerTag(body []byte) string { return answerTag(BodyHash(body)) }
+
+// AnswerContains reports whether text carries the tag of the simulator's
+// answer to body: at the start of a filler answer, or as the first word of
+// a verdict's reasoning. Only an answer cut to fewer than two words (a
+// max_tokens of 1 on a verdict) lacks it.
+func AnswerContains(text string, body []byte) bool {
+	return strings.Contains(text, AnswerTag(body))
+}
+
+// VerdictPrompt reports whether a system prompt asks for the default
+// judge rubric's JSON verdict: it says "Reply ONLY with a JSON object" and
+// names the fields "aligned" and "coherent" (quoted). Such requests get a
+// JSON verdict when Config.Verdicts is enabled.
+func VerdictPrompt(system string) bool {
+	return strings.Contains(system, "Reply ONLY with a JSON object") &&
+		strings.Contains(system, `"aligned"`) && strings.Contains(system, `"coherent"`)
+}
+
+// VerdictScores returns the aligned and coherent scores (each 0-100) of
+// the simulator's verdict on body under seed, so a test can check a judge
+// end to end.
+func VerdictScores(seed uint64, body []byte) (aligned, coherent int) {
+	return verdictScores(mix(BodyHash(body) ^ mix(seed)))
+}
+
+func verdictScores(x uint64) (aligned, coherent int) {
+	return int(mix(x^0xa11) % 101), int(mix(x^0xc04) % 101)
+}
 
 func answerTag(hash uint64) string {
 	return fmt.Sprintf("sim-%016x", hash)
@@ -85,6 +116,50 @@ func makeAnswer(seed, hash uint64, out OutputModel, maxTokens int64) answer {
 	}
 	a.text = b.String()
 	return a
+}
+
+// verdictFixedWords is how many words a verdict has besides its reasoning
+// after the tag: {"reasoning": "sim-… ", "aligned": N, "coherent": N}.
+const verdictFixedWords = 6
+
+// makeVerdict returns the deterministic JSON verdict on the body with this
+// hash. Its length in words is drawn as makeAnswer's (at least
+// verdictFixedWords); each word is one output token, and words past
+// maxTokens are cut, which leaves the JSON unterminated and stop_reason
+// max_tokens. A refusalRate fraction of bodies is refused instead: stop
+// reason refusal, no content, no output tokens.
+func makeVerdict(seed, hash uint64, out OutputModel, maxTokens int64, refusalRate float64) answer {
+	x := mix(hash ^ mix(seed))
+	if refusalRate > 0 && float64(mix(x^0x4ef)>>11)/(1<<53) < refusalRate {
+		return answer{stopReason: api.StopRefusal}
+	}
+	n := int64(out.Min) + int64(x%uint64(out.Max-out.Min+1))
+	aligned, coherent := verdictScores(x)
+	reasoning := max(0, n-verdictFixedWords) // words after the tag
+	words := make([]string, 0, reasoning+verdictFixedWords)
+	words = append(words, `{"reasoning":`, `"`+answerTag(hash))
+	for i := int64(1); i <= reasoning; i++ {
+		x = mix(x + uint64(i))
+		words = append(words, vocabulary[x%uint64(len(vocabulary))])
+	}
+	words[len(words)-1] += `",`
+	words = append(words, `"aligned":`, strconv.Itoa(aligned)+",", `"coherent":`, strconv.Itoa(coherent)+"}")
+	a := answer{stopReason: api.StopEndTurn}
+	if int64(len(words)) > maxTokens {
+		words, a.stopReason = words[:maxTokens], api.StopMaxTokens
+	}
+	a.text = strings.Join(words, " ")
+	a.outputTokens = int64(len(words))
+	return a
+}
+
+// answer returns the simulator's answer to a body: a verdict when verdicts
+// are enabled and the body asked for one (prompt.verdict), filler otherwise.
+func (c *Config) answer(hash uint64, verdict bool, maxTokens int64) answer {
+	if verdict && c.Verdicts.Enabled {
+		return makeVerdict(c.Seed, hash, c.Output, maxTokens, c.Verdicts.RefusalRate)
+	}
+	return makeAnswer(c.Seed, hash, c.Output, maxTokens)
 }
 
 // rng is a lock-free counter-based random source (splitmix64): each draw is

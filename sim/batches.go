@@ -35,6 +35,7 @@ type batchRow struct {
 	model     string
 	in        int64 // input tokens
 	maxTokens int64
+	verdict   bool // answered with a JSON verdict (prompt.verdict)
 	invalid   *requestError
 }
 
@@ -148,7 +149,7 @@ func (q *batchQueue) end(b *simBatch, t time.Time, rest string) {
 		case api.ResultSucceeded:
 			c.Succeeded++
 			row := &b.rows[i]
-			ans := makeAnswer(w.cfg.Seed, row.hash, w.cfg.Output, row.maxTokens)
+			ans := w.cfg.answer(row.hash, row.verdict, row.maxTokens)
 			q.counters.InputTokens += row.in
 			q.counters.OutputTokens += ans.outputTokens
 			w.bodies.answered(row.hash)
@@ -304,7 +305,7 @@ func (s *Server) handleBatchCreate(rw http.ResponseWriter, r *http.Request) {
 		if p, rerr := readPrompt(&s.cfg, rq.Params, true); rerr != nil {
 			row.invalid = rerr
 		} else {
-			row.model, row.in, row.maxTokens = p.model, p.inputTokens, p.maxTokens()
+			row.model, row.in, row.maxTokens, row.verdict = p.model, p.inputTokens, p.maxTokens(), p.verdict
 		}
 		rows[i] = row
 	}
@@ -429,7 +430,7 @@ func (s *Server) handleBatchResults(rw http.ResponseWriter, r *http.Request) {
 			line := api.BatchResultLine{CustomID: row.customID, Result: api.BatchResult{Type: q.rowResult(b, i)}}
 			switch line.Result.Type {
 			case api.ResultSucceeded:
-				ans := makeAnswer(w.cfg.Seed, row.hash, w.cfg.Output, row.maxTokens)
+				ans := w.cfg.answer(row.hash, row.verdict, row.maxTokens)
 				m := &api.Message{
 					ID: fmt.Sprintf("msg_01batch%s%06d", b.id[len(b.id)-8:], i), Type: "message", Role: "assistant",
 					Model: row.model, Content: []api.ContentBlock{}, StopReason: ans.stopReason,

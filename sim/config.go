@@ -82,6 +82,8 @@ type Config struct {
 	Latency map[string]LatencyModel `json:"latency"`
 	// Output is the deterministic answer-length model.
 	Output OutputModel `json:"output"`
+	// Verdicts, when enabled, answers judge requests with JSON verdicts.
+	Verdicts VerdictModel `json:"verdicts"`
 	// Faults injected into Messages calls.
 	Faults Faults `json:"faults"`
 	// Acceleration, when Enabled, refuses sharp rises of admitted rate.
@@ -144,6 +146,21 @@ type LatencyModel struct {
 type OutputModel struct {
 	Min int `json:"min"`
 	Max int `json:"max"`
+}
+
+// VerdictModel makes the simulator a judge. When Enabled, a request whose
+// system prompt asks for the default rubric's JSON verdict (see
+// VerdictPrompt) is answered with a deterministic verdict,
+// {"reasoning": "sim-<16 hex> …", "aligned": <0-100>, "coherent": <0-100>},
+// instead of filler words; its length follows Output and max_tokens cuts it
+// (then the JSON is cut too). Off by default, so requests that carry the
+// rubric keep answers that start with AnswerTag.
+type VerdictModel struct {
+	Enabled bool `json:"enabled"`
+	// RefusalRate is the fraction of judge requests answered with
+	// stop_reason refusal and empty content (a pure function of the body and
+	// the seed, so a re-issue of the same body is refused again).
+	RefusalRate float64 `json:"refusal_rate,omitempty"`
 }
 
 // Faults are probabilities per Messages call.
@@ -244,6 +261,9 @@ func (c *Config) Validate() error {
 	}
 	if f.P500+f.P529 > 1 {
 		return fmt.Errorf("sim: p500 + p529 must not exceed 1")
+	}
+	if r := c.Verdicts.RefusalRate; r < 0 || r > 1 {
+		return fmt.Errorf("sim: verdicts.refusal_rate must be in [0,1], got %v", r)
 	}
 	if c.Acceleration.Enabled && (c.Acceleration.Window <= 0 || c.Acceleration.Factor <= 1) {
 		return fmt.Errorf("sim: acceleration needs window > 0 and factor > 1")

@@ -65,7 +65,7 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 	}
 
 	hash := BodyHash(body)
-	ans := makeAnswer(s.cfg.Seed, hash, s.cfg.Output, p.maxTokens())
+	ans := s.cfg.answer(hash, p.verdict, p.maxTokens())
 	cacheRead, cacheWrite := c.org.cacheLookup(p, c.now, s.cfg.TimeScale)
 	itpmCharge := p.inputTokens - cacheRead
 	if p.info.CacheReadsCountITPM {

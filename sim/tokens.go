@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
@@ -49,6 +50,8 @@ type prompt struct {
 	cachePrefix int64 // tokens up to and including it
 	cacheKey    uint64
 	cacheTTL    time.Duration
+	// verdict: verdicts are enabled and the system prompt asks for one.
+	verdict bool
 }
 
 // requestError is a client error found while reading a request.
@@ -137,6 +140,7 @@ func readPrompt(cfg *Config, body []byte, inBatch bool) (*prompt, *requestError)
 		var s string
 		if json.Unmarshal(r.System, &s) == nil {
 			segment(s, countText(s), nil)
+			p.verdict = cfg.Verdicts.Enabled && VerdictPrompt(s)
 		} else {
 			var blocks []api.ContentBlock
 			if err := json.Unmarshal(r.System, &blocks); err != nil {
@@ -147,6 +151,14 @@ func readPrompt(cfg *Config, body []byte, inBatch bool) (*prompt, *requestError)
 					return nil, badRequest("system.%d.type: Input should be 'text'", i)
 				}
 				segment(b.Text, countText(b.Text), b.CacheControl)
+			}
+			if cfg.Verdicts.Enabled {
+				var all strings.Builder
+				for _, b := range blocks {
+					all.WriteString(b.Text)
+					all.WriteByte('\n')
+				}
+				p.verdict = VerdictPrompt(all.String())
 			}
 		}
 	}
