@@ -215,10 +215,18 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	r.send = sendTime(ms, n, 1, false)
 	low := sendTime(ms, n, 1, true)
 	high := sendTime(ms, n, highEfficiency(w), false)
+	// The job ends with its slowest answer (tail.go): the central value
+	// adds the expected overshoot of the last end past the last send, the
+	// high end its 90th percentile after the slower sending.
+	wave := 0 // requests sent at 0, before any answer
+	for _, m := range ms {
+		wave += int(m.s)
+	}
+	over, over90 := w.tail(lat, j.MaxTokens, n, wave, r.send)
 	r.wall = Range{
 		Low:  seconds(low + lat.median(j.MeanOutput)),
-		Mid:  seconds(r.send + lat.mean(j.MeanOutput)),
-		High: seconds(high + lat.quantile(j.MeanOutput, p99)),
+		Mid:  seconds(r.send + over),
+		High: seconds(high + math.Max(over90, lat.quantile(j.MeanOutput, p99))),
 	}
 	first := 0
 	votes := map[string]float64{}
