@@ -137,6 +137,9 @@ type Decision struct {
 	// world's order; SyncRate is their steady rate in requests per second.
 	Lanes    []Lane
 	SyncRate float64
+	// LastSend is when the sync route's last request is sent; the central
+	// wall-clock adds the tail to its last answer (tail.go).
+	LastSend time.Duration
 	// RampTime is how long the slowest used lane takes to reach its steady
 	// concurrency;
 	// Latency is the mean latency of one request.
@@ -398,7 +401,7 @@ func decide(w World, j Job, o Options) (Decision, error) {
 	used := map[string]bool{}
 	var binds []string
 	if s := best.sync; s != nil {
-		d.Lanes, d.SyncRate, d.RampTime = s.lanes, s.rate, seconds(s.ramp)
+		d.Lanes, d.SyncRate, d.RampTime, d.LastSend = s.lanes, s.rate, seconds(s.ramp), seconds(s.send)
 		for _, l := range s.lanes {
 			used[l.Org] = true
 		}

@@ -106,7 +106,7 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	flags(memory, mk, 1000000, 1)
-	cmd.AddCommand(eff, capacity, memory)
+	cmd.AddCommand(eff, capacity, memory, benchPredictCmd())
 	return cmd
 }
 

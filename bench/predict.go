@@ -1,0 +1,461 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/lane"
+	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/sim"
+	"github.com/sluice-dev/sluice/workload"
+)
+
+// PredictTolerance is how close a measured wall-clock must come to the
+// planner's central prediction to count as a hit: ±10 %.
+const PredictTolerance = 0.10
+
+// PredictCell is one job of the prediction check: N judge requests on one
+// route at one time scale.
+type PredictCell struct {
+	Route     string // job.RouteSync or job.RouteBatch
+	N         int
+	TimeScale float64
+}
+
+// PredictRun runs cells against a simulator child process and compares
+// what the planner said for each run with what the run took.
+type PredictRun struct {
+	Binary string     // the sluice binary, to start `sluice sim`
+	Sim    sim.Config // the world; TimeScale is set per cell
+	Seed   uint64     // of the judge workload
+	Log    io.Writer  // the runs' logs (nil: discarded)
+}
+
+// PredictResult is one cell: the decision the run's Plan hook captured
+// and what the run measured.
+type PredictResult struct {
+	PredictCell
+	// Decision is what plan.Decide answered inside the run's Plan hook;
+	// Predicted is the range of the route the run took (the whole job on
+	// sync, or on batch).
+	Decision  plan.Decision
+	Predicted plan.Range
+	// Wall is job.Run from call to return (survey, key discovery, sending,
+	// the last fsync). Overhead is the part until the Plan hook returned
+	// (survey, key discovery, the plan itself): the model's clock starts
+	// there.
+	Wall, Overhead time.Duration
+	// Steady is the measured rate between 10 % and 90 % of results
+	// durable, in requests per real second (0 when N < 10,000: smaller
+	// jobs are still ramping up).
+	Steady float64
+	// Sync runs, timed at the HTTP transport: LastSend is the last
+	// Messages call's start, from the Plan hook's return; Tail is from it to the
+	// end of the run; MeanLatency and MaxLatency are over every Messages
+	// call (request start to response headers).
+	LastSend, Tail          time.Duration
+	MeanLatency, MaxLatency time.Duration
+	// Batch runs, timed at the HTTP transport from the Plan hook's return:
+	// Created is when the last create call returned, Fetched when the
+	// last results download started (its batch's end was seen by then).
+	Created, Fetched time.Duration
+	Limited          int64 // 429s the simulator sent
+	Extra            int64 // answers beyond the first for one body
+	Batches          int64 // batches the simulator saw created
+	Chunk            int   // requests per batch, batches in flight per org
+	Window           int
+	Report           *job.Report
+}
+
+// Ratio is measured ÷ predicted (central value).
+func (r PredictResult) Ratio() float64 { return r.Wall.Seconds() / r.Predicted.Mid.Seconds() }
+
+// Within reports whether the measured wall-clock is within
+// PredictTolerance of the central prediction.
+func (r PredictResult) Within() bool { return math.Abs(r.Ratio()-1) <= PredictTolerance }
+
+// SendingRatio is (measured − overhead) ÷ predicted: the model's own
+// clock, which starts when the route is chosen.
+func (r PredictResult) SendingRatio() float64 {
+	return (r.Wall - r.Overhead).Seconds() / r.Predicted.Mid.Seconds()
+}
+
+// Run runs one cell in a fresh directory and simulator.
+func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, error) {
+	res := PredictResult{PredictCell: cell}
+	dir, err := os.MkdirTemp("", "sluice-predict-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	cfg := p.Sim
+	cfg.TimeScale = cell.TimeScale
+	k := cfg.TimeScale
+	in, out := filepath.Join(dir, "requests.jsonl"), filepath.Join(dir, "results.jsonl")
+	if err := (workload.Judge{N: cell.N, Seed: p.Seed}).WriteFile(in); err != nil {
+		return res, err
+	}
+	sp, err := StartSim(ctx, p.Binary, cfg, dir)
+	if err != nil {
+		return res, err
+	}
+	defer sp.Stop()
+	pool, err := simtest.Pool(cfg)
+	if err != nil {
+		return res, err
+	}
+	logw := p.Log
+	if logw == nil {
+		logw = io.Discard
+	}
+	log := slog.New(slog.NewTextHandler(logw, nil))
+	// The engine runs on the simulator's clock, as `sluice bench
+	// efficiency` and the demo configure it; the planner's world gets the
+	// same ramp.
+	lc := lane.Config{RampDoubling: time.Duration(float64(5*time.Second) / k), Window: time.Duration(float64(2*time.Second) / k)}
+	world := plan.FromSim(cfg, nil)
+	world.Name = "three-org"
+	world.Ramp.Doubling = lc.RampDoubling
+
+	// The client's own transport, timed.
+	conns := 100*len(cfg.Orgs) + 64
+	tt := &timedTransport{next: &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+	var mu sync.Mutex
+	var hook, t10, t90 time.Time
+	var n10, n90 int64
+	lo, hi := int64(cell.N/10), int64(cell.N*9/10)
+	start := time.Now()
+	opts := job.Options{
+		Input: in, Output: out, Logger: log,
+		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: sp.Base, Transport: tt}),
+			Keys: pool.Keys(), Lane: lc},
+		OnDurable: func(n int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			now := time.Now()
+			if t10.IsZero() && n >= lo {
+				t10, n10 = now, n
+			}
+			if t90.IsZero() && n >= hi {
+				t90, n90 = now, n
+			}
+		},
+		Plan: func(s jsonl.Summary, pending int) (job.Routing, error) {
+			r, d, pr, err := predictRouting(world, cell.Route, s, pending, k)
+			res.Decision, res.Predicted = d, pr
+			mu.Lock()
+			hook = time.Now() // sending starts once the plan is made
+			mu.Unlock()
+			log.Info("route chosen", "route", r.Route, "predicted", pr.Mid, "why", d.Why)
+			return r, err
+		},
+	}
+	rep, err := job.Run(ctx, opts)
+	res.Wall = time.Since(start)
+	res.Report = rep
+	if err != nil {
+		return res, err
+	}
+	if rep.Requests.Written != cell.N {
+		return res, fmt.Errorf("bench: %d of %d results written", rep.Requests.Written, cell.N)
+	}
+	res.Overhead = hook.Sub(start)
+	if cell.N >= 10000 && t90.After(t10) {
+		res.Steady = float64(n90-n10) / t90.Sub(t10).Seconds()
+	}
+	if tt.calls > 0 {
+		res.LastSend = tt.lastSend.Sub(hook)
+		res.Tail = start.Add(res.Wall).Sub(tt.lastSend)
+		res.MeanLatency = tt.sum / time.Duration(tt.calls)
+		res.MaxLatency = tt.max
+	}
+	if !tt.lastCreate.IsZero() {
+		res.Created = tt.lastCreate.Sub(hook)
+	}
+	if !tt.lastFetch.IsZero() {
+		res.Fetched = tt.lastFetch.Sub(hook)
+	}
+	st, err := sp.Stats()
+	if err != nil {
+		return res, err
+	}
+	for _, o := range st.Orgs {
+		for _, pl := range o.Pools {
+			res.Limited += pl.RateLimited
+		}
+		res.Batches += o.Batches.Created
+	}
+	res.Extra = st.Bodies.ExtraAnswers
+	return res, nil
+}
+
+// timedTransport times the Messages calls that pass through it, the
+// batch creates and the results downloads.
+type timedTransport struct {
+	next http.RoundTripper
+
+	mu                    sync.Mutex
+	lastSend              time.Time
+	calls                 int64
+	sum, max              time.Duration
+	lastCreate, lastFetch time.Time
+}
+
+func (t *timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	switch {
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/batches":
+		resp, err := t.next.RoundTrip(r)
+		t.mu.Lock()
+		t.lastCreate = time.Now()
+		t.mu.Unlock()
+		return resp, err
+	case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/messages/batches/") && strings.HasSuffix(r.URL.Path, "/results"):
+		t.mu.Lock()
+		t.lastFetch = time.Now()
+		t.mu.Unlock()
+		return t.next.RoundTrip(r)
+	case r.Method != http.MethodPost || r.URL.Path != "/v1/messages":
+		return t.next.RoundTrip(r)
+	}
+	begin := time.Now()
+	t.mu.Lock()
+	if begin.After(t.lastSend) {
+		t.lastSend = begin
+	}
+	t.mu.Unlock()
+	resp, err := t.next.RoundTrip(r)
+	if err == nil && resp.StatusCode == http.StatusOK {
+		d := time.Since(begin)
+		t.mu.Lock()
+		t.calls++
+		t.sum += d
+		t.max = max(t.max, d)
+		t.mu.Unlock()
+	}
+	return resp, err
+}
+
+// predictRouting is the run's Plan hook: the job the planner gets from
+// the input's survey, as `sluice run` builds it, and the decision for the
+// forced route. It returns the routing, the decision and the predicted
+// range of the route taken. k is the simulator's time scale: the batch
+// path's poll intervals run on the simulator's clock, like the lanes.
+func predictRouting(w plan.World, route string, s jsonl.Summary, pending int, k float64) (job.Routing, plan.Decision, plan.Range, error) {
+	j := plan.Job{N: pending, Model: mainModel(s), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
+	switch route {
+	case job.RouteSync:
+		// No batch candidate (MinBatch above N): the decision is the whole
+		// job on sync, its lanes, rate and last send included (the latency
+		// priority would split a large job).
+		d, err := plan.Decide(w, j, plan.Options{Priority: plan.PreferLatency, MinBatch: pending + 1})
+		if err != nil {
+			return job.Routing{}, d, plan.Range{}, err
+		}
+		return job.Routing{Route: job.RouteSync, Why: "forced sync", Predicted: d.SyncWall.Mid}, d, d.SyncWall, nil
+	case job.RouteBatch:
+		// The cost priority sends everything to batch (MinBatch 1), so the
+		// decision's chunk, window and stuck threshold are the batch
+		// route's own.
+		d, err := plan.Decide(w, j, plan.Options{Priority: plan.PreferCost, MinBatch: 1})
+		if err != nil {
+			return job.Routing{}, d, plan.Range{}, err
+		}
+		br, stuck := d.Batch, d.StuckAfter
+		if d.Route != plan.RouteBatch {
+			run, err := w.SimulateBatch(pending, 0, 0)
+			if err != nil {
+				return job.Routing{}, d, plan.Range{}, err
+			}
+			br, stuck = &run, 0
+		}
+		// As `sluice run` configures the batch path (cmd/sluice/route.go),
+		// on the simulator's clock: the stuck floor and the poll intervals
+		// ÷ K.
+		bc := batch.Config{
+			ChunkSize: br.Chunk, WindowByOrg: br.WindowByOrg(), Turnaround: br.MaxTurnaround,
+			StuckAfter: max(stuck, time.Duration(float64(batch.MinStuckAfter)/k)),
+			PollMin:    time.Duration(float64(batch.DefaultPollMin) / k), PollMax: time.Duration(float64(batch.DefaultPollMax) / k),
+		}
+		for _, n := range bc.WindowByOrg {
+			if bc.WindowPerOrg == 0 || n < bc.WindowPerOrg {
+				bc.WindowPerOrg = n
+			}
+		}
+		return job.Routing{Route: job.RouteBatch, Why: "forced batch", Predicted: d.BatchWall.Mid, Batch: bc}, d, d.BatchWall, nil
+	}
+	return job.Routing{}, plan.Decision{}, plan.Range{}, fmt.Errorf("bench: route must be sync or batch, got %q", route)
+}
+
+// mainModel is the input's most common model (as `sluice run` picks it).
+func mainModel(s jsonl.Summary) string {
+	names := make([]string, 0, len(s.Models))
+	for m := range s.Models {
+		names = append(names, m)
+	}
+	sort.Slice(names, func(i, j int) bool {
+		if s.Models[names[i]] != s.Models[names[j]] {
+			return s.Models[names[i]] > s.Models[names[j]]
+		}
+		return names[i] < names[j]
+	})
+	if len(names) == 0 {
+		return "claude-sonnet-4-5"
+	}
+	return names[0]
+}
+
+// PredictSection is the heading WritePredictTable writes and
+// ReplaceSection replaces.
+const PredictSection = "## Prediction vs measurement"
+
+// WritePredictTable writes the results as the markdown section
+// docs/prediction.md holds: a heading, how it was measured, and the table.
+func WritePredictTable(w io.Writer, results []PredictResult, command string, when time.Time) {
+	fmt.Fprintf(w, "%s\n\n", PredictSection)
+	fmt.Fprintf(w, "Measured %s with `%s`.\n", when.UTC().Format("2006-01-02"), command)
+	fmt.Fprintf(w, "Each row is one `job.Run` (the code of `sluice run`) of N judge requests\n")
+	fmt.Fprintf(w, "(Sonnet 4.5, `max_tokens` 256) against a fresh `sluice sim` child process on\n")
+	fmt.Fprintf(w, "the three-org preset at time scale K; the prediction is what `plan.Decide`\n")
+	fmt.Fprintf(w, "answered inside that run's Plan hook (`plan.FromSim`, ramp doubling 5 s ÷ K\n")
+	fmt.Fprintf(w, "as the run's lanes), for the route the run was forced onto. Times are real\n")
+	fmt.Fprintf(w, "seconds (× K for API time). A hit is within ±%.0f %%.\n\n", 100*PredictTolerance)
+	fmt.Fprintln(w, "| route | N | K | predicted (low–high) | measured | measured ÷ predicted | within ±10 % |")
+	fmt.Fprintln(w, "|---|--:|--:|---|--:|--:|:-:|")
+	for _, r := range results {
+		hit := "no"
+		if r.Within() {
+			hit = "**yes**"
+		}
+		fmt.Fprintf(w, "| %s | %s | %g | %s (%s–%s) | %s | %.2f | %s |\n",
+			r.Route, commas(r.N), r.TimeScale, fmtSec(r.Predicted.Mid), fmtSec(r.Predicted.Low), fmtSec(r.Predicted.High),
+			fmtSec(r.Wall), r.Ratio(), hit)
+	}
+	fmt.Fprintln(w)
+	var syncs, batches []PredictResult
+	for _, r := range results {
+		if r.Route == job.RouteSync {
+			syncs = append(syncs, r)
+		} else {
+			batches = append(batches, r)
+		}
+	}
+	if len(syncs) > 0 {
+		fmt.Fprintln(w, "Where the sync time goes. The model's wall-clock is T + tail: T when the last")
+		fmt.Fprintln(w, "request is sent (the ramp, then the steady rate), the tail the expected wait")
+		fmt.Fprintln(w, "for the slowest answer still running (plan/tail.go). The run is timed at its")
+		fmt.Fprintln(w, "HTTP transport: the last Messages call's start, counted from the moment the")
+		fmt.Fprintln(w, "Plan hook returned (after the survey, the key probes and the plan itself:")
+		fmt.Fprintln(w, "\"before sending\"), and from it to the end of the run (the last answers and")
+		fmt.Fprintln(w, "the last fsync).")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| N | before sending | last send T: measured / model | last send → end: measured / model tail | latency mean / max | steady req/s: measured / model | 429s |")
+		fmt.Fprintln(w, "|--:|--:|---|---|---|---|--:|")
+		for _, r := range syncs {
+			steady := "-"
+			if r.Steady > 0 {
+				steady = fmt.Sprintf("%.0f / %.0f", r.Steady, r.Decision.SyncRate)
+			}
+			fmt.Fprintf(w, "| %s | %s | %s / %s | %s / %s | %s / %s | %s | %d |\n", commas(r.N), fmtSec(r.Overhead),
+				fmtSec(r.LastSend), fmtSec(r.Decision.LastSend), fmtSec(r.Tail), fmtSec(r.Predicted.Mid-r.Decision.LastSend),
+				fmtSec(r.MeanLatency), fmtSec(r.MaxLatency), steady, r.Limited)
+		}
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "The steady rate is measured between 10 % and 90 % of results durable (N ≥ 10,000);")
+		fmt.Fprintln(w, "the model's is the sum over every lane of min(cap ÷ L, RPM, ITPM ÷ in, OTPM ÷ out).")
+		fmt.Fprintln(w)
+	}
+	if len(batches) > 0 {
+		fmt.Fprintln(w, "Where the batch time goes. The model's wall-clock is E + O: E when the last")
+		fmt.Fprintln(w, "batch ends (every create at the start, the queue simulated), O the batch")
+		fmt.Fprintln(w, "overhead (30 s of API time for the creates, the poll that sees the last end")
+		fmt.Fprintln(w, "and the download). The run is timed at its HTTP transport, from the Plan")
+		fmt.Fprintln(w, "hook's return: when the last create returned, and when the last results")
+		fmt.Fprintln(w, "download started (its batch's end had been seen). The batch runs poll every")
+		fmt.Fprintln(w, "2 s ÷ K, growing ×1.5 to 60 s ÷ K: the real run on the simulator's clock.")
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "| N | batches (chunk × window per org) | last create returned | last end E (model) | last download started | download start → end: measured / model O | 429s |")
+		fmt.Fprintln(w, "|--:|---|--:|--:|--:|---|--:|")
+		for _, r := range batches {
+			cw, end, oh := "-", "-", "-"
+			if b := r.Decision.Batch; b != nil && len(b.Orgs) > 0 {
+				cw = fmt.Sprintf("%d × %d", b.Chunk, b.Orgs[0].Window)
+				end, oh = fmtSec(b.End), fmtSec(r.Predicted.Mid-b.End)
+			}
+			fmt.Fprintf(w, "| %s | %d (%s) | %s | %s | %s | %s / %s | %d |\n", commas(r.N), r.Batches, cw,
+				fmtSec(r.Created), end, fmtSec(r.Fetched), fmtSec(r.Wall-r.Overhead-r.Fetched), oh, r.Limited)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// ReplaceSection returns doc with the section that starts at heading (up
+// to the next "## " heading or the end) replaced by section, or section
+// appended when doc has no such heading.
+func ReplaceSection(doc, heading, section string) string {
+	section = strings.TrimRight(section, "\n") + "\n"
+	i := 0
+	if !strings.HasPrefix(doc, heading+"\n") {
+		j := strings.Index(doc, "\n"+heading+"\n")
+		if j < 0 {
+			if doc != "" {
+				doc = strings.TrimRight(doc, "\n") + "\n\n"
+			}
+			return doc + section
+		}
+		i = j + 1
+	}
+	return doc[:i] + section + rest(doc[i+len(heading)+1:])
+}
+
+// rest is what follows a section: from the next "## " heading on,
+// preceded by a blank line, or nothing.
+func rest(after string) string {
+	if strings.HasPrefix(after, "## ") {
+		return "\n" + after
+	}
+	if j := strings.Index(after, "\n## "); j >= 0 {
+		return "\n" + after[j+1:]
+	}
+	return ""
+}
+
+func fmtSec(d time.Duration) string {
+	s := d.Seconds()
+	switch {
+	case s < 10:
+		return fmt.Sprintf("%.2f s", s)
+	case s < 100:
+		return fmt.Sprintf("%.1f s", s)
+	}
+	return fmt.Sprintf("%.0f s", s)
+}
+
+func commas(n int) string {
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
