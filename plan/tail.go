@@ -80,24 +80,6 @@ func (m latencyMix) cdf(x float64) float64 {
 	return p
 }
 
-// excess is G(x) = E[(latency − x)⁺] (the log-normal call-price formula).
-func (m latencyMix) excess(x float64) float64 {
-	g := 0.0
-	for i, med := range m.med {
-		if m.sigma == 0 {
-			g += m.w[i] * math.Max(0, med-x)
-			continue
-		}
-		if x <= 0 {
-			g += m.w[i] * med * math.Exp(m.sigma*m.sigma/2)
-			continue
-		}
-		d2 := math.Log(med/x) / m.sigma
-		g += m.w[i] * (med*math.Exp(m.sigma*m.sigma/2)*phi(d2+m.sigma) - x*phi(d2))
-	}
-	return g
-}
-
 // max is the largest median latency times e^(6σ): past it nothing runs.
 func (m latencyMix) max() float64 {
 	top := 0.0
