@@ -22,6 +22,22 @@ type Summary struct {
 // MeanEstInputTokens returns EstInputTokens per valid line, 0 when none.
 func (s Summary) MeanEstInputTokens() float64 { return mean(s.EstInputTokens, s.Valid) }
 
+// MainModel returns the most common model among valid lines (ties: the
+// first in byte order), or claude-sonnet-4-5 when there are none: the
+// model a plan for the whole file is made for.
+func (s Summary) MainModel() string {
+	best, n := "", 0
+	for m, c := range s.Models {
+		if c > n || (c == n && m < best) {
+			best, n = m, c
+		}
+	}
+	if best == "" {
+		return "claude-sonnet-4-5"
+	}
+	return best
+}
+
 // MeanMaxTokens returns MaxTokens per valid line, 0 when none.
 func (s Summary) MeanMaxTokens() float64 { return mean(s.MaxTokens, s.Valid) }
 

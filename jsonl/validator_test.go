@@ -146,3 +146,18 @@ func TestScanFileMissing(t *testing.T) {
 		t.Errorf("ScanFile(missing) error %v want a jsonl: error wrapping os.ErrNotExist", err)
 	}
 }
+
+func TestSummaryMainModel(t *testing.T) {
+	for _, tt := range []struct {
+		models map[string]int
+		want   string
+	}{
+		{nil, "claude-sonnet-4-5"},
+		{map[string]int{"a": 1, "b": 3}, "b"},
+		{map[string]int{"b": 2, "a": 2}, "a"},
+	} {
+		if got := (Summary{Models: tt.models}).MainModel(); got != tt.want {
+			t.Errorf("MainModel(%v) = %q want %q", tt.models, got, tt.want)
+		}
+	}
+}

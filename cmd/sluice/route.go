@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sort"
 	"time"
 
 	"github.com/sluice-dev/sluice/batch"
@@ -42,7 +41,7 @@ func (f routeFlags) router(ks []*keys.Key, world *plan.World, log *slog.Logger) 
 		if err != nil {
 			return job.Routing{}, err
 		}
-		model := mainModel(s)
+		model := s.MainModel()
 		w, err := f.world(ks, world, log)
 		if err != nil {
 			return job.Routing{}, err
@@ -135,22 +134,4 @@ func (f routeFlags) world(ks []*keys.Key, given *plan.World, log *slog.Logger) (
 	}
 	log.Info("planning with the etiquette caps only: the organizations' rate limits are not known before the first answers (pass --limits-file for a better plan)")
 	return plan.NewWorld("caps only", orgs...), nil
-}
-
-// mainModel is the input's most common model.
-func mainModel(s jsonl.Summary) string {
-	names := make([]string, 0, len(s.Models))
-	for m := range s.Models {
-		names = append(names, m)
-	}
-	sort.Slice(names, func(i, j int) bool {
-		if s.Models[names[i]] != s.Models[names[j]] {
-			return s.Models[names[i]] > s.Models[names[j]]
-		}
-		return names[i] < names[j]
-	})
-	if len(names) == 0 {
-		return "claude-sonnet-4-5"
-	}
-	return names[0]
 }
