@@ -54,6 +54,42 @@ type EngineResult struct {
 	Report    *job.Report
 }
 
+// steadyWindow measures throughput between 10 % and 90 % of a job's
+// results durable: the steady state, without the warm-up ramp or the last
+// answers. Its observe method is a job.Options.OnDurable.
+type steadyWindow struct {
+	mu       sync.Mutex
+	lo, hi   int64
+	t10, t90 time.Time
+	n10, n90 int64
+}
+
+func newSteadyWindow(n int) *steadyWindow {
+	return &steadyWindow{lo: int64(n / 10), hi: int64(n * 9 / 10)}
+}
+
+func (w *steadyWindow) observe(n int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	if w.t10.IsZero() && n >= w.lo {
+		w.t10, w.n10 = now, n
+	}
+	if w.t90.IsZero() && n >= w.hi {
+		w.t90, w.n90 = now, n
+	}
+}
+
+// rate is requests per second in the window, 0 before it closed.
+func (w *steadyWindow) rate() float64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.t90.After(w.t10) {
+		return 0
+	}
+	return float64(w.n90-w.n10) / w.t90.Sub(w.t10).Seconds()
+}
+
 // Efficiency is steady-state throughput over the predicted binding limit.
 func (r EngineResult) Efficiency() float64 { return r.Steady / r.Predicted }
 
@@ -108,26 +144,13 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 	if logw == nil {
 		logw = io.Discard
 	}
-	var mu sync.Mutex
-	var t10, t90 time.Time
-	var n10, n90 int64
+	steady := newSteadyWindow(e.Workload.N)
 	start := time.Now()
-	lo, hi := int64(e.Workload.N/10), int64(e.Workload.N*9/10)
 	opts := job.Options{
 		Input: in, Output: out, Logger: slog.New(slog.NewTextHandler(logw, nil)),
 		Dispatch: dispatch.Config{Client: c, Keys: pool.Keys(), Caps: e.Caps,
-			Lane: lane.Config{RampDoubling: time.Duration(float64(5*time.Second) / k), Window: time.Duration(float64(2*time.Second) / k)}},
-		OnDurable: func(n int64) {
-			mu.Lock()
-			defer mu.Unlock()
-			now := time.Now()
-			if t10.IsZero() && n >= lo {
-				t10, n10 = now, n
-			}
-			if t90.IsZero() && n >= hi {
-				t90, n90 = now, n
-			}
-		},
+			Lane: lane.ForTimeScale(k)},
+		OnDurable: steady.observe,
 	}
 	rep, err := job.Run(ctx, opts)
 	res.Wall = time.Since(start)
@@ -136,9 +159,7 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 		return res, err
 	}
 	res.Throughput = float64(rep.Requests.Written) / res.Wall.Seconds()
-	if t90.After(t10) {
-		res.Steady = float64(n90-n10) / t90.Sub(t10).Seconds()
-	}
+	res.Steady = steady.rate()
 	st, err := sp.Stats()
 	if err != nil {
 		return res, err

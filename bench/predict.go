@@ -122,7 +122,7 @@ func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, e
 	// The engine runs on the simulator's clock, as `sluice bench
 	// efficiency` and the demo configure it; the planner's world gets the
 	// same ramp.
-	lc := lane.Config{RampDoubling: time.Duration(float64(5*time.Second) / k), Window: time.Duration(float64(2*time.Second) / k)}
+	lc := lane.ForTimeScale(k)
 	world := plan.FromSim(cfg, nil)
 	world.Name = "three-org"
 	world.Ramp.Doubling = lc.RampDoubling
@@ -136,25 +136,14 @@ func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, e
 		IdleConnTimeout:     90 * time.Second,
 	}}
 	var mu sync.Mutex
-	var planStart, hook, t10, t90 time.Time
-	var n10, n90 int64
-	lo, hi := int64(cell.N/10), int64(cell.N*9/10)
+	var planStart, hook time.Time
+	steady := newSteadyWindow(cell.N)
 	start := time.Now()
 	opts := job.Options{
 		Input: in, Output: out, Logger: log,
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: sp.Base, Transport: tt}),
 			Keys: pool.Keys(), Lane: lc},
-		OnDurable: func(n int64) {
-			mu.Lock()
-			defer mu.Unlock()
-			now := time.Now()
-			if t10.IsZero() && n >= lo {
-				t10, n10 = now, n
-			}
-			if t90.IsZero() && n >= hi {
-				t90, n90 = now, n
-			}
-		},
+		OnDurable: steady.observe,
 		Plan: func(s jsonl.Summary, pending int) (job.Routing, error) {
 			mu.Lock()
 			planStart = time.Now()
@@ -180,8 +169,8 @@ func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, e
 	res.PlanTime = hook.Sub(planStart)
 	res.Wall -= res.PlanTime
 	res.Overhead = planStart.Sub(start)
-	if cell.N >= 10000 && t90.After(t10) {
-		res.Steady = float64(n90-n10) / t90.Sub(t10).Seconds()
+	if cell.N >= 10000 {
+		res.Steady = steady.rate()
 	}
 	if tt.calls > 0 {
 		res.LastSend = tt.lastSend.Sub(hook)
@@ -292,14 +281,9 @@ func predictRouting(w plan.World, route string, s jsonl.Summary, pending int, k 
 		// on the simulator's clock: the stuck floor and the poll intervals
 		// ÷ K.
 		bc := batch.Config{
-			ChunkSize: br.Chunk, WindowByOrg: br.WindowByOrg(), Turnaround: br.MaxTurnaround,
+			ChunkSize: br.Chunk, WindowByOrg: br.WindowByOrg(), WindowPerOrg: br.MinWindowRequests(), Turnaround: br.MaxTurnaround,
 			StuckAfter: max(stuck, time.Duration(float64(batch.MinStuckAfter)/k)),
 			PollMin:    time.Duration(float64(batch.DefaultPollMin) / k), PollMax: time.Duration(float64(batch.DefaultPollMax) / k),
-		}
-		for _, n := range bc.WindowByOrg {
-			if bc.WindowPerOrg == 0 || n < bc.WindowPerOrg {
-				bc.WindowPerOrg = n
-			}
 		}
 		return job.Routing{Route: job.RouteBatch, Why: "forced batch", Predicted: d.BatchWall.Mid, Batch: bc}, d, d.BatchWall, nil
 	}

@@ -62,13 +62,13 @@ func (c *Config) defaults() {
 	}
 	c.Start = min(c.Start, c.Cap)
 	if c.RampDoubling <= 0 {
-		c.RampDoubling = 5 * time.Second
+		c.RampDoubling = DefaultRampDoubling
 	}
 	if c.Decrease <= 0 || c.Decrease >= 1 {
 		c.Decrease = 0.7
 	}
 	if c.Window <= 0 {
-		c.Window = 2 * time.Second
+		c.Window = DefaultWindow
 	}
 	if c.Reserve == 0 {
 		c.Reserve = 0.15
@@ -78,6 +78,22 @@ func (c *Config) defaults() {
 	}
 	if c.MinLimit <= 0 {
 		c.MinLimit = 1
+	}
+}
+
+// Default timings, in real time.
+const (
+	DefaultRampDoubling = 5 * time.Second
+	DefaultWindow       = 2 * time.Second
+)
+
+// ForTimeScale is the default configuration on a clock k times faster
+// than real time (a time-scaled simulator): the ramp and the AIMD window
+// shrink with it, as the API's acceleration limits and latencies do.
+func ForTimeScale(k float64) Config {
+	return Config{
+		RampDoubling: time.Duration(float64(DefaultRampDoubling) / k),
+		Window:       time.Duration(float64(DefaultWindow) / k),
 	}
 }
 

@@ -74,6 +74,19 @@ func (r BatchRun) WindowRequests() int {
 	return w
 }
 
+// MinWindowRequests is the smallest organization window in requests: the
+// window for an organization the plan did not size, so it stays under
+// every sized organization's queue cap.
+func (r BatchRun) MinWindowRequests() int {
+	w := 0
+	for _, o := range r.Orgs {
+		if n := o.Window * r.Chunk; n > 0 && (w == 0 || n < w) {
+			w = n
+		}
+	}
+	return w
+}
+
 // WindowByOrg is each organization's window in requests (Window · Chunk),
 // by organization name: each stays under that organization's queue cap.
 func (r BatchRun) WindowByOrg() map[string]int {

@@ -224,3 +224,13 @@ func TestOrgWithoutChunk(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestMinWindowRequests(t *testing.T) {
+	r := plan.BatchRun{Chunk: 100, Orgs: []plan.BatchOrg{{Org: "a", Window: 5}, {Org: "b", Window: 2}, {Org: "c", Window: 0}}}
+	if got := r.MinWindowRequests(); got != 200 {
+		t.Fatalf("MinWindowRequests = %d want 200 (the smallest non-empty window)", got)
+	}
+	if got := (plan.BatchRun{Chunk: 100}).MinWindowRequests(); got != 0 {
+		t.Fatalf("no orgs: %d want 0", got)
+	}
+}

@@ -109,7 +109,7 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 	log := newLogger()
 	dc := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log,
 		// The warm-up ramp and AIMD window run on the simulator's clock.
-		Lane: lane.Config{RampDoubling: time.Duration(float64(5*time.Second) / k), Window: time.Duration(float64(2*time.Second) / k)}}
+		Lane: lane.ForTimeScale(k)}
 	fmt.Fprintf(out, "sluice demo: simulator on %s (preset three-org, time scale %g: limits ×%g, latencies ÷%g)\n", base, k, k, k)
 	fmt.Fprintf(out, "  %d judge requests (Sonnet 4.5, rubric + question/answer, max_tokens 256) in %s\n\n", n, in)
 	start := time.Now()

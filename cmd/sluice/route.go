@@ -85,13 +85,7 @@ func (f routeFlags) router(ks []*keys.Key, world *plan.World, log *slog.Logger) 
 			bc := batch.Config{StuckAfter: max(d.StuckAfter, batch.MinStuckAfter)}
 			if d.Batch != nil {
 				bc.ChunkSize, bc.WindowByOrg, bc.Turnaround = d.Batch.Chunk, d.Batch.WindowByOrg(), d.Batch.MaxTurnaround
-				// The smallest, so an org the plan did not size stays
-				// under every org's queue cap.
-				for _, n := range bc.WindowByOrg {
-					if bc.WindowPerOrg == 0 || n < bc.WindowPerOrg {
-						bc.WindowPerOrg = n
-					}
-				}
+				bc.WindowPerOrg = d.Batch.MinWindowRequests()
 			}
 			if f.stuckAfter != 0 {
 				bc.StuckAfter = f.stuckAfter
