@@ -321,6 +321,24 @@ func (c *Cache) Get(k Key) (message []byte, ok bool) {
 	return message, true
 }
 
+// Contains reports whether Get would hit, without counting a hit or a miss
+// or copying the answer (a run counts what it will serve from the cache
+// before it plans).
+func (c *Cache) Contains(k Key) bool {
+	if c == nil || c.db == nil {
+		return false
+	}
+	found := false
+	c.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket(bucketRows).Get(k[:]); v != nil {
+			_, m, ok := decodeRow(v)
+			found = ok && Check(m) == nil
+		}
+		return nil
+	})
+	return found
+}
+
 // Put stores message, a Messages response body, as the answer to the
 // request with key k, replacing any row there. It refuses a message that
 // fails Check with a *NotAnswerError, and returns ErrReadOnly on a

@@ -26,6 +26,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
@@ -72,6 +73,22 @@ type Options struct {
 	// OnDurable, if set, is told the running count of results made
 	// durable this run, after each commit (benchmarks time with it).
 	OnDurable func(total int64)
+
+	// Cache, if set (and not Off), answers requests it holds without a
+	// call — the row is written with route "cache" and costs nothing —
+	// and, unless read-only, stores every new answer (never a non-answer:
+	// see package cache). Requests are looked up by
+	// cache.KeyOf(params, CacheExtra...).
+	Cache      *cache.Cache
+	CacheExtra []string
+	// Redrive, if set, names done ids whose rows are driven again on top of
+	// the transport-class ones (judge --redrive parse_error); these skip
+	// the cache lookup, since the cache would give the same answer back.
+	Redrive func(id string) bool
+	// KeepChanged keeps done rows whose request changed since, instead of
+	// refusing to run (judge --redrive re-asks some rows with new
+	// parameters and keeps the rest as they are).
+	KeepChanged bool
 }
 
 // Routes a request can take.
@@ -79,6 +96,8 @@ const (
 	RouteSync  = "sync"
 	RouteBatch = "batch"
 	RouteSplit = "split" // BatchShare of the requests by batch, the rest sync
+	// RouteCache marks a row answered from the response cache, without a call.
+	RouteCache = "cache"
 )
 
 // Routing is how a run sends its requests.
@@ -216,7 +235,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if plan.summary.Invalid > 0 && !o.SkipInvalid {
 		return nil, &InvalidInputError{File: o.Input, Errors: plan.errors, Total: plan.summary.Invalid, Scanned: plan.summary.Lines}
 	}
-	if len(plan.changed) > 0 && !o.AllowChanged {
+	if len(plan.changed) > 0 && !o.AllowChanged && !o.KeepChanged {
 		return nil, &ChangedError{Output: o.Output, IDs: plan.changed, Total: plan.nChanged}
 	}
 	// Rows to drive again: only ids of this input (a row of another
@@ -259,6 +278,27 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		todo += plan.nChanged
 	}
 	var ledger cost.Ledger
+	cached := newCacheSide(o, w)
+	rep.Requests.FromCache = plan.cached // updated from what was served
+	if todo > 0 && todo == plan.cached {
+		// Everything left is in the cache: serve it without a call (not
+		// even the free key probes).
+		ferr := feed(ctx, o, st, drop, func(string) bool { return true }, cached.serve,
+			func(req *dispatch.Request) error { return fmt.Errorf("%w: the cache changed while the run started (%s is no longer in it); re-run %s to resume", ErrInterrupted, req.ID, o.Command) }, w)
+		closeErr := w.Close()
+		rep.WallSeconds = time.Since(started).Seconds()
+		rep.Requests.Written = int(durable.Load())
+		rep.BindingLimit = "none (every request was answered from the cache)"
+		rep.Route = "cache"
+		cached.finish(rep)
+		if ferr != nil {
+			return rep, ferr
+		}
+		if closeErr != nil {
+			return rep, fmt.Errorf("job: writing results: %w", closeErr)
+		}
+		return rep, nil
+	}
 	if todo == 0 {
 		if err := w.Close(); err != nil {
 			return rep, fmt.Errorf("job: writing results: %w", err)
@@ -285,7 +325,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// is known; then the dispatcher on the organizations the route uses.
 	routing := Routing{Route: RouteSync}
 	if o.Plan != nil {
-		if routing, err = o.Plan(plan.summary, todo); err != nil {
+		// The planner sizes what will be sent: cache hits cost nothing.
+		if routing, err = o.Plan(plan.summary, todo-plan.cached); err != nil {
 			w.Close()
 			return nil, err
 		}
@@ -318,6 +359,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		rec := toRecord(r, o.Redact)
 		if r.Class == api.ClassOK {
+			cached.store(r.Request, r.Body, "sync")
 			ledger.Add(r.Org, r.Request.Model, r.Usage, false)
 			if o.MaxCost > 0 && ledger.Total() >= o.MaxCost {
 				halt(fmt.Sprintf("--max-cost $%.2f reached", o.MaxCost))
@@ -360,6 +402,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			rec := toRecord(r.Result, o.Redact)
 			rec.Sluice.Route, rec.Sluice.BatchID = RouteBatch, r.BatchID
 			if r.Class == api.ClassOK {
+				cached.store(r.Request, r.Body, RouteBatch)
 				ledger.Add(r.Org, r.Request.Model, r.Usage, true)
 				if o.MaxCost > 0 && ledger.Total() >= o.MaxCost {
 					halt(fmt.Sprintf("--max-cost $%.2f reached", o.MaxCost))
@@ -396,11 +439,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		var bf sync.WaitGroup
 		if br != nil {
 			bf.Go(func() {
-				batchFeedErr = feed(feedCtx, o, st, drop, toBatch, func(req *dispatch.Request) error { return br.Submit(feedCtx, req) }, nil)
+				batchFeedErr = feed(feedCtx, o, st, drop, toBatch, cached.serve, func(req *dispatch.Request) error { return br.Submit(feedCtx, req) }, nil)
 				br.CloseInput()
 			})
 		}
-		feedErr = feed(feedCtx, o, st, drop, func(id string) bool { return !toBatch(id) },
+		feedErr = feed(feedCtx, o, st, drop, func(id string) bool { return !toBatch(id) }, cached.serve,
 			func(req *dispatch.Request) error { return d.Submit(feedCtx, req, record) }, w)
 		bf.Wait()
 		if br != nil {
@@ -441,6 +484,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	fed.Wait()
 	closeErr := w.Close()
+	cached.finish(rep)
 	if br != nil {
 		if err := br.Close(); err != nil && batchErr == nil {
 			batchErr = err
@@ -498,6 +542,18 @@ type plan struct {
 	nChanged   int
 	changedSet map[string]bool
 	firstModel string
+	// cached counts the pending requests the cache will answer.
+	cached int
+}
+
+// countCached counts info's request if the cache holds its answer.
+func (p *plan) countCached(o Options, info jsonl.Info) {
+	if o.Cache == nil || o.Cache.Mode() == cache.Off {
+		return
+	}
+	if k, err := cache.KeyOf(info.Params, o.CacheExtra...); err == nil && o.Cache.Contains(k) {
+		p.cached++
+	}
 }
 
 // survey validates the input and compares done requests with their record.
@@ -541,9 +597,15 @@ func survey(ctx context.Context, o Options, st *results.State) (*plan, error) {
 		switch {
 		case !done:
 			p.pending++
+			p.countCached(o, info)
 		case e.Class == api.ClassTransport || e.Class == api.ClassInvalidInput:
 			p.redrive[info.CustomID] = true
 			p.pending++
+			p.countCached(o, info)
+		case o.Redrive != nil && o.Redrive(info.CustomID):
+			p.redrive[info.CustomID] = true
+			p.pending++
+		case o.KeepChanged:
 		case e.ParamsHash != "" && e.ParamsHash != info.ParamsHash:
 			p.nChanged++
 			p.changedSet[info.CustomID] = true
@@ -557,10 +619,10 @@ func survey(ctx context.Context, o Options, st *results.State) (*plan, error) {
 }
 
 // feed streams the input, submitting the requests mine selects that are
-// not done. With w set it also records invalid lines (--skip-invalid):
-// exactly one feeder of a run does that.
+// not done and that fromCache did not answer. With w set it also records
+// invalid lines (--skip-invalid): exactly one feeder of a run does that.
 func feed(ctx context.Context, o Options, st *results.State, drop func(string, results.Entry) bool,
-	mine func(id string) bool, submit func(*dispatch.Request) error, w *results.Writer) error {
+	mine func(id string) bool, fromCache func(*dispatch.Request) (bool, error), submit func(*dispatch.Request) error, w *results.Writer) error {
 	f, err := os.Open(o.Input)
 	if err != nil {
 		return fmt.Errorf("job: %w", err)
@@ -574,6 +636,10 @@ func feed(ctx context.Context, o Options, st *results.State, drop func(string, r
 		line, n, err := r.Next()
 		if err == io.EOF {
 			return nil
+		}
+		// Cache hits never block on submit, so look at ctx here too.
+		if n%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
 		}
 		if err != nil {
 			return fmt.Errorf("job: reading %s: %w", o.Input, err)
@@ -600,6 +666,12 @@ func feed(ctx context.Context, o Options, st *results.State, drop func(string, r
 		req := &dispatch.Request{
 			ID: info.CustomID, Params: info.Params, Model: info.Model,
 			MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens, ParamsHash: info.ParamsHash,
+		}
+		if hit, err := fromCache(req); hit || err != nil {
+			if err != nil {
+				return err
+			}
+			continue
 		}
 		if err := submit(req); err != nil {
 			return err

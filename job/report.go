@@ -31,6 +31,8 @@ type Report struct {
 		Invalid     int `json:"invalid"`
 		AlreadyDone int `json:"already_done"`
 		Redriven    int `json:"redriven"`
+		// FromCache were answered by the response cache (part of Written).
+		FromCache int `json:"from_cache"`
 		// Written this run, durable.
 		Written int `json:"written"`
 	} `json:"requests"`
@@ -50,6 +52,18 @@ type Report struct {
 	Cost         cost.Snapshot `json:"cost"`
 	Keys         []KeyReport   `json:"keys"`
 	Batch        batch.Stats   `json:"batch"`
+	Cache        CacheReport   `json:"cache"`
+}
+
+// CacheReport is the run's use of the response cache.
+type CacheReport struct {
+	Mode string `json:"mode,omitempty"` // empty: no cache
+	Hits int64  `json:"hits"`
+	// SavedUSD is what the hits would have cost as sync calls.
+	SavedUSD float64 `json:"saved_usd"`
+	Stored   int64   `json:"stored"`  // new answers stored
+	Refused  int64   `json:"refused"` // non-answers not stored
+	Error    string  `json:"error,omitempty"`
 }
 
 // LaneReport is one lane's share of the run.
@@ -159,6 +173,14 @@ func (r *Report) Summary(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "  cost: $%.4f (sync $%.4f, batch $%.4f)\n", r.Cost.Total.USD, r.Cost.Total.SyncUSD, r.Cost.Total.BatchUSD)
+	if r.Cache.Mode != "" {
+		fmt.Fprintf(w, "  cache (%s): %d answered at no cost (saved $%.4f), %d new answers stored, %d non-answers not stored",
+			r.Cache.Mode, r.Cache.Hits, r.Cache.SavedUSD, r.Cache.Stored, r.Cache.Refused)
+		if r.Cache.Error != "" {
+			fmt.Fprintf(w, "; storing failed: %s", r.Cache.Error)
+		}
+		fmt.Fprintln(w)
+	}
 	sort.Slice(r.Lanes, func(i, j int) bool { return r.Lanes[i].Org+r.Lanes[i].Pool < r.Lanes[j].Org+r.Lanes[j].Pool })
 	fmt.Fprintf(w, "  %-12s %-10s %8s %7s %6s %6s %6s %9s\n", "org", "pool", "ok", "share", "429", "529", "5xx", "limit/cap")
 	for _, l := range r.Lanes {

@@ -86,7 +86,7 @@ func ValidateLine(line []byte) (Info, error) {
 	return validate(line, true)
 }
 
-// validate is ValidateLine; copyParams false leaves Info.Params nil.
+// validate is ValidateLine; copyParams false leaves Info.Params aliasing line.
 func validate(line []byte, copyParams bool) (Info, error) {
 	var info Info
 	fail := func(format string, args ...any) (Info, error) {
@@ -240,6 +240,7 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	}
 	info.EstInputTokens = int64((chars+3)/4 + 4*len(list) + 7)
 	info.ParamsHash = ParamsHash(params)
+	info.Params = params
 	if copyParams {
 		info.Params = bytes.Clone(params)
 	}
