@@ -284,7 +284,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		// Everything left is in the cache: serve it without a call (not
 		// even the free key probes).
 		ferr := feed(ctx, o, st, drop, func(string) bool { return true }, cached.serve,
-			func(req *dispatch.Request) error { return fmt.Errorf("%w: the cache changed while the run started (%s is no longer in it); re-run %s to resume", ErrInterrupted, req.ID, o.Command) }, w)
+			func(req *dispatch.Request) error {
+				return fmt.Errorf("%w: the cache changed while the run started (%s is no longer in it); re-run %s to resume", ErrInterrupted, req.ID, o.Command)
+			}, w)
 		closeErr := w.Close()
 		rep.WallSeconds = time.Since(started).Seconds()
 		rep.Requests.Written = int(durable.Load())
