@@ -309,8 +309,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.BindingLimit = "none (nothing to do)"
 		return rep, nil
 	}
+	disc, err := dispatch.Discover(ctx, o.Dispatch.Client, o.Dispatch.Keys, model)
 	{
-		disc, err := dispatch.Discover(ctx, o.Dispatch.Client, o.Dispatch.Keys, model)
 		for _, d := range disc {
 			if dead, why := d.Key.Dead(); dead {
 				o.Logger.Warn("key is not usable", "key", d.Key, "reason", why)
@@ -496,8 +496,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	close(progDone) // the last frame shows every durable result
 	progWG.Wait()
 
-	// 7. Report.
+	// 7. Report. Keys as they are now: one may have died during the run.
 	rep.finish(d, &ledger, durable.Load(), time.Since(started))
+	rep.Keys = keyReports(disc)
 	if e, _ := writeErr.Load().(error); e != nil {
 		return rep, fmt.Errorf("job: writing results: %w", e)
 	}

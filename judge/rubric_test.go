@@ -218,3 +218,38 @@ func TestItemJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestParseRubric(t *testing.T) {
+	// Text: the system prompt, default template, no fields.
+	r, err := ParseRubric([]byte("\xef\xbb\xbf# Grade the answer\nReply with JSON.\n"))
+	if err != nil || r.System != "# Grade the answer\nReply with JSON." || r.Template != DefaultTemplate || len(r.Fields) != 0 {
+		t.Fatalf("text rubric: %+v, %v", r, err)
+	}
+	// JSON: fields kept; an empty template is the default one.
+	r, err = ParseRubric([]byte(`{"system": "S", "fields": [{"name": "score", "type": "int", "min": 0, "max": 10}], "sentinels": ["REFUSAL"]}`))
+	if err != nil || r.System != "S" || r.Template != DefaultTemplate || len(r.Fields) != 1 || *r.Fields[0].Max != 10 || r.Sentinels[0] != "REFUSAL" {
+		t.Fatalf("JSON rubric: %+v, %v", r, err)
+	}
+	for _, bad := range []string{"", "  \n", `{"system": "S", "feilds": []}`, `{"system": ""}`, `{"system": "S"} {}`,
+		`{"system": "S", "fields": [{"name": "x", "type": "bool"}]}`} {
+		if _, err := ParseRubric([]byte(bad)); err == nil {
+			t.Errorf("ParseRubric(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseFields(t *testing.T) {
+	fs, err := ParseFields("aligned:number:0:100, coherent:int:0:, reasoning?:string")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fs) != 3 || fs[0].Name != "aligned" || *fs[0].Min != 0 || *fs[0].Max != 100 ||
+		fs[1].Type != Int || fs[1].Max != nil || !fs[2].Optional || fs[2].Name != "reasoning" {
+		t.Fatalf("%+v", fs)
+	}
+	for _, bad := range []string{"x", "x:number:1", "x:bool", "x:number:a:b", "x:number:5:1", "x:string:0:1", "x:int,x:int"} {
+		if _, err := ParseFields(bad); err == nil {
+			t.Errorf("ParseFields(%q) accepted", bad)
+		}
+	}
+}

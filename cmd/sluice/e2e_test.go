@@ -89,8 +89,19 @@ type e2e struct {
 
 func newE2E(t *testing.T) *e2e {
 	t.Helper()
+	return newE2EWith(t, nil)
+}
+
+// newE2EWith is newE2E with the simulator's configuration changed by mutate.
+func newE2EWith(t *testing.T, mutate func(*sim.Config)) *e2e {
+	t.Helper()
 	bin := sluiceBin(t)
-	s, base := simtest.Loopback(t, func(c *sim.Config) { c.TimeScale = 20 })
+	s, base := simtest.Loopback(t, func(c *sim.Config) {
+		c.TimeScale = 20
+		if mutate != nil {
+			mutate(c)
+		}
+	})
 	e := &e2e{t: t, bin: bin, sim: s, url: base, dir: t.TempDir()}
 	e.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + e.url}
 	for name, k := range fakeKeys {
@@ -113,7 +124,7 @@ type proc struct {
 func (e *e2e) start(args ...string) *proc {
 	e.t.Helper()
 	switch args[0] {
-	case "run":
+	case "run", "judge":
 		args = append(args, "--no-dotenv", "--no-progress", "--ramp-doubling", "250ms")
 	case "keys":
 		args = append(args, "--no-dotenv", "--ramp-doubling", "250ms")

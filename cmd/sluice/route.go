@@ -6,6 +6,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
@@ -22,6 +25,30 @@ type routeFlags struct {
 	chunk      int
 	window     int
 	stuckAfter time.Duration
+}
+
+func (f *routeFlags) register(fl *pflag.FlagSet) {
+	fl.StringVar(&f.route, "route", "auto", "auto (the planner decides), sync (Messages calls) or batch (Message Batches, half price)")
+	fl.StringVar(&f.prefer, "prefer", "latency", "what auto optimises: latency, cost or balanced")
+	fl.DurationVar(&f.deadline, "deadline", 0, "the job must finish within this (rules out routes predicted to take longer; bounds batch polling)")
+	fl.StringVar(&f.limitsFile, "limits-file", "", "the organizations' limits for the planner (see sluice plan --help); default: read them from one 1-token probe per organization")
+	fl.IntVar(&f.chunk, "chunk", 0, "requests per batch (default: the planner's)")
+	fl.IntVar(&f.window, "window", 0, "batches in flight per organization (default: the planner's)")
+	fl.DurationVar(&f.stuckAfter, "stuck-after", 0, "cancel a batch not ended this long after create and re-drive it on sync (default: the planner's; env SLUICE_BATCH_STUCK_AFTER)")
+}
+
+// fromEnv applies SLUICE_BATCH_STUCK_AFTER unless --stuck-after was given.
+func (f *routeFlags) fromEnv(cmd *cobra.Command) error {
+	v, ok := os.LookupEnv("SLUICE_BATCH_STUCK_AFTER")
+	if !ok || cmd.Flags().Changed("stuck-after") {
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("SLUICE_BATCH_STUCK_AFTER: %w", err)
+	}
+	f.stuckAfter = d
+	return nil
 }
 
 // router returns job.Options.Plan for these flags. With --route auto the

@@ -39,6 +39,7 @@ func runCmd() *cobra.Command {
 		grace        time.Duration
 		noProgress   bool
 		rf           routeFlags
+		cf           cacheFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run REQUESTS.jsonl -o RESULTS.jsonl",
@@ -78,12 +79,16 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 			if !noProgress {
 				opts.Progress = os.Stderr
 			}
-			if v, ok := os.LookupEnv("SLUICE_BATCH_STUCK_AFTER"); ok && !cmd.Flags().Changed("stuck-after") {
-				if rf.stuckAfter, err = time.ParseDuration(v); err != nil {
-					return fmt.Errorf("run: SLUICE_BATCH_STUCK_AFTER: %w", err)
-				}
+			if err := rf.fromEnv(cmd); err != nil {
+				return err
 			}
 			opts.Plan = rf.router(pool.Keys(), nil, log)
+			rc, err := cf.open()
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			opts.Cache = rc
 			return runJob(cmd.Context(), opts, report)
 		},
 	}
@@ -96,26 +101,40 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 	fl.Float64Var(&maxCost, "max-cost", 0, "stop admitting requests once this many USD are spent (0: no limit)")
 	fl.DurationVar(&grace, "grace", 30*time.Second, "on interrupt, how long requests in flight may finish")
 	fl.BoolVar(&noProgress, "no-progress", false, "no progress display or log lines")
-	fl.StringVar(&rf.route, "route", "auto", "auto (the planner decides), sync (Messages calls) or batch (Message Batches, half price)")
-	fl.StringVar(&rf.prefer, "prefer", "latency", "what auto optimises: latency, cost or balanced")
-	fl.DurationVar(&rf.deadline, "deadline", 0, "the job must finish within this (rules out routes predicted to take longer; bounds batch polling)")
-	fl.StringVar(&rf.limitsFile, "limits-file", "", "the organizations' limits for the planner (see sluice plan --help); default: read them from one 1-token probe per organization")
-	fl.IntVar(&rf.chunk, "chunk", 0, "requests per batch (default: the planner's)")
-	fl.IntVar(&rf.window, "window", 0, "batches in flight per organization (default: the planner's)")
-	fl.DurationVar(&rf.stuckAfter, "stuck-after", 0, "cancel a batch not ended this long after create and re-drive it on sync (default: the planner's; env SLUICE_BATCH_STUCK_AFTER)")
+	rf.register(fl)
+	cf.register(fl, "off")
 	return cmd
 }
 
-// runJob runs opts with signal handling: the first SIGINT/SIGTERM stops
-// admitting and lets requests in flight finish, the second aborts them.
+// runJob runs opts with signal handling (withSignals), then prints the
+// report and writes it to reportPath if set.
 func runJob(ctx context.Context, opts job.Options, reportPath string) error {
+	return withSignals(ctx, opts.Grace, func(ctx context.Context, abort <-chan struct{}) error {
+		opts.Abort = abort
+		rep, err := job.Run(ctx, opts)
+		if rep != nil {
+			rep.Summary(os.Stderr)
+			if reportPath != "" {
+				if werr := rep.WriteJSON(reportPath); werr != nil && err == nil {
+					err = werr
+				}
+			}
+		}
+		return err
+	})
+}
+
+// withSignals runs fn: the first SIGINT/SIGTERM cancels its context (stop
+// admitting; requests in flight finish within grace), the second closes
+// abort (cut them short). An error wrapping job.ErrInterrupted becomes
+// exit status 2: re-running the same command resumes.
+func withSignals(ctx context.Context, grace time.Duration, fn func(ctx context.Context, abort <-chan struct{}) error) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	abort := make(chan struct{})
-	opts.Abort = abort
 	finished := make(chan struct{})
 	defer close(finished)
 	go func() {
@@ -124,7 +143,7 @@ func runJob(ctx context.Context, opts job.Options, reportPath string) error {
 		case <-ctx.Done():
 			return
 		}
-		fmt.Fprintf(os.Stderr, "\nsluice: stopping — letting requests in flight finish (up to %s); interrupt again to abort them\n", opts.Grace)
+		fmt.Fprintf(os.Stderr, "\nsluice: stopping — letting requests in flight finish (up to %s); interrupt again to abort them\n", grace)
 		cancel()
 		select {
 		case <-sigs:
@@ -133,15 +152,7 @@ func runJob(ctx context.Context, opts job.Options, reportPath string) error {
 		case <-finished:
 		}
 	}()
-	rep, err := job.Run(ctx, opts)
-	if rep != nil {
-		rep.Summary(os.Stderr)
-		if reportPath != "" {
-			if werr := rep.WriteJSON(reportPath); werr != nil && err == nil {
-				err = werr
-			}
-		}
-	}
+	err := fn(ctx, abort)
 	if errors.Is(err, job.ErrInterrupted) {
 		return &exitError{code: exitInterrupted, err: err}
 	}

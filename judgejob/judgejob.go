@@ -1,0 +1,459 @@
+// Package judgejob runs LLM-as-judge jobs: items and a rubric in, one
+// classified verdict per item and per-group summaries out. It is a thin
+// layer over package job — the same engine, planner, resume, cost
+// accounting and response cache as `sluice run` — and package judge, which
+// builds the requests and classifies the replies.
+//
+// Its two entry points are the stable Go API for judge callers: Judge for
+// items held in memory, RunFile for an items file of any size. Config is a
+// struct so fields can be added without breaking a call site.
+//
+// Files, for an output path OUT (verdicts):
+//
+//	OUT                  one verdict per judged item (rewritten atomically at the end)
+//	OUT.requests.jsonl   the Messages requests, rebuilt from the items every run
+//	OUT.results.jsonl    the raw results (job's resumable results file)
+//	OUT.judge.json       the rubric fingerprint and model the results were made with
+//
+// Re-running the same command resumes: items already judged are kept,
+// transport-class rows are driven again, and Redrive names other classes
+// to ask again (parse_error, truncated, refused).
+package judgejob
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/cache"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/judge"
+)
+
+// Config is one judge job.
+type Config struct {
+	// Rubric is what the judge is asked (default judge.DefaultRubric()).
+	Rubric *judge.Rubric
+	// Model (default judge.DefaultModel), MaxTokens (default 256) and
+	// Temperature (nil: the API's default) are the request's parameters.
+	Model       string
+	MaxTokens   int
+	Temperature *float64
+	// Output is the verdicts file; the work files live beside it (see the
+	// package doc). Judge may leave it empty: a temporary directory is
+	// used and removed, and the job cannot be resumed.
+	Output string
+	// Redrive asks again the items whose verdict is of these classes
+	// (transport is always re-driven). Their requests skip the cache.
+	Redrive []judge.Class
+	// KeepRaw keeps the reply text in every verdict, not only in
+	// parse_error and truncated ones.
+	KeepRaw bool
+	// Cache, if set, answers requests it holds without a call and stores
+	// new answers under the rubric's fingerprint (never a non-answer).
+	Cache *cache.Cache
+	// Engine is the run's configuration: Dispatch (client and keys) is
+	// required; Plan, Logger, Progress, MaxCost and the rest are optional.
+	// Input, Output, Cache, CacheExtra, Redrive and KeepChanged are set
+	// by the judge job.
+	Engine job.Options
+}
+
+// Result is what a judge job produced.
+type Result struct {
+	// Verdicts, from Judge only: one per item that has a result, in item
+	// order. RunFile streams them to Config.Output instead.
+	Verdicts []judge.Verdict
+	// Summary counts every verdict of this job's items by group.
+	Summary judge.Summary
+	// Judged is the number of verdicts written; Pending the items with no
+	// result yet (the run was interrupted: re-run to resume).
+	Judged, Pending int
+	// Rubric is the rubric's fingerprint.
+	Rubric string
+	// Report is the engine's report of this run (nil when the job failed
+	// before sending).
+	Report *job.Report
+}
+
+// ItemError lists the items that cannot be judged; nothing was sent.
+type ItemError struct {
+	Source string
+	Lines  []string // "line N: reason", the first 50
+	Total  int
+}
+
+func (e *ItemError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %d items cannot be judged; nothing was sent", e.Source, e.Total)
+	for _, l := range e.Lines {
+		b.WriteString("\n  " + l)
+	}
+	if e.Total > len(e.Lines) {
+		fmt.Fprintf(&b, "\n  … and %d more", e.Total-len(e.Lines))
+	}
+	return b.String()
+}
+
+// ErrOtherRubric is returned (wrapped) when the output's results were made
+// with another rubric or model: their verdicts would be read under the
+// wrong rubric.
+var ErrOtherRubric = errors.New("judgejob: the results were made with another rubric or model")
+
+// Judge judges items held in memory and returns their verdicts in item
+// order with the summary. With Config.Output set, its files are kept and
+// a second call resumes; without, the work happens in a temporary
+// directory.
+func Judge(ctx context.Context, items []judge.Item, cfg Config) (*Result, error) {
+	if cfg.Output == "" {
+		dir, err := os.MkdirTemp("", "sluice-judge-")
+		if err != nil {
+			return nil, fmt.Errorf("judgejob: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		cfg.Output = filepath.Join(dir, "verdicts.jsonl")
+	}
+	next := func(yield func(int, judge.Item, error) bool) {
+		for i, it := range items {
+			if !yield(i+1, it, nil) {
+				return
+			}
+		}
+	}
+	res, err := run(ctx, "items", next, cfg, true)
+	if res != nil && res.Verdicts != nil {
+		order := make(map[string]int, len(items))
+		for i, it := range items {
+			order[it.ID] = i
+		}
+		slices.SortFunc(res.Verdicts, func(a, b judge.Verdict) int { return order[a.ID] - order[b.ID] })
+	}
+	return res, err
+}
+
+// RunFile judges the items file at path (JSON Lines, one judge.Item per
+// line) and writes the verdicts to cfg.Output, which is required. Memory
+// holds the items' ids and group labels, not their text or verdicts.
+func RunFile(ctx context.Context, path string, cfg Config) (*Result, error) {
+	if cfg.Output == "" {
+		return nil, errors.New("judgejob: an output file is required")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("judgejob: %w", err)
+	}
+	defer f.Close()
+	var readErr error
+	next := func(yield func(int, judge.Item, error) bool) {
+		r := jsonl.NewReader(f)
+		for {
+			line, n, err := r.Next()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				readErr = fmt.Errorf("judgejob: reading %s: %w", path, err)
+				return
+			}
+			var it judge.Item
+			err = json.Unmarshal(line, &it)
+			if !yield(n, it, err) {
+				return
+			}
+		}
+	}
+	res, err := run(ctx, path, next, cfg, false)
+	if readErr != nil && err == nil {
+		err = readErr
+	}
+	return res, err
+}
+
+// paths are a job's files.
+type paths struct{ verdicts, requests, results, meta string }
+
+func pathsOf(out string) paths {
+	return paths{out, out + ".requests.jsonl", out + ".results.jsonl", out + ".judge.json"}
+}
+
+// meta is OUT.judge.json.
+type meta struct {
+	Rubric string `json:"rubric"` // fingerprint
+	Model  string `json:"model"`
+}
+
+// itemSet is what the job keeps per item: its position and group labels.
+type itemSet struct {
+	groups map[string][]string // only items with groups
+	seen   map[string]struct{}
+	n      int
+}
+
+func run(ctx context.Context, source string, items func(func(int, judge.Item, error) bool), cfg Config, keep bool) (*Result, error) {
+	if cfg.Rubric == nil {
+		cfg.Rubric = judge.DefaultRubric()
+	}
+	if cfg.Model == "" {
+		cfg.Model = judge.DefaultModel
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = judge.DefaultMaxTokens
+	}
+	if err := cfg.Rubric.Validate(); err != nil {
+		return nil, err
+	}
+	fp := judge.Fingerprint(cfg.Rubric, cfg.Model)
+	p := pathsOf(cfg.Output)
+	if err := checkMeta(p, fp, cfg.Model); err != nil {
+		return nil, err
+	}
+
+	// 1. Build every request before anything is sent.
+	set, err := writeRequests(source, items, cfg, p.requests)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeMeta(p.meta, meta{Rubric: fp, Model: cfg.Model}); err != nil {
+		return nil, err
+	}
+
+	// 2. What to ask again: transport rows always, and the named classes.
+	redrive, err := redriveSet(p.results, cfg, set)
+	if err != nil {
+		return nil, err
+	}
+
+	// 3. Run.
+	o := cfg.Engine
+	o.Input, o.Output = p.requests, p.results
+	o.Cache, o.CacheExtra = cfg.Cache, []string{fp}
+	o.Redrive = func(id string) bool { return redrive[id] }
+	// With a re-drive, rows kept as they are may have been asked with
+	// other parameters (a smaller max_tokens): that is the point. The
+	// rubric and model are held equal by OUT.judge.json.
+	o.KeepChanged = len(cfg.Redrive) > 0
+	rep, runErr := job.Run(ctx, o)
+	if rep == nil {
+		return nil, runErr
+	}
+
+	// 4. Verdicts of what is done, even after an interruption.
+	res, err := writeVerdicts(p, cfg, fp, set, keep)
+	if err != nil {
+		return nil, errors.Join(runErr, err)
+	}
+	res.Report = rep
+	return res, runErr
+}
+
+func checkMeta(p paths, fp, model string) error {
+	b, err := os.ReadFile(p.meta)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("judgejob: %w", err)
+	}
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Errorf("judgejob: %s: %w", p.meta, err)
+	}
+	if m.Rubric == fp {
+		return nil
+	}
+	if st, err := os.Stat(p.results); err != nil || st.Size() == 0 {
+		return nil // nothing judged yet under the old rubric
+	}
+	what := "rubric"
+	if m.Model != model {
+		what = fmt.Sprintf("model (%s, now %s)", m.Model, model)
+	}
+	return fmt.Errorf("%w: %s holds results of another %s; write to a new output, or delete %s and %s to start over",
+		ErrOtherRubric, p.results, what, p.results, p.meta)
+}
+
+func writeMeta(path string, m meta) error {
+	b, _ := json.Marshal(m)
+	return writeAtomic(path, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err })
+}
+
+// writeRequests validates every item and writes its request; an invalid
+// item (or a duplicate id) stops the job before anything is sent.
+func writeRequests(source string, items func(func(int, judge.Item, error) bool), cfg Config, path string) (*itemSet, error) {
+	set := &itemSet{groups: map[string][]string{}, seen: map[string]struct{}{}}
+	ie := &ItemError{Source: source}
+	bad := func(n int, format string, args ...any) {
+		ie.Total++
+		if len(ie.Lines) < 50 {
+			ie.Lines = append(ie.Lines, fmt.Sprintf("line %d: ", n)+fmt.Sprintf(format, args...))
+		}
+	}
+	err := writeAtomic(path, func(w io.Writer) error {
+		var err error
+		items(func(n int, it judge.Item, perr error) bool {
+			if perr != nil {
+				bad(n, "%v", perr)
+				return true
+			}
+			if verr := it.Validate(); verr != nil {
+				bad(n, "%v", verr)
+				return true
+			}
+			if _, dup := set.seen[it.ID]; dup {
+				bad(n, "duplicate id %q", it.ID)
+				return true
+			}
+			set.seen[it.ID] = struct{}{}
+			set.n++
+			if len(it.Groups) > 0 {
+				set.groups[it.ID] = it.Groups
+			}
+			params, berr := judge.Build(it, cfg.Rubric, cfg.Model, cfg.MaxTokens, cfg.Temperature)
+			if berr != nil {
+				bad(n, "%v", berr)
+				return true
+			}
+			if ie.Total > 0 {
+				return true // keep checking; nothing will be written
+			}
+			line, _ := json.Marshal(api.BatchRequest{CustomID: it.ID, Params: params})
+			if _, err = w.Write(append(line, '\n')); err != nil {
+				return false
+			}
+			return true
+		})
+		if err == nil && ie.Total > 0 {
+			return ie
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if set.n == 0 {
+		return nil, fmt.Errorf("judgejob: %s holds no items", source)
+	}
+	return set, nil
+}
+
+// eachResult calls fn with every row of the results file that belongs to
+// one of the job's items (a missing file has none).
+func eachResult(path string, set *itemSet, fn func(api.ResultRecord) error) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("judgejob: %w", err)
+	}
+	defer f.Close()
+	r := jsonl.NewReader(f)
+	for {
+		line, _, err := r.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("judgejob: reading %s: %w", path, err)
+		}
+		var rec api.ResultRecord
+		if json.Unmarshal(line, &rec) != nil {
+			continue // a torn last line: job repairs it
+		}
+		if _, ok := set.seen[rec.CustomID]; !ok {
+			continue
+		}
+		if err := fn(rec); err != nil {
+			return err
+		}
+	}
+}
+
+func redriveSet(results string, cfg Config, set *itemSet) (map[string]bool, error) {
+	classes := append([]judge.Class{judge.Transport}, cfg.Redrive...)
+	out := map[string]bool{}
+	err := eachResult(results, set, func(rec api.ResultRecord) error {
+		if v := judge.Classify(rec, cfg.Rubric, false); slices.Contains(classes, v.Class) {
+			out[rec.CustomID] = true
+		}
+		return nil
+	})
+	return out, err
+}
+
+// writeVerdicts classifies every result of the job's items into OUT, one
+// row per item, in the results file's order.
+func writeVerdicts(p paths, cfg Config, fp string, set *itemSet, keep bool) (*Result, error) {
+	res := &Result{Rubric: fp}
+	tally := judge.NewTally(cfg.Rubric)
+	done := make(map[string]struct{}, set.n)
+	err := writeAtomic(p.verdicts, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<16)
+		enc := json.NewEncoder(bw)
+		enc.SetEscapeHTML(false)
+		err := eachResult(p.results, set, func(rec api.ResultRecord) error {
+			if _, dup := done[rec.CustomID]; dup {
+				// job writes one row per id; never count an item twice.
+				return nil
+			}
+			done[rec.CustomID] = struct{}{}
+			v := judge.Classify(rec, cfg.Rubric, cfg.KeepRaw)
+			v.Groups, v.Rubric = set.groups[v.ID], fp
+			tally.Add(v)
+			if keep {
+				res.Verdicts = append(res.Verdicts, v)
+			}
+			return enc.Encode(v)
+		})
+		if err != nil {
+			return err
+		}
+		return bw.Flush()
+	})
+	if err != nil {
+		return nil, err
+	}
+	res.Judged = len(done)
+	res.Pending = set.n - len(done)
+	res.Summary = tally.Summary()
+	return res, nil
+}
+
+// writeAtomic writes path through a temporary file in the same directory,
+// fsynced and renamed over it, so a reader sees the old file or the new
+// one, never half of one.
+func writeAtomic(path string, fill func(io.Writer) error) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("judgejob: %w", err)
+	}
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("judgejob: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := fill(tmp); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("judgejob: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("judgejob: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("judgejob: %w", err)
+	}
+	return nil
+}
