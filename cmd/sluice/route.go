@@ -9,11 +9,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/route"
 )
 
 // routeFlags choose how `sluice run` sends its requests.
@@ -54,77 +54,18 @@ func (f *routeFlags) fromEnv(cmd *cobra.Command) error {
 // router returns job.Options.Plan for these flags. With --route auto the
 // planner decides from the input's shape and the organizations' limits
 // from --limits-file (without one, from the etiquette caps alone: no paid
-// probe is sent).
+// probe is sent). world, if set, is the planner's world (the demo's
+// simulator), and timeScale the simulator's clock (1 for the real API).
 func (f routeFlags) router(ks []*keys.Key, world *plan.World, log *slog.Logger) func(jsonl.Summary, int) (job.Routing, error) {
-	return func(s jsonl.Summary, pending int) (job.Routing, error) {
-		switch f.route {
-		case "sync":
-			return job.Routing{Route: job.RouteSync, Why: "--route sync"}, nil
-		case "batch", "auto":
-		default:
-			return job.Routing{}, fmt.Errorf("run: --route must be auto, sync or batch, got %q", f.route)
-		}
-		prio, err := plan.ParsePriority(f.prefer)
-		if err != nil {
-			return job.Routing{}, err
-		}
-		model := s.MainModel()
-		w, err := f.world(ks, world, log)
-		if err != nil {
-			return job.Routing{}, err
-		}
-		j := plan.Job{N: pending, Model: model, MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
-		opts := plan.Options{Priority: prio, Deadline: f.deadline, Chunk: f.chunk, Window: f.window}
-		if f.route == "batch" {
-			opts.MinBatch = 1
-		}
-		d, err := plan.Decide(w, j, opts)
-		if err != nil {
-			return job.Routing{}, err
-		}
-		for _, warn := range d.Warnings {
-			log.Warn("plan: " + warn)
-		}
-		r := job.Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid}
-		if d.Route == plan.RouteSync {
-			r.SyncOrgs = d.Orgs // a small job needs fewer organizations
-		}
-		if f.route == "batch" {
-			r.Route, r.Why = job.RouteBatch, "--route batch"
-			r.Predicted = d.BatchWall.Mid
-			if d.Batch == nil || d.Route != plan.RouteBatch {
-				// The planner would not send it all to batch; size the
-				// chunks and the window as it would, or as asked.
-				br, err := w.SimulateBatch(pending, f.chunk, f.window)
-				if err != nil {
-					return job.Routing{}, err
-				}
-				d.Batch = &br
-			}
-		}
-		if pending > 0 && r.Route == job.RouteSplit {
-			r.BatchShare = float64(d.BatchN) / float64(pending)
-		}
-		if r.Route != job.RouteSync {
-			// The planner's stuck threshold, floored: against the real API
-			// a healthy batch may take far longer than its prediction, and a
-			// needless escape re-drives it at full price.
-			bc := batch.Config{StuckAfter: max(d.StuckAfter, batch.MinStuckAfter)}
-			if d.Batch != nil {
-				bc.ChunkSize, bc.WindowByOrg, bc.Turnaround = d.Batch.Chunk, d.Batch.WindowByOrg(), d.Batch.MaxTurnaround
-				bc.WindowPerOrg = d.Batch.MinWindowRequests()
-			}
-			if f.stuckAfter != 0 {
-				bc.StuckAfter = f.stuckAfter
-			}
-			if f.deadline > 0 {
-				bc.Deadline = time.Now().Add(f.deadline)
-			}
-			r.Batch = bc
-		}
-		log.Info("route chosen", "route", r.Route, "predicted", r.Predicted.Round(time.Second), "why", r.Why)
-		return r, nil
-	}
+	return f.routerScaled(ks, world, 1, log)
+}
+
+func (f routeFlags) routerScaled(ks []*keys.Key, world *plan.World, timeScale float64, log *slog.Logger) func(jsonl.Summary, int) (job.Routing, error) {
+	return route.Planner(route.Options{
+		Route: f.route, Prefer: f.prefer, Deadline: f.deadline, Chunk: f.chunk, Window: f.window,
+		StuckAfter: f.stuckAfter, TimeScale: timeScale, Log: log,
+		World: func() (plan.World, error) { return f.world(ks, world, log) },
+	})
 }
 
 // world is the planner's view of the organizations: a given world (the
