@@ -105,3 +105,48 @@ func text(rng *rand.Rand, n int) string {
 	}
 	return b.String()
 }
+// WriteItems writes the same workload as judge items, one
+// {"id", "question", "completion"} object per line (ids from IDPrefix, as
+// in Write): judged with the default rubric, each gives the request Write
+// writes for it, so `sluice judge` on these items and `sluice run` on
+// Write's requests send the same thing.
+func (j Judge) WriteItems(w io.Writer) error {
+	if j.InputMin == 0 {
+		j.InputMin = 120
+	}
+	if j.InputMax < j.InputMin {
+		j.InputMax = max(400, j.InputMin)
+	}
+	if j.IDPrefix == "" {
+		j.IDPrefix = "item"
+	}
+	rng := rand.New(rand.NewPCG(j.Seed, 0x10b))
+	rubricTokens := (len(Rubric) + 3) / 4
+	if j.NoRubric {
+		rubricTokens = 0
+	}
+	bw := bufio.NewWriterSize(w, 1<<20)
+	enc := json.NewEncoder(bw)
+	for i := range j.N {
+		target := j.InputMin + rng.IntN(j.InputMax-j.InputMin+1) - rubricTokens
+		q, a := text(rng, max(8, target/3)), text(rng, max(8, target-target/3))
+		item := map[string]string{"id": fmt.Sprintf("%s-%07d", j.IDPrefix, i), "question": q, "completion": a}
+		if err := enc.Encode(item); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// WriteItemsFile writes WriteItems to path.
+func (j Judge) WriteItemsFile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := j.WriteItems(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
