@@ -112,11 +112,11 @@ var armColors = map[string]string{
 // time on a log axis (one line per arm): the arms span minutes to days.
 func (r *Judge658Result) WriteSVG(w io.Writer) {
 	const (
-		width, height     = 900, 480
-		left, right       = 70, 250
-		top, bottom       = 40, 60
-		plotW, plotH      = width - left - right, height - top - bottom
-		minMinute float64 = 1
+		width, height         = 900, 480
+		left, right           = 70, 250
+		top, bottom           = 40, 60
+		plotW, plotH          = width - left - right, height - top - bottom
+		minMinute     float64 = 1
 	)
 	maxMin := minMinute * 10
 	for _, a := range r.Arms {

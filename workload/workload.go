@@ -105,6 +105,7 @@ func text(rng *rand.Rand, n int) string {
 	}
 	return b.String()
 }
+
 // WriteItems writes the same workload as judge items, one
 // {"id", "question", "completion"} object per line (ids from IDPrefix, as
 // in Write): judged with the default rubric, each gives the request Write
