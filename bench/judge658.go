@@ -64,6 +64,9 @@ type Judge658 struct {
 	// Kill also runs the latency arm as a child process, SIGKILLs it at a
 	// random point and resumes it.
 	Kill bool
+	// ScaleCheck, if set, runs that arm again at half its time scale: the
+	// simulated wall-clock should not move.
+	ScaleCheck string
 	// Target is the real time an arm should take (default 75 s); its time
 	// scale is chosen for it, within SyncRate.
 	Target time.Duration
@@ -92,6 +95,11 @@ type ArmResult struct {
 	// time scale): the figure the arms are compared by.
 	SimSeconds  float64 `json:"sim_seconds"`
 	RealSeconds float64 `json:"real_seconds"`
+	// PrepSeconds is the real time before the first send (reading the
+	// items, building requests), counted unscaled; SendSeconds the real
+	// time from the first send to the end, counted × TimeScale.
+	PrepSeconds float64 `json:"prep_seconds"`
+	SendSeconds float64 `json:"send_seconds"`
 	Items       int     `json:"items"`
 	// Done have a verdict (sluice) or a succeeded result (baselines);
 	// Lost do not: errored, expired, or failed after the SDK's retries.
@@ -120,9 +128,12 @@ type KillResult struct {
 	AtKill      int     `json:"results_durable_at_kill"`
 	VerdictRows int     `json:"verdict_rows"`
 	Unique      int     `json:"unique_ids"`
-	Duplicates  int     `json:"duplicate_rows"` // results rows beyond one per id
-	Missing     int     `json:"missing"`
-	BilledTwice int64   `json:"billed_twice"` // bodies the simulator answered more than once
+	// DuplicatesAtKill and Duplicates count results rows beyond one per
+	// id in the results file as the kill left it, and after the resume.
+	DuplicatesAtKill int   `json:"duplicate_rows_at_kill"`
+	Duplicates       int   `json:"duplicate_rows"`
+	Missing          int   `json:"missing"`
+	BilledTwice      int64 `json:"billed_twice"` // bodies the simulator answered more than once
 	// SimSeconds is kill + resume, end to end; Extra is that less the
 	// uninterrupted latency arm's (when it ran).
 	SimSeconds   float64 `json:"sim_seconds"`
@@ -132,13 +143,15 @@ type KillResult struct {
 
 // Judge658Result is the whole validation.
 type Judge658Result struct {
-	N        int         `json:"n"`
-	Model    string      `json:"model"`
-	Started  time.Time   `json:"started"`
-	Arms     []ArmResult `json:"arms"`
-	Kill     *KillResult `json:"kill,omitempty"`
-	Machine  string      `json:"machine"`
-	Duration float64     `json:"real_seconds"`
+	N       int         `json:"n"`
+	Model   string      `json:"model"`
+	Started time.Time   `json:"started"`
+	Arms    []ArmResult `json:"arms"`
+	Kill    *KillResult `json:"kill,omitempty"`
+	// ScaleCheck is the ScaleCheck arm at half its time scale.
+	ScaleCheck *ArmResult `json:"scale_check,omitempty"`
+	Machine    string     `json:"machine"`
+	Duration   float64    `json:"real_seconds"`
 }
 
 func (b *Judge658) defaults() {
@@ -265,6 +278,15 @@ func (b *Judge658) Run(ctx context.Context) (*Judge658Result, error) {
 		res.Kill = kr
 		fmt.Fprintf(b.Progress, "kill and resume: %d verdict rows, %d duplicates, %d missing, %d billed twice\n", kr.VerdictRows, kr.Duplicates, kr.Missing, kr.BilledTwice)
 	}
+	if b.ScaleCheck != "" {
+		k := math.Max(1, math.Round(b.timeScale(b.ScaleCheck)/2))
+		fmt.Fprintf(b.Progress, "time-scale check: arm %s at %g …\n", b.ScaleCheck, k)
+		r, err := b.runArm(ctx, b.ScaleCheck, items, k)
+		if err != nil {
+			return res, fmt.Errorf("time-scale check: %w", err)
+		}
+		res.ScaleCheck = &r
+	}
 	res.Duration = time.Since(started).Seconds()
 	return res, nil
 }
@@ -290,24 +312,37 @@ func (b *Judge658) runArm(ctx context.Context, name, items string, k float64) (A
 	if err != nil {
 		return r, err
 	}
+	// The clock: preparation (reading items, building requests) is CPU
+	// work that takes the same real time against the real API, so it
+	// counts unscaled; from the first send on, real time × K.
 	tl := newTimeline(k)
+	results := filepath.Join(dir, "results.jsonl")
 	switch name {
 	case ArmBaselineA, ArmBaselineB:
-		reqs, err := readRequests(items)
-		if err != nil {
-			return r, err
-		}
 		chunk, window := 500, 1
 		if name == ArmBaselineB {
 			chunk, window = 8000, 8
 		}
-		key := poolKey(pool, keys.LabelBatch) // the old system's batch key
-		c := client.New(client.Config{BaseURL: sp.Base, MaxConns: 64})
-		bs, err := oldBatches{c: c, key: key, chunk: chunk, window: window, poll: scale(oldPoll, k), tl: tl}.run(ctx, reqs)
+		bodies, err := batchBodies(items, chunk)
 		if err != nil {
 			return r, err
 		}
-		r.Done, r.BatchUSD, r.Batches = bs.done, bs.usd, bs.batches
+		out, err := newResultsFile(results)
+		if err != nil {
+			return r, err
+		}
+		key := poolKey(pool, keys.LabelBatch) // the old system's batch key
+		c := client.New(client.Config{BaseURL: sp.Base, MaxConns: 64})
+		tl.begin()
+		bs, err := oldBatches{c: c, key: key, window: window, poll: scale(oldPoll, k), tl: tl, out: out}.run(ctx, bodies)
+		tl.stop()
+		if cerr := out.close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return r, err
+		}
+		r.BatchUSD, r.Batches = bs.usd, bs.batches
 		if name == ArmBaselineA {
 			r.Binding = "one batch at a time: each waits its queue turnaround (≈5 min per 500)"
 		} else {
@@ -318,12 +353,21 @@ func (b *Judge658) runArm(ctx context.Context, name, items string, k float64) (A
 		if err != nil {
 			return r, err
 		}
+		out, err := newResultsFile(results)
+		if err != nil {
+			return r, err
+		}
 		c := client.New(client.Config{BaseURL: sp.Base, MaxConns: oldSyncWorkers + 8})
-		ss := oldSync{c: c, key: poolKey(pool, keys.LabelHighPrio), workers: oldSyncWorkers, k: k, tl: tl, seed: b.Seed}.run(ctx, reqs)
+		tl.begin()
+		ss := oldSync{c: c, key: poolKey(pool, keys.LabelHighPrio), workers: oldSyncWorkers, k: k, tl: tl, seed: b.Seed, out: out}.run(ctx, reqs)
+		tl.stop()
+		if err := out.close(); err != nil {
+			return r, err
+		}
 		if ctx.Err() != nil {
 			return r, ctx.Err()
 		}
-		r.Done, r.SyncUSD, r.Retries = ss.done, ss.usd, ss.retries
+		r.SyncUSD, r.Retries = ss.usd, ss.retries
 		r.Binding = fmt.Sprintf("fixed concurrency %d on one key: %d ÷ mean latency", oldSyncWorkers, oldSyncWorkers)
 	case ArmLatency, ArmCost:
 		prefer := "latency"
@@ -331,7 +375,8 @@ func (b *Judge658) runArm(ctx context.Context, name, items string, k float64) (A
 			prefer = "cost"
 		}
 		sr, err := SluiceArm{Base: sp.Base, Sim: cfg, Items: items, Output: filepath.Join(dir, "verdicts.jsonl"),
-			Prefer: prefer, Log: b.Log, OnDurable: tl.observe}.Run(ctx)
+			Prefer: prefer, Log: b.Log, OnDurable: tl.observe, OnSend: tl.begin}.Run(ctx)
+		tl.stop()
 		if err != nil {
 			return r, err
 		}
@@ -340,11 +385,19 @@ func (b *Judge658) runArm(ctx context.Context, name, items string, k float64) (A
 		r.SyncUSD, r.BatchUSD = rep.Cost.Total.SyncUSD, rep.Cost.Total.BatchUSD
 		r.Retries = rep.Retries.RateLimited + rep.Retries.Failed
 		r.Route, r.Binding = rep.Route, rep.BindingLimit
-		r.PredictedSeconds = sr.Predicted.Seconds() // in the simulated world's time: the planner saw the scaled world
-		r.PredictedSeconds *= k
+		// The planner saw the scaled world: its wall-clock × K is in the
+		// simulated API's time (it models sending, not preparation).
+		r.PredictedSeconds = sr.Predicted.Seconds() * k
 	}
-	r.RealSeconds = tl.elapsed().Seconds()
-	r.SimSeconds = r.RealSeconds * k
+	if name != ArmLatency && name != ArmCost {
+		// Like for like with the sluice arms: done means an ok verdict.
+		if r.Done, err = okVerdicts(results); err != nil {
+			return r, err
+		}
+	}
+	r.PrepSeconds, r.SendSeconds = tl.prep.Seconds(), tl.sending().Seconds()
+	r.RealSeconds = r.PrepSeconds + r.SendSeconds
+	r.SimSeconds = r.PrepSeconds + r.SendSeconds*k
 	r.Lost = r.Items - r.Done
 	if r.SimSeconds > 0 {
 		r.RPM = float64(r.Done) / (r.SimSeconds / 60)
@@ -365,6 +418,62 @@ func (b *Judge658) runArm(ctx context.Context, name, items string, k float64) (A
 	return r, nil
 }
 
+// okVerdicts classifies a results file with the default rubric and counts
+// the ok verdicts (after the clock stops: the old systems parsed too, but
+// that is not what is compared).
+func okVerdicts(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	rubric := judge.DefaultRubric()
+	n := 0
+	sc := bufio.NewScanner(f)
+	sc.Buffer(nil, 1<<22)
+	for sc.Scan() {
+		var rec api.ResultRecord
+		if json.Unmarshal(sc.Bytes(), &rec) != nil {
+			continue
+		}
+		if judge.Classify(rec, rubric, false).Class == judge.OK {
+			n++
+		}
+	}
+	return n, sc.Err()
+}
+
+// resultsFile is a baseline's results, one Batch results line per answer,
+// written as they come (the old systems kept theirs too).
+type resultsFile struct {
+	mu sync.Mutex
+	f  *os.File
+	w  *bufio.Writer
+}
+
+func newResultsFile(path string) (*resultsFile, error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	return &resultsFile{f: f, w: bufio.NewWriterSize(f, 1<<20)}, nil
+}
+
+func (r *resultsFile) write(line []byte) {
+	r.mu.Lock()
+	r.w.Write(line)
+	r.w.WriteByte('\n')
+	r.mu.Unlock()
+}
+
+func (r *resultsFile) close() error {
+	if err := r.w.Flush(); err != nil {
+		r.f.Close()
+		return err
+	}
+	return r.f.Close()
+}
+
 func poolKey(p *keys.Pool, label string) *keys.Key {
 	for _, k := range p.Keys() {
 		if k.Label() == label {
@@ -376,17 +485,39 @@ func poolKey(p *keys.Pool, label string) *keys.Key {
 
 func scale(d time.Duration, k float64) time.Duration { return time.Duration(float64(d) / k) }
 
-// timeline records completions against real time since its start.
+// timeline records completions. Time before begin is preparation,
+// counted as is; after it, real time × k (the simulated API's time).
 type timeline struct {
-	k     float64
-	start time.Time
-	mu    sync.Mutex
-	pts   []Point
-	done  atomic.Int64
-	end   time.Time
+	k       float64
+	created time.Time
+	mu      sync.Mutex
+	prep    time.Duration
+	start   time.Time // zero until begin
+	end     time.Time
+	pts     []Point
+	done    atomic.Int64
 }
 
-func newTimeline(k float64) *timeline { return &timeline{k: k, start: time.Now()} }
+func newTimeline(k float64) *timeline { return &timeline{k: k, created: time.Now()} }
+
+// begin marks the first send.
+func (t *timeline) begin() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.start.IsZero() {
+		t.start = time.Now()
+		t.prep = t.start.Sub(t.created)
+	}
+}
+
+// stop marks the end.
+func (t *timeline) stop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.end.IsZero() {
+		t.end = time.Now()
+	}
+}
 
 // add counts n more completions.
 func (t *timeline) add(n int) { t.observe(t.done.Add(int64(n))) }
@@ -396,8 +527,10 @@ func (t *timeline) observe(total int64) {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.end = now
-	p := Point{Sim: now.Sub(t.start).Seconds() * t.k, Done: int(total)}
+	if t.start.IsZero() {
+		return
+	}
+	p := Point{Sim: t.prep.Seconds() + now.Sub(t.start).Seconds()*t.k, Done: int(total)}
 	if n := len(t.pts); n > 1 && p.Sim-t.pts[n-2].Sim < 1 && t.pts[n-1].Sim-t.pts[n-2].Sim < 1 {
 		t.pts[n-1] = p // thin bursts to about one point per simulated second
 		return
@@ -405,13 +538,18 @@ func (t *timeline) observe(total int64) {
 	t.pts = append(t.pts, p)
 }
 
-func (t *timeline) elapsed() time.Duration {
+// sending is the real time from the first send to stop.
+func (t *timeline) sending() time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.end.IsZero() {
-		return time.Since(t.start)
+	if t.start.IsZero() {
+		return 0
 	}
-	return t.end.Sub(t.start)
+	end := t.end
+	if end.IsZero() {
+		end = time.Now()
+	}
+	return end.Sub(t.start)
 }
 
 func (t *timeline) points() []Point {
@@ -452,23 +590,45 @@ func readRequests(items string) ([]request, error) {
 	return out, sc.Err()
 }
 
+// batchBodies reads the items and builds the create body of every batch
+// of chunk requests, before the clock starts.
+func batchBodies(items string, chunk int) ([][]byte, error) {
+	reqs, err := readRequests(items)
+	if err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for lo := 0; lo < len(reqs); lo += chunk {
+		body := []byte(`{"requests":[`)
+		for i, r := range reqs[lo:min(lo+chunk, len(reqs))] {
+			if i > 0 {
+				body = append(body, ',')
+			}
+			line, _ := json.Marshal(api.BatchRequest{CustomID: r.id, Params: r.params})
+			body = append(body, line...)
+		}
+		out = append(out, append(body, "]}"...))
+	}
+	return out, nil
+}
+
 // oldBatches is the old system's batch path: fixed-size batches on one
 // key, window of them in flight, each polled until it ends.
 type oldBatches struct {
-	c             *client.Client
-	key           *keys.Key
-	chunk, window int
-	poll          time.Duration
-	tl            *timeline
+	c      *client.Client
+	key    *keys.Key
+	window int
+	poll   time.Duration
+	tl     *timeline
+	out    *resultsFile
 }
 
 type batchStats struct {
-	done    int
 	usd     float64
 	batches int64
 }
 
-func (o oldBatches) run(ctx context.Context, reqs []request) (batchStats, error) {
+func (o oldBatches) run(ctx context.Context, bodies [][]byte) (batchStats, error) {
 	var (
 		st     batchStats
 		mu     sync.Mutex
@@ -477,26 +637,26 @@ func (o oldBatches) run(ctx context.Context, reqs []request) (batchStats, error)
 		first  error
 	)
 	sem := make(chan struct{}, o.window)
-	for lo := 0; lo < len(reqs); lo += o.chunk {
-		chunk := reqs[lo:min(lo+o.chunk, len(reqs))]
+	for _, body := range bodies {
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
+			wg.Wait()
 			return st, ctx.Err()
 		}
 		mu.Lock()
 		failed := first != nil
 		mu.Unlock()
 		if failed {
+			<-sem
 			break
 		}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			n, err := o.one(ctx, chunk, &ledger)
+			err := o.one(ctx, body, &ledger)
 			mu.Lock()
 			defer mu.Unlock()
 			st.batches++
-			st.done += n
 			if err != nil && first == nil {
 				first = err
 			}
@@ -507,66 +667,65 @@ func (o oldBatches) run(ctx context.Context, reqs []request) (batchStats, error)
 	return st, first
 }
 
-// one creates one batch, polls it to its end and reads its results; it
-// returns the succeeded rows.
-func (o oldBatches) one(ctx context.Context, chunk []request, ledger *cost.Ledger) (int, error) {
-	body := []byte(`{"requests":[`)
-	for i, r := range chunk {
-		if i > 0 {
-			body = append(body, ',')
-		}
-		line, _ := json.Marshal(api.BatchRequest{CustomID: r.id, Params: r.params})
-		body = append(body, line...)
-	}
-	body = append(body, "]}"...)
+// one creates one batch, polls it to its end and keeps its results.
+func (o oldBatches) one(ctx context.Context, body []byte, ledger *cost.Ledger) error {
 	out := o.c.Do(ctx, o.key, "POST", "/v1/messages/batches", body)
 	if out.Status != 200 {
-		return 0, fmt.Errorf("batch create: status %d: %s", out.Status, out.Body)
+		return fmt.Errorf("batch create: status %d: %s", out.Status, out.Body)
 	}
 	var mb api.MessageBatch
 	if err := json.Unmarshal(out.Body, &mb); err != nil {
-		return 0, err
+		return err
 	}
 	for mb.ProcessingStatus != api.BatchEnded {
 		select {
 		case <-time.After(o.poll):
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return ctx.Err()
 		}
 		out := o.c.Do(ctx, o.key, "GET", "/v1/messages/batches/"+mb.ID, nil)
 		if out.Status == 404 {
 			continue // read-after-write: not visible yet
 		}
 		if out.Status != 200 {
-			return 0, fmt.Errorf("batch retrieve: status %d: %s", out.Status, out.Body)
+			return fmt.Errorf("batch retrieve: status %d: %s", out.Status, out.Body)
 		}
 		if err := json.Unmarshal(out.Body, &mb); err != nil {
-			return 0, err
+			return err
 		}
 	}
 	resp, err := o.c.Stream(ctx, o.key, "/v1/messages/batches/"+mb.ID+"/results", "application/binary")
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != 200 {
-		return 0, fmt.Errorf("batch results: status %d", resp.StatusCode)
+		return fmt.Errorf("batch results: status %d", resp.StatusCode)
 	}
 	done := 0
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(nil, 1<<22)
 	for sc.Scan() {
-		var line api.BatchResultLine
+		var line struct {
+			Result struct {
+				Type    string `json:"type"`
+				Message *struct {
+					Model string    `json:"model"`
+					Usage api.Usage `json:"usage"`
+				} `json:"message"`
+			} `json:"result"`
+		}
 		if json.Unmarshal(sc.Bytes(), &line) != nil {
 			continue
 		}
+		o.out.write(sc.Bytes())
 		if line.Result.Type == api.ResultSucceeded && line.Result.Message != nil {
 			ledger.Add(o.key.Label(), line.Result.Message.Model, line.Result.Message.Usage, true)
 			done++
 		}
 	}
 	o.tl.add(done)
-	return done, sc.Err()
+	return sc.Err()
 }
 
 // oldSync is the old sync judge path: one key, a fixed number of workers,
@@ -579,10 +738,10 @@ type oldSync struct {
 	k       float64
 	tl      *timeline
 	seed    uint64
+	out     *resultsFile
 }
 
 type syncStats struct {
-	done    int
 	usd     float64
 	retries int64
 }
@@ -590,7 +749,6 @@ type syncStats struct {
 func (o oldSync) run(ctx context.Context, reqs []request) syncStats {
 	var (
 		st      syncStats
-		done    atomic.Int64
 		retries atomic.Int64
 		ledger  cost.Ledger
 		next    atomic.Int64
@@ -608,8 +766,10 @@ func (o oldSync) run(ctx context.Context, reqs []request) syncStats {
 					out := o.c.Do(ctx, o.key, "POST", "/v1/messages", reqs[i].params)
 					if out.Status == 200 {
 						ledger.Add(o.key.Label(), judge.DefaultModel, out.Usage, false)
+						line, _ := json.Marshal(api.ResultRecord{CustomID: reqs[i].id,
+							Result: append(append([]byte(`{"type":"succeeded","message":`), out.Body...), '}')})
+						o.out.write(line)
 						o.tl.add(1)
-						done.Add(1)
 						break
 					}
 					retryable := out.Status == 0 || out.Status == 408 || out.Status == 409 || out.Status == 429 || out.Status >= 500
@@ -632,7 +792,7 @@ func (o oldSync) run(ctx context.Context, reqs []request) syncStats {
 		})
 	}
 	wg.Wait()
-	st.done, st.retries, st.usd = int(done.Load()), retries.Load(), ledger.Total()
+	st.retries, st.usd = retries.Load(), ledger.Total()
 	return st
 }
 
@@ -647,6 +807,8 @@ type SluiceArm struct {
 	Prefer    string
 	Log       io.Writer
 	OnDurable func(total int64)
+	// OnSend, if set, is called once sending starts (the route is chosen).
+	OnSend func()
 }
 
 // SluiceArmResult is the judge job's result and the planner's prediction
@@ -678,8 +840,13 @@ func (a SluiceArm) Run(ctx context.Context) (*SluiceArmResult, error) {
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: a.Base, MaxConns: 100*len(a.Sim.Orgs) + 64}),
 			Keys: pool.Keys(), Lane: lc, Logger: log},
 		Plan: route.Planner(route.Options{Route: "auto", Prefer: a.Prefer, TimeScale: k, Log: log,
-			World:      func() (plan.World, error) { return world, nil },
-			OnDecision: func(d plan.Decision) { predicted = d.Wall.Mid }}),
+			World: func() (plan.World, error) { return world, nil },
+			OnDecision: func(d plan.Decision) {
+				predicted = d.Wall.Mid
+				if a.OnSend != nil {
+					a.OnSend()
+				}
+			}}),
 	}}
 	res, err := judgejob.RunFile(ctx, a.Items, cfg)
 	if err != nil {
@@ -752,6 +919,11 @@ func (b *Judge658) runKill(ctx context.Context, items string, k float64) (*KillR
 			first.Process.Kill() // SIGKILL: no chance to clean up
 			<-exited
 			kr.AtKill = n
+			rows, unique, err := countIDs(out+".results.jsonl", "custom_id")
+			if err != nil {
+				return nil, err
+			}
+			kr.DuplicatesAtKill = rows - unique
 			break
 		}
 		select {

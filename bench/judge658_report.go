@@ -39,7 +39,7 @@ func (r *Judge658Result) WriteMarkdown(w io.Writer, command, svgName string) {
 
 	p("## Results\n\n")
 	p("Wall-clock is in the simulated API's time: real seconds × the arm's time scale (see *How it is measured*). Cost is what the simulator billed, sync and batch (half price) apart — never claimed equal.\n\n")
-	p("| arm | wall-clock (simulated) | real s × time scale | done | lost | requests/min | 429s | retries | batches | cost sync | cost batch | route / binding limit | planner predicted |\n")
+	p("| arm | wall-clock (simulated) | real s: prep + send × K | done | lost | requests/min | 429s | retries | batches | cost sync | cost batch | route / binding limit | planner predicted |\n")
 	p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|\n")
 	for _, a := range r.Arms {
 		pred := "—"
@@ -50,8 +50,8 @@ func (r *Judge658Result) WriteMarkdown(w io.Writer, command, svgName string) {
 		if a.Route != "" {
 			bind = "**" + a.Route + "**; " + bind
 		}
-		p("| %s | **%s** | %.0f × %g | %s | %s | %s | %s | %s | %s | $%.2f | $%.2f | %s | %s |\n",
-			a.Title, fmtSimDur(a.SimSeconds), a.RealSeconds, a.TimeScale, commas(a.Done), commas(a.Lost),
+		p("| %s | **%s** | %.1f + %.1f × %g | %s | %s | %s | %s | %s | %s | $%.2f | $%.2f | %s | %s |\n",
+			a.Title, fmtSimDur(a.SimSeconds), a.PrepSeconds, a.SendSeconds, a.TimeScale, commas(a.Done), commas(a.Lost),
 			commas(int(math.Round(a.RPM))), commas(int(a.Limited)), commas(int(a.Retries)), commas(int(a.Batches)),
 			a.SyncUSD, a.BatchUSD, bind, pred)
 	}
@@ -89,17 +89,28 @@ func (r *Judge658Result) WriteMarkdown(w io.Writer, command, svgName string) {
 	if k := r.Kill; k != nil {
 		p("## Kill and resume\n\n")
 		p("The latency arm again, as a child process (`sluice bench %s`, the same code), SIGKILLed once %s results were durable (a point drawn from the seed), then re-run with the same command to resume:\n\n", ArmChildCommand, commas(k.AtKill))
-		p("| items in | verdict rows out | distinct ids | duplicate result rows | missing | billed twice by the simulator | extra wall-clock the crash cost |\n|---:|---:|---:|---:|---:|---:|---:|\n")
-		p("| %s | %s | %s | %d | %d | %d | %s |\n\n", commas(k.Items), commas(k.VerdictRows), commas(k.Unique), k.Duplicates, k.Missing, k.BilledTwice, fmtSimDur(k.ExtraSeconds))
-		p("Only requests in flight at the kill may be billed twice (at most %d sync calls: three organizations × the Sonnet cap; batches are journaled before they are created, so a resumed run adopts them instead of paying again).\n\n", k.InFlightCap)
+		p("| items in | verdict rows out | distinct ids | duplicate result rows (at the kill / after the resume) | missing | billed twice by the simulator | extra wall-clock the crash cost |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+		p("| %s | %s | %s | %d / %d | %d | %d | %s |\n\n", commas(k.Items), commas(k.VerdictRows), commas(k.Unique), k.DuplicatesAtKill, k.Duplicates, k.Missing, k.BilledTwice, fmtSimDur(k.ExtraSeconds))
+		verdict := "within"
+		if k.BilledTwice > int64(k.InFlightCap) {
+			verdict = "**above** — more than the requests in flight at the kill were paid twice"
+		}
+		p("Only requests in flight at the kill may be billed twice: at most %d sync calls (three organizations × the Sonnet cap; batches are journaled before they are created, so a resumed run adopts them instead of paying again). Measured: %d, %s that bound. The extra wall-clock is the resumed job's end to end (two process starts, key discovery, the resume scan, the verdicts rewrite) less the uninterrupted arm's.\n\n", k.InFlightCap, k.BilledTwice, verdict)
 	}
 
+	if c := r.ScaleCheck; c != nil {
+		if a := r.arm(c.Arm); a != nil {
+			p("## Time-scale check\n\n%s again at half its time scale (K = %g instead of %g): %s simulated (%.0f s real) against %s — a ratio of %.3f. Wall-clock in simulated time does not depend on the time scale the bench chose.\n\n",
+				c.Title, c.TimeScale, a.TimeScale, fmtSimDur(c.SimSeconds), c.RealSeconds, fmtSimDur(a.SimSeconds), c.SimSeconds/a.SimSeconds)
+		}
+	}
 	p("## How it is measured\n\n")
 	p("- **One world, fresh each arm.** Each arm starts a new `sluice sim` child process with the same configuration (`bench.SimConfig658`: the three-org preset, judge verdicts on, 64–256-token answers) and the same %s items; only the time scale differs.\n", commas(r.N))
-	p("- **Time scales.** The simulator divides every latency and delay by its time scale K and multiplies every per-minute limit by K, so an arm's behaviour in simulated time does not depend on K, as long as this machine keeps up. Each arm gets the K that makes it last about 75 s of real time, capped so no arm needs more than 1,000 Messages calls per real second (this 2-core machine, not the simulated API, would be the limit beyond that). Wall-clock = real seconds × K. sluice's own clocks (warm-up ramp, AIMD window, batch polls, stuck threshold) run on the simulator's clock, as `sluice demo` runs them; the old ways' clocks (batch polls every 30 s, SDK backoff) are scaled the same way.\n")
+	p("- **Time scales.** The simulator divides every latency and delay by its time scale K and multiplies every per-minute limit by K, so an arm's behaviour in simulated time does not depend on K, as long as this machine keeps up. Each arm gets the K that makes it last about 75 s of real time, capped so no arm needs more than 1,000 Messages calls per real second (this 2-core machine, not the simulated API, would be the limit beyond that).\n")
+	p("- **Wall-clock** = preparation + sending × K. Preparation — reading the items and building the requests (and, for sluice, validating them, the resume scan and the key probes) — is CPU work that takes the same real time against the real API, so it counts as measured, unscaled; it is in the *real s* column as `prep + send`. From the first send to the last result, real time × K. sluice's own clocks (warm-up ramp, AIMD window, batch polls, stuck threshold) run on the simulator's clock, as `sluice demo` runs them; the old ways' clocks (batch polls every 30 s, SDK backoff) are scaled the same way.\n")
 	p("- **Baselines** are written in `bench/judge658.go` from the old system's description (`../shared/reference/source-system.md`): A and B on the batch key (its organization's queue alone), C on the high-priority key with 50 workers and the official SDKs' retry policy (2 retries, `retry-after` honoured, else 0.5 s × 2ⁿ up to 8 s with jitter); a request that fails its retries is lost, as it was.\n")
 	p("- **sluice arms** are `judgejob.RunFile` — what `sluice judge` runs — on all three keys, with the planner deciding the route (`--route auto`), no response cache (every answer is paid for), and the same engine as every other command.\n")
-	p("- **Done** counts verdicts of class `ok` (sluice) or succeeded results (baselines); **lost** is the rest. 429s are the simulator's own count.\n")
+	p("- **Done** counts verdicts of class `ok`, for every arm: the baselines' results are classified with the same rubric after their clock stops. **Lost** is the rest (errored, expired, failed after retries, or not ok). 429s are the simulator's own count.\n")
 }
 
 // armColors are the plot's line colours, by arm.

@@ -321,22 +321,27 @@ func (c *Cache) Get(k Key) (message []byte, ok bool) {
 	return message, true
 }
 
-// Contains reports whether Get would hit, without counting a hit or a miss
-// or copying the answer (a run counts what it will serve from the cache
-// before it plans).
-func (c *Cache) Contains(k Key) bool {
+// Lookup is Get without counting a hit or a miss: a run looks up what it
+// will serve from the cache before it plans, then serves it with Get.
+func (c *Cache) Lookup(k Key) (message []byte, ok bool) {
 	if c == nil || c.db == nil {
-		return false
+		return nil, false
 	}
-	found := false
 	c.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket(bucketRows).Get(k[:]); v != nil {
-			_, m, ok := decodeRow(v)
-			found = ok && Check(m) == nil
+			if _, m, rowOK := decodeRow(v); rowOK && Check(m) == nil {
+				message = bytes.Clone(m)
+			}
 		}
 		return nil
 	})
-	return found
+	return message, message != nil
+}
+
+// Contains reports whether Get would hit, without counting.
+func (c *Cache) Contains(k Key) bool {
+	_, ok := c.Lookup(k)
+	return ok
 }
 
 // Put stores message, a Messages response body, as the answer to the

@@ -17,7 +17,7 @@ import (
 type cacheSide struct {
 	c      *cache.Cache
 	extra  []string
-	skip   func(id string) bool // ids re-asked on purpose: no lookup
+	accept func(message []byte) bool
 	w      *results.Writer
 	writer *cache.Writer // nil unless the cache is writable
 
@@ -26,7 +26,7 @@ type cacheSide struct {
 }
 
 func newCacheSide(o Options, w *results.Writer) *cacheSide {
-	cs := &cacheSide{w: w, extra: o.CacheExtra, skip: o.Redrive}
+	cs := &cacheSide{w: w, extra: o.CacheExtra, accept: o.CacheAccept}
 	if o.Cache == nil || o.Cache.Mode() == cache.Off {
 		return cs
 	}
@@ -40,7 +40,7 @@ func newCacheSide(o Options, w *results.Writer) *cacheSide {
 // serve answers req from the cache if it holds the answer, writing the
 // row (route "cache", no cost). It reports whether it did.
 func (cs *cacheSide) serve(req *dispatch.Request) (bool, error) {
-	if cs.c == nil || (cs.skip != nil && cs.skip(req.ID)) {
+	if cs.c == nil {
 		return false, nil
 	}
 	k, err := cache.KeyOf(req.Params, cs.extra...)
@@ -48,7 +48,7 @@ func (cs *cacheSide) serve(req *dispatch.Request) (bool, error) {
 		return false, nil
 	}
 	msg, ok := cs.c.Get(k)
-	if !ok {
+	if !ok || (cs.accept != nil && !cs.accept(msg)) {
 		return false, nil
 	}
 	var m struct {

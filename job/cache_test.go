@@ -3,6 +3,7 @@ package job_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -204,9 +205,10 @@ func TestCacheSharedWithBatchPath(t *testing.T) {
 	}
 }
 
-// TestRedriveSkipsTheCache: ids named by Redrive are asked again even
-// though the cache holds their answer; the rest stay as they are.
-func TestRedriveSkipsTheCache(t *testing.T) {
+// TestRedriveAndCacheAccept: ids named by Redrive are driven again; the
+// cache answers them unless CacheAccept rejects the cached answer, and
+// then they are sent.
+func TestRedriveAndCacheAccept(t *testing.T) {
 	e := newEnv(t, 400, nil)
 	c := openCache(t, cache.On)
 	o := e.options()
@@ -214,7 +216,6 @@ func TestRedriveSkipsTheCache(t *testing.T) {
 	if _, err := e.run(o); err != nil {
 		t.Fatal(err)
 	}
-	calls := e.simCalls()
 	again := map[string]bool{}
 	for id := range e.readResults() {
 		if len(again) < 50 {
@@ -222,15 +223,53 @@ func TestRedriveSkipsTheCache(t *testing.T) {
 		}
 	}
 	o.Redrive = func(id string) bool { return again[id] }
+
+	// Accepted: the cache answers every re-driven id it holds.
+	calls := e.simCalls()
 	rep, err := e.run(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 50 calls, plus one free probe per key.
-	if rep.Requests.Redriven != 50 || rep.Succeeded != 50 || rep.Cache.Hits != 0 || e.simCalls()-calls != 50+int64(len(o.Dispatch.Keys)) {
-		t.Fatalf("redrive: %+v cache %+v, %d calls", rep.Requests, rep.Cache, e.simCalls()-calls)
+	if rep.Requests.Redriven != 50 || rep.Cache.Hits+rep.Succeeded != 50 || rep.Cache.Hits < 45 {
+		t.Fatalf("redrive, cache accepted: %+v cache %+v, %d sent", rep.Requests, rep.Cache, rep.Succeeded)
 	}
-	e.checkExactlyOnce()
+	if rep.Succeeded == 0 && e.simCalls() != calls {
+		t.Fatalf("%d calls for a redrive the cache answered", e.simCalls()-calls)
+	}
+
+	// Rejected: every re-driven id is sent.
+	var vetted int
+	o.CacheAccept = func([]byte) bool { vetted++; return false }
+	calls = e.simCalls()
+	rep, err = e.run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests.Redriven != 50 || rep.Succeeded != 50 || rep.Cache.Hits != 0 || vetted == 0 || e.simCalls()-calls != 50+int64(len(o.Dispatch.Keys)) {
+		t.Fatalf("redrive, cache rejected: %+v cache %+v, %d calls, %d vetted", rep.Requests, rep.Cache, e.simCalls()-calls, vetted)
+	}
+	e.checkExactlyOnceAllowCache()
+}
+
+// TestKeepChanged: rows named by KeepChanged are kept though their request
+// changed; any other changed row is refused.
+func TestKeepChanged(t *testing.T) {
+	e := newEnv(t, 100, nil)
+	o := e.options()
+	if _, err := e.run(o); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(e.in)
+	os.WriteFile(e.in, bytes.ReplaceAll(b, []byte(`"max_tokens":256`), []byte(`"max_tokens":300`)), 0o644)
+	o.KeepChanged = func(id string) bool { return id != "item-0000007" }
+	if _, err := e.run(o); !errors.As(err, new(*job.ChangedError)) || !strings.Contains(err.Error(), "item-0000007") {
+		t.Fatalf("a changed row not named by KeepChanged: %v", err)
+	}
+	o.KeepChanged = func(string) bool { return true }
+	calls := e.simCalls()
+	if rep, err := e.run(o); err != nil || rep.Requests.Written != 0 || e.simCalls() != calls {
+		t.Fatalf("kept rows re-sent: %v %+v", err, rep)
+	}
 }
 
 // TestReadOnlyCacheStoresNothing: a read-only cache answers but is never

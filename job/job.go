@@ -81,14 +81,20 @@ type Options struct {
 	// cache.KeyOf(params, CacheExtra...).
 	Cache      *cache.Cache
 	CacheExtra []string
+	// CacheAccept, if set, vets a cached answer before it is served: a
+	// rejected one is a miss, and the request is sent (judge --redrive
+	// parse_error rejects answers that parse to a class being re-asked,
+	// which the cache would otherwise hand back on every resume).
+	CacheAccept func(message []byte) bool
 	// Redrive, if set, names done ids whose rows are driven again on top of
-	// the transport-class ones (judge --redrive parse_error); these skip
-	// the cache lookup, since the cache would give the same answer back.
+	// the transport-class ones (judge --redrive parse_error). The cache
+	// may answer them, subject to CacheAccept.
 	Redrive func(id string) bool
-	// KeepChanged keeps done rows whose request changed since, instead of
-	// refusing to run (judge --redrive re-asks some rows with new
-	// parameters and keeps the rest as they are).
-	KeepChanged bool
+	// KeepChanged, if set, names done ids whose row is kept although their
+	// request changed since (judge --redrive re-asks some rows with a new
+	// max_tokens and keeps the rest as they are); any other changed id is
+	// refused as usual (ChangedError).
+	KeepChanged func(id string) bool
 }
 
 // Routes a request can take.
@@ -235,7 +241,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if plan.summary.Invalid > 0 && !o.SkipInvalid {
 		return nil, &InvalidInputError{File: o.Input, Errors: plan.errors, Total: plan.summary.Invalid, Scanned: plan.summary.Lines}
 	}
-	if len(plan.changed) > 0 && !o.AllowChanged && !o.KeepChanged {
+	if len(plan.changed) > 0 && !o.AllowChanged {
 		return nil, &ChangedError{Output: o.Output, IDs: plan.changed, Total: plan.nChanged}
 	}
 	// Rows to drive again: only ids of this input (a row of another
@@ -279,6 +285,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	var ledger cost.Ledger
 	cached := newCacheSide(o, w)
+	defer cached.finish(rep)             // on every path: the cache writer is flushed
 	rep.Requests.FromCache = plan.cached // updated from what was served
 	if todo > 0 && todo == plan.cached {
 		// Everything left is in the cache: serve it without a call (not
@@ -293,6 +300,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.BindingLimit = "none (every request was answered from the cache)"
 		rep.Route = "cache"
 		cached.finish(rep)
+		if errors.Is(ferr, context.Canceled) {
+			rep.Stopped = "interrupted"
+			ferr = fmt.Errorf("%w: %d of %d requests answered from the cache; re-run %s to resume", ErrInterrupted, rep.Requests.Written, todo, o.Command)
+		}
 		if ferr != nil {
 			return rep, ferr
 		}
@@ -554,7 +565,11 @@ func (p *plan) countCached(o Options, info jsonl.Info) {
 	if o.Cache == nil || o.Cache.Mode() == cache.Off {
 		return
 	}
-	if k, err := cache.KeyOf(info.Params, o.CacheExtra...); err == nil && o.Cache.Contains(k) {
+	k, err := cache.KeyOf(info.Params, o.CacheExtra...)
+	if err != nil {
+		return
+	}
+	if msg, ok := o.Cache.Lookup(k); ok && (o.CacheAccept == nil || o.CacheAccept(msg)) {
 		p.cached++
 	}
 }
@@ -608,7 +623,8 @@ func survey(ctx context.Context, o Options, st *results.State) (*plan, error) {
 		case o.Redrive != nil && o.Redrive(info.CustomID):
 			p.redrive[info.CustomID] = true
 			p.pending++
-		case o.KeepChanged:
+			p.countCached(o, info)
+		case o.KeepChanged != nil && o.KeepChanged(info.CustomID):
 		case e.ParamsHash != "" && e.ParamsHash != info.ParamsHash:
 			p.nChanged++
 			p.changedSet[info.CustomID] = true

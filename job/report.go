@@ -154,8 +154,11 @@ func (r *Report) WriteJSON(path string) error {
 // Summary writes the human end-of-run summary.
 func (r *Report) Summary(w io.Writer) {
 	fmt.Fprintf(w, "\nsluice run: %s → %s\n", r.Input, r.Output)
-	fmt.Fprintf(w, "  %d lines; %d already done; %d written now (%d succeeded, %d errored final, %d errored after retries)",
-		r.Requests.Total, r.Requests.AlreadyDone, r.Requests.Written, r.Succeeded, r.Errored.Final, r.Errored.Transport)
+	fmt.Fprintf(w, "  %d lines; %d already done; %d written now (", r.Requests.Total, r.Requests.AlreadyDone, r.Requests.Written)
+	if r.Requests.FromCache > 0 {
+		fmt.Fprintf(w, "%d from the cache, ", r.Requests.FromCache)
+	}
+	fmt.Fprintf(w, "%d succeeded, %d errored final, %d errored after retries)", r.Succeeded, r.Errored.Final, r.Errored.Transport)
 	if r.Requests.Invalid > 0 {
 		fmt.Fprintf(w, "; %d invalid lines", r.Requests.Invalid)
 	}

@@ -23,6 +23,7 @@ package judgejob
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,7 +153,6 @@ func RunFile(ctx context.Context, path string, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("judgejob: %w", err)
 	}
 	defer f.Close()
-	var readErr error
 	next := func(yield func(int, judge.Item, error) bool) {
 		r := jsonl.NewReader(f)
 		for {
@@ -161,7 +161,8 @@ func RunFile(ctx context.Context, path string, cfg Config) (*Result, error) {
 				return
 			}
 			if err != nil {
-				readErr = fmt.Errorf("judgejob: reading %s: %w", path, err)
+				// Counted as a bad item: nothing is sent.
+				yield(n+1, judge.Item{}, fmt.Errorf("reading %s: %w", path, err))
 				return
 			}
 			var it judge.Item
@@ -171,11 +172,7 @@ func RunFile(ctx context.Context, path string, cfg Config) (*Result, error) {
 			}
 		}
 	}
-	res, err := run(ctx, path, next, cfg, false)
-	if readErr != nil && err == nil {
-		err = readErr
-	}
-	return res, err
+	return run(ctx, path, next, cfg, false)
 }
 
 // paths are a job's files.
@@ -189,6 +186,10 @@ func pathsOf(out string) paths {
 type meta struct {
 	Rubric string `json:"rubric"` // fingerprint
 	Model  string `json:"model"`
+	// Redriving holds the classes of a --redrive that has not finished.
+	// Resuming it (the same --redrive again) must not re-ask the rows it
+	// already re-asked, even if they came back in the same class.
+	Redriving []judge.Class `json:"redriving,omitempty"`
 }
 
 // itemSet is what the job keeps per item: its position and group labels.
@@ -213,34 +214,83 @@ func run(ctx context.Context, source string, items func(func(int, judge.Item, er
 	}
 	fp := judge.Fingerprint(cfg.Rubric, cfg.Model)
 	p := pathsOf(cfg.Output)
-	if err := checkMeta(p, fp, cfg.Model); err != nil {
-		return nil, err
-	}
-
-	// 1. Build every request before anything is sent.
-	set, err := writeRequests(source, items, cfg, p.requests)
+	old, err := checkMeta(p, fp, cfg.Model)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeMeta(p.meta, meta{Rubric: fp, Model: cfg.Model}); err != nil {
+	slices.Sort(cfg.Redrive)
+	cfg.Redrive = slices.Compact(cfg.Redrive)
+	resuming := len(cfg.Redrive) > 0 && old.Rubric == fp && slices.Equal(old.Redriving, cfg.Redrive)
+
+	// 1. Build every request before anything is sent. With a re-drive,
+	// remember what each done request asked, to tell a new max_tokens from
+	// a changed item.
+	var before map[string]contentHash
+	if len(cfg.Redrive) > 0 {
+		var err error
+		if before, err = readContent(p.requests); err != nil {
+			return nil, err
+		}
+	}
+	set, err := writeRequests(source, items, cfg, p.requests, before)
+	if err != nil {
+		return nil, err
+	}
+	m := meta{Rubric: fp, Model: cfg.Model}
+	if resuming {
+		m.Redriving = cfg.Redrive
+	}
+	if err := writeMeta(p.meta, m); err != nil {
 		return nil, err
 	}
 
-	// 2. What to ask again: transport rows always, and the named classes.
-	redrive, err := redriveSet(p.results, cfg, set)
+	// 2. What to ask again: transport rows always, and the named classes —
+	// unless this resumes an interrupted re-drive of those classes: the
+	// rows it has not reached have no row (they are pending), and the
+	// ones it has must not be paid for twice.
+	classes := []judge.Class{judge.Transport}
+	if !resuming {
+		classes = append(classes, cfg.Redrive...)
+	}
+	redrive, err := redriveSet(p.results, cfg.Rubric, classes, set)
 	if err != nil {
 		return nil, err
 	}
 
-	// 3. Run.
+	// 3. Run. Once sending starts (the Plan hook), a re-drive is marked
+	// in progress, so a resume after a crash does not re-ask what it has
+	// re-asked already.
 	o := cfg.Engine
+	inner := o.Plan
+	o.Plan = func(s jsonl.Summary, pending int) (job.Routing, error) {
+		if len(cfg.Redrive) > 0 && !resuming {
+			if err := writeMeta(p.meta, meta{Rubric: fp, Model: cfg.Model, Redriving: cfg.Redrive}); err != nil {
+				return job.Routing{}, err
+			}
+		}
+		if inner == nil {
+			return job.Routing{Route: job.RouteSync}, nil
+		}
+		return inner(s, pending)
+	}
 	o.Input, o.Output = p.requests, p.results
 	o.Cache, o.CacheExtra = cfg.Cache, []string{fp}
 	o.Redrive = func(id string) bool { return redrive[id] }
-	// With a re-drive, rows kept as they are may have been asked with
-	// other parameters (a smaller max_tokens): that is the point. The
-	// rubric and model are held equal by OUT.judge.json.
-	o.KeepChanged = len(cfg.Redrive) > 0
+	if len(cfg.Redrive) > 0 {
+		// Rows kept as they are may have been asked with another
+		// max_tokens or temperature: that is the point of a re-drive. An
+		// item whose text changed is refused as usual (before holds only
+		// the ids whose request is the same but for those two). The
+		// rubric and model are held equal by OUT.judge.json.
+		o.KeepChanged = func(id string) bool { _, same := before[id]; return same }
+		// A cached answer that reads as a class being re-asked would be
+		// handed back on every resume: it is a miss.
+		o.CacheAccept = func(message []byte) bool {
+			res := append(append([]byte(`{"type":"succeeded","message":`), message...), '}')
+			v := judge.Classify(api.ResultRecord{Result: res}, cfg.Rubric, false)
+			return !slices.Contains(cfg.Redrive, v.Class)
+		}
+	}
 	rep, runErr := job.Run(ctx, o)
 	if rep == nil {
 		return nil, runErr
@@ -252,32 +302,40 @@ func run(ctx context.Context, source string, items func(func(int, judge.Item, er
 		return nil, errors.Join(runErr, err)
 	}
 	res.Report = rep
+	if runErr == nil && res.Pending == 0 {
+		// Every item has its verdict: the next --redrive is a new one.
+		if err := writeMeta(p.meta, meta{Rubric: fp, Model: cfg.Model}); err != nil {
+			return res, err
+		}
+	}
 	return res, runErr
 }
 
-func checkMeta(p paths, fp, model string) error {
+// checkMeta reads OUT.judge.json (zero if absent) and refuses results made
+// under another rubric or model.
+func checkMeta(p paths, fp, model string) (meta, error) {
+	var m meta
 	b, err := os.ReadFile(p.meta)
 	if errors.Is(err, os.ErrNotExist) {
-		return nil
+		return m, nil
 	}
 	if err != nil {
-		return fmt.Errorf("judgejob: %w", err)
+		return m, fmt.Errorf("judgejob: %w", err)
 	}
-	var m meta
 	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("judgejob: %s: %w", p.meta, err)
+		return m, fmt.Errorf("judgejob: %s: %w", p.meta, err)
 	}
 	if m.Rubric == fp {
-		return nil
+		return m, nil
 	}
 	if st, err := os.Stat(p.results); err != nil || st.Size() == 0 {
-		return nil // nothing judged yet under the old rubric
+		return meta{}, nil // nothing judged yet under the old rubric
 	}
 	what := "rubric"
 	if m.Model != model {
 		what = fmt.Sprintf("model (%s, now %s)", m.Model, model)
 	}
-	return fmt.Errorf("%w: %s holds results of another %s; write to a new output, or delete %s and %s to start over",
+	return m, fmt.Errorf("%w: %s holds results of another %s; write to a new output, or delete %s and %s to start over",
 		ErrOtherRubric, p.results, what, p.results, p.meta)
 }
 
@@ -288,7 +346,11 @@ func writeMeta(path string, m meta) error {
 
 // writeRequests validates every item and writes its request; an invalid
 // item (or a duplicate id) stops the job before anything is sent.
-func writeRequests(source string, items func(func(int, judge.Item, error) bool), cfg Config, path string) (*itemSet, error) {
+//
+// before, if set, holds the content of each previous request (readContent);
+// writeRequests removes the ids whose content changed, so that what is left
+// is the ids asked the same thing but for max_tokens and temperature.
+func writeRequests(source string, items func(func(int, judge.Item, error) bool), cfg Config, path string, before map[string]contentHash) (*itemSet, error) {
 	set := &itemSet{groups: map[string][]string{}, seen: map[string]struct{}{}}
 	ie := &ItemError{Source: source}
 	bad := func(n int, format string, args ...any) {
@@ -325,6 +387,11 @@ func writeRequests(source string, items func(func(int, judge.Item, error) bool),
 			if ie.Total > 0 {
 				return true // keep checking; nothing will be written
 			}
+			if h, ok := before[it.ID]; ok {
+				if now, err := contentOf(params); err != nil || now != h {
+					delete(before, it.ID)
+				}
+			}
 			line, _ := json.Marshal(api.BatchRequest{CustomID: it.ID, Params: params})
 			if _, err = w.Write(append(line, '\n')); err != nil {
 				return false
@@ -343,6 +410,59 @@ func writeRequests(source string, items func(func(int, judge.Item, error) bool),
 		return nil, fmt.Errorf("judgejob: %s holds no items", source)
 	}
 	return set, nil
+}
+
+// contentHash identifies what a request asks, max_tokens and temperature
+// aside.
+type contentHash [sha256.Size]byte
+
+func contentOf(params []byte) (contentHash, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(params, &m); err != nil {
+		return contentHash{}, err
+	}
+	delete(m, "max_tokens")
+	delete(m, "temperature")
+	b, err := json.Marshal(m)
+	if err != nil {
+		return contentHash{}, err
+	}
+	c, err := cache.Canonical(b)
+	if err != nil {
+		return contentHash{}, err
+	}
+	return sha256.Sum256(c), nil
+}
+
+// readContent reads the content of every request of a previous run's
+// requests file (none if there is none).
+func readContent(path string) (map[string]contentHash, error) {
+	out := map[string]contentHash{}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return out, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("judgejob: %w", err)
+	}
+	defer f.Close()
+	r := jsonl.NewReader(f)
+	for {
+		line, _, err := r.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("judgejob: reading %s: %w", path, err)
+		}
+		var req api.BatchRequest
+		if json.Unmarshal(line, &req) != nil {
+			continue
+		}
+		if h, err := contentOf(req.Params); err == nil {
+			out[req.CustomID] = h
+		}
+	}
 }
 
 // eachResult calls fn with every row of the results file that belongs to
@@ -378,11 +498,10 @@ func eachResult(path string, set *itemSet, fn func(api.ResultRecord) error) erro
 	}
 }
 
-func redriveSet(results string, cfg Config, set *itemSet) (map[string]bool, error) {
-	classes := append([]judge.Class{judge.Transport}, cfg.Redrive...)
+func redriveSet(results string, r *judge.Rubric, classes []judge.Class, set *itemSet) (map[string]bool, error) {
 	out := map[string]bool{}
 	err := eachResult(results, set, func(rec api.ResultRecord) error {
-		if v := judge.Classify(rec, cfg.Rubric, false); slices.Contains(classes, v.Class) {
+		if v := judge.Classify(rec, r, false); slices.Contains(classes, v.Class) {
 			out[rec.CustomID] = true
 		}
 		return nil

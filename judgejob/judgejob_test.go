@@ -3,6 +3,7 @@ package judgejob_test
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -351,5 +352,84 @@ func TestJudgeInMemory(t *testing.T) {
 		if v.ID != items[i].ID || v.Class != judge.OK {
 			t.Fatalf("verdict %d: %+v", i, v)
 		}
+	}
+}
+
+// TestRedriveRefusesChangedItems: a re-drive keeps rows whose request
+// changed only in max_tokens, never a row whose item text changed.
+func TestRedriveRefusesChangedItems(t *testing.T) {
+	e := newEnv(t, func(c *sim.Config) { c.Verdicts.RefusalRate = 0.2 })
+	items := e.items(40)
+	out := filepath.Join(e.dir, "v.jsonl")
+	cfg := judgejob.Config{Output: out, Engine: e.engine()}
+	if _, err := judgejob.RunFile(t.Context(), items, cfg); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(items)
+	os.WriteFile(items, bytes.Replace(b, []byte("It is 0,"), []byte("It is zero,"), 1), 0o644)
+	cfg.Redrive, cfg.MaxTokens = []judge.Class{judge.Refused}, 512
+	calls := e.calls()
+	_, err := judgejob.RunFile(t.Context(), items, cfg)
+	var ce *job.ChangedError
+	if !errors.As(err, &ce) || ce.Total != 1 || ce.IDs[0] != "it-00000" || e.calls() != calls {
+		t.Fatalf("an edited item under --redrive: %v (%d calls)", err, e.calls()-calls)
+	}
+}
+
+// TestInterruptedRedriveResumes: a --redrive parse_error interrupted part
+// way and resumed with the same command re-asks each parse_error row once:
+// neither the cache's old reply nor a second payment for rows re-asked
+// before the interruption.
+func TestInterruptedRedriveResumes(t *testing.T) {
+	e := newEnv(t, nil)
+	items := e.items(400)
+	c, err := cache.Open(filepath.Join(e.dir, "cache.db"), cache.On)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// "aligned" at most 50: about half the simulator's verdicts are
+	// parse errors (out of range), and real answers, so cached.
+	strict := judge.DefaultRubric()
+	fifty := 50.0
+	strict.Fields[1].Max = &fifty
+	out := filepath.Join(e.dir, "v.jsonl")
+	cfg := judgejob.Config{Output: out, Rubric: strict, Cache: c, MaxTokens: 1024, Engine: e.engine()}
+	res, err := judgejob.RunFile(t.Context(), items, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := res.Summary.Groups[0].Classes[judge.ParseError]
+	if bad < 100 || res.Report.Cache.Stored != 400 {
+		t.Fatalf("%d parse errors, cache %+v", bad, res.Report.Cache)
+	}
+
+	calls := e.calls()
+	cfg.Redrive = []judge.Class{judge.ParseError}
+	// A few at a time, so the interruption comes part way.
+	cfg.Engine.Dispatch.Caps = map[api.Family]int{api.FamilySonnet: 3}
+	ctx, cancel := context.WithCancel(t.Context())
+	cfg.Engine.OnDurable = func(n int64) {
+		if n >= int64(bad/3) {
+			cancel()
+		}
+	}
+	_, err = judgejob.RunFile(ctx, items, cfg)
+	if !errors.Is(err, job.ErrInterrupted) {
+		t.Fatalf("interrupted redrive: %v", err)
+	}
+	cfg.Engine.OnDurable = nil
+	res, err = judgejob.RunFile(t.Context(), items, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probes := int64(2 * len(cfg.Engine.Dispatch.Keys))
+	if sent := e.calls() - calls - probes; sent != int64(bad) || res.Report.Cache.Hits != 0 {
+		t.Fatalf("%d parse errors re-asked with %d calls, %d cache hits", bad, sent, res.Report.Cache.Hits)
+	}
+	// Done: the next --redrive is a new one and asks them all again.
+	calls = e.calls()
+	if _, err := judgejob.RunFile(t.Context(), items, cfg); err != nil || e.calls()-calls-int64(len(cfg.Engine.Dispatch.Keys)) != int64(bad) {
+		t.Fatalf("a new redrive: %v, %d calls", err, e.calls()-calls)
 	}
 }

@@ -24,6 +24,7 @@ func benchJudge658Cmd() *cobra.Command {
 		docs   string
 		target time.Duration
 		logTo  string
+		check  string
 	)
 	cmd := &cobra.Command{
 		Use:   "judge-658",
@@ -46,7 +47,7 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 			if err != nil {
 				return err
 			}
-			b := &bench.Judge658{Binary: bin, N: n, Seed: seed, Kill: !noKill, Target: target, Progress: os.Stderr}
+			b := &bench.Judge658{Binary: bin, N: n, Seed: seed, Kill: !noKill, Target: target, Progress: os.Stderr, ScaleCheck: check}
 			if arms != "" {
 				b.Arms = strings.Split(arms, ",")
 			}
@@ -72,6 +73,9 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 			}
 			if noKill {
 				command += " --no-kill"
+			}
+			if check != "" {
+				command += " --scale-check " + check
 			}
 			var md, svg bytes.Buffer
 			res.WriteMarkdown(&md, command, "validation-658.svg")
@@ -99,6 +103,7 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 	fl.StringVar(&docs, "docs", "docs", "write validation-658.{md,json,svg} into this directory (empty: print the markdown only)")
 	fl.DurationVar(&target, "target", 75*time.Second, "real time each arm should take (its time scale is chosen for it)")
 	fl.StringVar(&logTo, "log", "", "write the runs' logs to this file")
+	fl.StringVar(&check, "scale-check", "", "run this arm again at half its time scale, to show the figures do not depend on it")
 	return cmd
 }
 

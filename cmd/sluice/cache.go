@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -39,8 +41,14 @@ func (f *cacheFlags) register(fl *pflag.FlagSet, defaultMode string) {
 	fl.StringVar(&f.mode, "cache-mode", defaultMode, "response cache: on (read and store answers), read-only, or off")
 }
 
-// open opens the cache as the flags say; Off gives a nil cache.
-func (f *cacheFlags) open() (*cache.Cache, error) {
+// open opens the cache as the flags say; Off gives a nil cache. Naming a
+// file with --cache turns it on unless --cache-mode says otherwise. A cache
+// another sluice holds is not worth failing a run for: the run goes on
+// without it, and says so.
+func (f *cacheFlags) open(cmd *cobra.Command, log *slog.Logger) (*cache.Cache, error) {
+	if cmd.Flags().Changed("cache") && !cmd.Flags().Changed("cache-mode") {
+		f.mode = "on"
+	}
 	mode, err := cache.ParseMode(f.mode)
 	if err != nil {
 		return nil, err
@@ -48,7 +56,12 @@ func (f *cacheFlags) open() (*cache.Cache, error) {
 	if mode == cache.Off {
 		return nil, nil
 	}
-	return cache.Open(f.path, mode)
+	c, err := cache.Open(f.path, mode)
+	if errors.Is(err, cache.ErrLocked) {
+		log.Warn("the response cache is in use by another sluice; running without it (pass --cache with another file to keep one)", "cache", f.path)
+		return nil, nil
+	}
+	return c, err
 }
 
 func cacheCmd() *cobra.Command {

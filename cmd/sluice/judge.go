@@ -92,7 +92,7 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 			if err != nil {
 				return err
 			}
-			rc, err := cf.open()
+			rc, err := cf.open(cmd, log)
 			if err != nil {
 				return err
 			}

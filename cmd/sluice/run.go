@@ -83,7 +83,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 				return err
 			}
 			opts.Plan = rf.router(pool.Keys(), nil, log)
-			rc, err := cf.open()
+			rc, err := cf.open(cmd, log)
 			if err != nil {
 				return err
 			}
