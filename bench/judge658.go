@@ -151,6 +151,7 @@ type Judge658Result struct {
 	// ScaleCheck is the ScaleCheck arm at half its time scale.
 	ScaleCheck *ArmResult `json:"scale_check,omitempty"`
 	Machine    string     `json:"machine"`
+	Command    string     `json:"command"`
 	Duration   float64    `json:"real_seconds"`
 }
 

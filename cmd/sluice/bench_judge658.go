@@ -25,6 +25,7 @@ func benchJudge658Cmd() *cobra.Command {
 		target time.Duration
 		logTo  string
 		check  string
+		render string
 	)
 	cmd := &cobra.Command{
 		Use:   "judge-658",
@@ -47,6 +48,21 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 			if err != nil {
 				return err
 			}
+			if render != "" {
+				// Re-render the documents from a saved result (the report's
+				// wording changed, the figures did not).
+				raw, err := os.ReadFile(render)
+				if err != nil {
+					return err
+				}
+				var res bench.Judge658Result
+				if err := json.Unmarshal(raw, &res); err != nil {
+					return err
+				}
+				// The command is the one these flags spell, as for a run.
+				res.Command = command(n, arms, noKill, check)
+				return writeValidation658(&res, docs, res.Command)
+			}
 			b := &bench.Judge658{Binary: bin, N: n, Seed: seed, Kill: !noKill, Target: target, Progress: os.Stderr, ScaleCheck: check}
 			if arms != "" {
 				b.Arms = strings.Split(arms, ",")
@@ -64,35 +80,8 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 				return err
 			}
 			res.Machine = fmt.Sprintf("%d cores (%s/%s)", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
-			command := "go run ./cmd/sluice bench judge-658"
-			if n != 141600 {
-				command += fmt.Sprintf(" --n %d", n)
-			}
-			if arms != "" {
-				command += " --arms " + arms
-			}
-			if noKill {
-				command += " --no-kill"
-			}
-			if check != "" {
-				command += " --scale-check " + check
-			}
-			var md, svg bytes.Buffer
-			res.WriteMarkdown(&md, command, "validation-658.svg")
-			res.WriteSVG(&svg)
-			js, _ := json.MarshalIndent(res, "", "  ")
-			if docs == "" {
-				os.Stdout.Write(md.Bytes())
-				return nil
-			}
-			for name, b := range map[string][]byte{"validation-658.md": md.Bytes(), "validation-658.svg": svg.Bytes(), "validation-658.json": append(js, '\n')} {
-				if err := os.WriteFile(filepath.Join(docs, name), b, 0o644); err != nil {
-					return err
-				}
-			}
-			os.Stdout.Write(md.Bytes())
-			fmt.Fprintf(os.Stderr, "wrote %s/validation-658.{md,json,svg}\n", docs)
-			return nil
+			res.Command = command(n, arms, noKill, check)
+			return writeValidation658(res, docs, res.Command)
 		},
 	}
 	fl := cmd.Flags()
@@ -104,6 +93,8 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 	fl.DurationVar(&target, "target", 75*time.Second, "real time each arm should take (its time scale is chosen for it)")
 	fl.StringVar(&logTo, "log", "", "write the runs' logs to this file")
 	fl.StringVar(&check, "scale-check", "", "run this arm again at half its time scale, to show the figures do not depend on it")
+	fl.StringVar(&render, "render", "", "only re-render the documents from this saved validation-658.json")
+	fl.MarkHidden("render")
 	return cmd
 }
 
@@ -128,4 +119,42 @@ func benchJudge658ArmCmd() *cobra.Command {
 	fl.StringVar(&prefer, "prefer", "latency", "latency or cost")
 	fl.Float64Var(&k, "time-scale", 1, "the simulator's time scale")
 	return cmd
+}
+
+func command(n int, arms string, noKill bool, check string) string {
+	c := "go run ./cmd/sluice bench judge-658"
+	if n != 141600 {
+		c += fmt.Sprintf(" --n %d", n)
+	}
+	if arms != "" {
+		c += " --arms " + arms
+	}
+	if noKill {
+		c += " --no-kill"
+	}
+	if check != "" {
+		c += " --scale-check " + check
+	}
+	return c
+}
+
+// writeValidation658 writes validation-658.{md,json,svg} into docs (or the
+// markdown to stdout when docs is empty).
+func writeValidation658(res *bench.Judge658Result, docs, command string) error {
+	var md, svg bytes.Buffer
+	res.WriteMarkdown(&md, command, "validation-658.svg")
+	res.WriteSVG(&svg)
+	js, _ := json.MarshalIndent(res, "", "  ")
+	if docs == "" {
+		os.Stdout.Write(md.Bytes())
+		return nil
+	}
+	for name, b := range map[string][]byte{"validation-658.md": md.Bytes(), "validation-658.svg": svg.Bytes(), "validation-658.json": append(js, '\n')} {
+		if err := os.WriteFile(filepath.Join(docs, name), b, 0o644); err != nil {
+			return err
+		}
+	}
+	os.Stdout.Write(md.Bytes())
+	fmt.Fprintf(os.Stderr, "wrote %s/validation-658.{md,json,svg}\n", docs)
+	return nil
 }
