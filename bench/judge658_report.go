@@ -17,6 +17,29 @@ func (r *Judge658Result) arm(name string) *ArmResult {
 	return nil
 }
 
+// Thin keeps at most about n points of each arm's timeline: the first
+// completion, every step of at least 1/n of the items, and the last.
+func (r *Judge658Result) Thin(n int) {
+	thin := func(a *ArmResult) {
+		step := max(1, a.Items/n)
+		var out []Point
+		last := -step
+		for i, p := range a.Timeline {
+			if (p.Done > 0 && len(out) == 0) || p.Done-last >= step || i == len(a.Timeline)-1 {
+				out = append(out, p)
+				last = p.Done
+			}
+		}
+		a.Timeline = out
+	}
+	for i := range r.Arms {
+		thin(&r.Arms[i])
+	}
+	if r.ScaleCheck != nil {
+		thin(r.ScaleCheck)
+	}
+}
+
 // FirstSeconds is when the arm's first result arrived, in simulated
 // seconds (0 if none did).
 func (a ArmResult) FirstSeconds() float64 {

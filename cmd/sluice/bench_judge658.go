@@ -141,6 +141,7 @@ func command(n int, arms string, noKill bool, check string) string {
 // writeValidation658 writes validation-658.{md,json,svg} into docs (or the
 // markdown to stdout when docs is empty).
 func writeValidation658(res *bench.Judge658Result, docs, command string) error {
+	res.Thin(500) // the plot needs no more; the files stay small
 	var md, svg bytes.Buffer
 	res.WriteMarkdown(&md, command, "validation-658.svg")
 	res.WriteSVG(&svg)
