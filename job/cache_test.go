@@ -107,10 +107,8 @@ func TestCacheNeverStoresRefusalsOrTruncations(t *testing.T) {
 	})
 	// Half the lines with a max_tokens too small for a verdict.
 	var in bytes.Buffer
-	var ids []string
 	for i := range 600 {
 		id := "r" + strings.Repeat("0", 3-len(itoa(i))) + itoa(i)
-		ids = append(ids, id)
 		mt := 256
 		if i%2 == 1 {
 			mt = 5
