@@ -1,0 +1,86 @@
+package route_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/route"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+func summary(n int) jsonl.Summary {
+	return jsonl.Summary{Lines: n, Valid: n, Models: map[string]int{"claude-sonnet-4-5-20250929": n},
+		EstInputTokens: int64(250 * n), MaxTokens: int64(256 * n)}
+}
+
+func world() (plan.World, error) { return plan.FromSim(sim.Default(), nil), nil }
+
+func TestSyncRouteNeedsNoWorld(t *testing.T) {
+	p := route.Planner(route.Options{Route: "sync", World: func() (plan.World, error) {
+		t.Fatal("a forced sync route asked for the world")
+		return plan.World{}, nil
+	}})
+	r, err := p(summary(1000), 1000)
+	if err != nil || r.Route != job.RouteSync {
+		t.Fatalf("%+v, %v", r, err)
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []route.Options{{Route: "teleport", World: world}, {Route: "auto", Prefer: "speed", World: world}} {
+		if _, err := route.Planner(o)(summary(10), 10); err == nil {
+			t.Errorf("%+v accepted", o)
+		}
+	}
+}
+
+// TestBatchRouteOnTheSimulatorsClock: a forced batch route is sized by the
+// planner (chunk, window), its polls and stuck floor divided by the time
+// scale; against the real API (scale 1) they are the batch package's.
+func TestBatchRouteOnTheSimulatorsClock(t *testing.T) {
+	var decided *plan.Decision
+	for _, k := range []float64{1, 100} {
+		p := route.Planner(route.Options{Route: "batch", Prefer: "cost", TimeScale: k, World: world,
+			OnDecision: func(d plan.Decision) { decided = &d }})
+		r, err := p(summary(20000), 20000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Route != job.RouteBatch || r.Batch.ChunkSize <= 0 || r.Batch.ChunkSize > 5000 || r.Batch.WindowPerOrg <= 0 || decided == nil {
+			t.Fatalf("k=%g: %+v", k, r)
+		}
+		floor := time.Duration(float64(batch.MinStuckAfter) / k)
+		if r.Batch.StuckAfter < floor {
+			t.Fatalf("k=%g: stuck after %v, below the floor %v", k, r.Batch.StuckAfter, floor)
+		}
+		wantPoll := time.Duration(0) // the batch package's default
+		if k != 1 {
+			wantPoll = time.Duration(float64(batch.DefaultPollMax) / k)
+		}
+		if r.Batch.PollMax != wantPoll {
+			t.Fatalf("k=%g: poll max %v, want %v", k, r.Batch.PollMax, wantPoll)
+		}
+	}
+}
+
+// TestAutoSplitsALargeLatencyJob: with the latency priority a large job on
+// the three-org world is split, and the share sent to batch is the
+// planner's.
+func TestAutoSplitsALargeLatencyJob(t *testing.T) {
+	var d plan.Decision
+	p := route.Planner(route.Options{Route: "auto", Prefer: "latency", World: world, OnDecision: func(x plan.Decision) { d = x }})
+	r, err := p(summary(141600), 141600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(d.Route) != r.Route || r.Predicted != d.Wall.Mid {
+		t.Fatalf("routing %+v does not follow the decision %s", r, d.Route)
+	}
+	if r.Route == job.RouteSplit && (r.BatchShare <= 0 || r.BatchShare >= 1 || r.BatchShare != float64(d.BatchN)/141600) {
+		t.Fatalf("split share %v for %d of 141600", r.BatchShare, d.BatchN)
+	}
+}
