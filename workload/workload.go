@@ -46,6 +46,23 @@ func (j Judge) Write(w io.Writer) error {
 	if j.MaxTokens == 0 {
 		j.MaxTokens = 256
 	}
+	return j.each(w, func(id, q, a string) any {
+		params := map[string]any{
+			"model": j.Model, "max_tokens": j.MaxTokens,
+			"messages": []map[string]any{{"role": "user",
+				"content": "Question asked to the AI:\n" + q + "\n\nAI's response:\n" + a}},
+		}
+		if !j.NoRubric {
+			params["system"] = Rubric
+		}
+		return map[string]any{"custom_id": id, "params": params}
+	})
+}
+
+// each draws the workload's items — id, question, answer — and writes
+// line(id, question, answer) for each, as JSON, to w. Write and WriteItems
+// share it, so they draw the same items.
+func (j Judge) each(w io.Writer, line func(id, q, a string) any) error {
 	if j.InputMin == 0 {
 		j.InputMin = 120
 	}
@@ -65,16 +82,7 @@ func (j Judge) Write(w io.Writer) error {
 	for i := range j.N {
 		target := j.InputMin + rng.IntN(j.InputMax-j.InputMin+1) - rubricTokens
 		q, a := text(rng, max(8, target/3)), text(rng, max(8, target-target/3))
-		params := map[string]any{
-			"model": j.Model, "max_tokens": j.MaxTokens,
-			"messages": []map[string]any{{"role": "user",
-				"content": "Question asked to the AI:\n" + q + "\n\nAI's response:\n" + a}},
-		}
-		if !j.NoRubric {
-			params["system"] = Rubric
-		}
-		line := map[string]any{"custom_id": fmt.Sprintf("%s-%07d", j.IDPrefix, i), "params": params}
-		if err := enc.Encode(line); err != nil {
+		if err := enc.Encode(line(fmt.Sprintf("%s-%07d", j.IDPrefix, i), q, a)); err != nil {
 			return err
 		}
 	}
@@ -112,31 +120,9 @@ func text(rng *rand.Rand, n int) string {
 // writes for it, so `sluice judge` on these items and `sluice run` on
 // Write's requests send the same thing.
 func (j Judge) WriteItems(w io.Writer) error {
-	if j.InputMin == 0 {
-		j.InputMin = 120
-	}
-	if j.InputMax < j.InputMin {
-		j.InputMax = max(400, j.InputMin)
-	}
-	if j.IDPrefix == "" {
-		j.IDPrefix = "item"
-	}
-	rng := rand.New(rand.NewPCG(j.Seed, 0x10b))
-	rubricTokens := (len(Rubric) + 3) / 4
-	if j.NoRubric {
-		rubricTokens = 0
-	}
-	bw := bufio.NewWriterSize(w, 1<<20)
-	enc := json.NewEncoder(bw)
-	for i := range j.N {
-		target := j.InputMin + rng.IntN(j.InputMax-j.InputMin+1) - rubricTokens
-		q, a := text(rng, max(8, target/3)), text(rng, max(8, target-target/3))
-		item := map[string]string{"id": fmt.Sprintf("%s-%07d", j.IDPrefix, i), "question": q, "completion": a}
-		if err := enc.Encode(item); err != nil {
-			return err
-		}
-	}
-	return bw.Flush()
+	return j.each(w, func(id, q, a string) any {
+		return map[string]string{"id": id, "question": q, "completion": a}
+	})
 }
 
 // WriteItemsFile writes WriteItems to path.
