@@ -89,7 +89,17 @@ type Config struct {
 	Logger *slog.Logger
 	// Path is the endpoint (default /v1/messages).
 	Path string
+	// StreamIdle ends a streamed answer (StreamSender) that delivers no
+	// event for this long, as a lost connection (Transport): a stalled
+	// stream must not hold its lane slot forever. Default
+	// DefaultStreamIdle; negative disables it.
+	StreamIdle time.Duration
 }
+
+// DefaultStreamIdle is Config.StreamIdle's default: the API keeps a
+// healthy stream busy with ping events between content, so a minute of
+// silence is a stall, not a slow answer.
+const DefaultStreamIdle = 60 * time.Second
 
 // ErrNoLiveKey means every key able to serve a request is dead.
 var ErrNoLiveKey = errors.New("dispatch: no live key left")
@@ -107,6 +117,7 @@ type Dispatcher struct {
 
 	submit   chan *item
 	done     chan *attempt
+	withdraw chan *item    // a SubmitSend context ended (stream.go)
 	closed   chan struct{} // Close: no more submissions
 	closeOne sync.Once
 	served   chan struct{} // Serve returned
@@ -157,7 +168,28 @@ type item struct {
 	first     time.Time
 	due       time.Time
 	last      *client.Outcome
+	// ctx, cancel, send, onWait and unwatch are set by SubmitSend
+	// (stream.go) and never change.
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	send    Sender
+	onWait  func()
+	unwatch func() bool
+	// where is the request now; loop-owned. A request that ends while it
+	// sits in a queue or the retry heap (withdrawn) stays there as a
+	// tombstone, skipped when it comes up.
+	where where
 }
+
+type where uint8
+
+const (
+	atNew    where = iota // not yet received by the loop
+	atQueue               // in its pool's queue
+	atRetry               // in the retry heap
+	atFlight              // an attempt is running
+	atEnd                 // its Result was delivered
+)
 
 type attempt struct {
 	it     *item
@@ -165,6 +197,9 @@ type attempt struct {
 	key    *keys.Key
 	ticket lane.Ticket
 	out    client.Outcome
+	// sent: the request was written to the server whole, so the API may
+	// have done (and billed) the work even if the attempt was canceled.
+	sent bool
 }
 
 // New returns a Dispatcher over cfg.Keys. Keys must have an org (Discover
@@ -186,11 +221,14 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.Path == "" {
 		cfg.Path = "/v1/messages"
 	}
+	if cfg.StreamIdle == 0 {
+		cfg.StreamIdle = DefaultStreamIdle
+	}
 	d := &Dispatcher{
 		cfg: cfg, now: cfg.Now, log: cfg.Logger,
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		orgs:   map[string]*orgState{},
-		submit: make(chan *item), closed: make(chan struct{}), served: make(chan struct{}),
+		submit: make(chan *item), withdraw: make(chan *item), closed: make(chan struct{}), served: make(chan struct{}),
 		lanes: map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
 	}
 	d.attemptCtx, d.abortAttempt = context.WithCancel(context.Background())
@@ -332,6 +370,8 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 			d.enqueue(it, now)
 		case a := <-d.done:
 			d.finish(a)
+		case it := <-d.withdraw:
+			d.withdrawItem(it)
 		case <-timer.C:
 		case <-closed:
 			accepting = false
@@ -343,16 +383,22 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 
 func (d *Dispatcher) enqueue(it *item, now time.Time) {
 	it.first = time.Time{}
+	d.mu.Lock()
+	d.stats.Submitted++
+	d.mu.Unlock()
+	if err := it.withdrawn(); err != nil {
+		it.where = atEnd
+		it.cb(Result{Request: it.req, Aborted: true, Err: err})
+		return
+	}
 	q := d.queues[it.pool]
 	if q == nil {
 		q = &fifo{}
 		d.queues[it.pool] = q
 	}
 	q.push(it)
+	it.where = atQueue
 	d.queued++
-	d.mu.Lock()
-	d.stats.Submitted++
-	d.mu.Unlock()
 	d.ensureLanes(it.pool, now)
 }
 
@@ -403,6 +449,10 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 	// Retries whose time has come go to the front of their pool's queue.
 	for d.retries.Len() > 0 && !d.retries[0].due.After(now) {
 		it := heap.Pop(&d.retries).(*item)
+		if it.where == atEnd {
+			continue // withdrawn while it waited
+		}
+		it.where = atQueue
 		d.queues[it.pool].pushFront(it)
 	}
 	if d.retries.Len() > 0 {
@@ -412,6 +462,13 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 		lanes := d.byPool[pool]
 		for q.len() > 0 {
 			it := q.peek()
+			if it.where == atEnd { // withdrawn while it waited
+				q.pop()
+				continue
+			}
+			if d.dropWithdrawn(q, it) {
+				continue
+			}
 			ls, tk, wait := d.pick(lanes, it, now)
 			if ls == nil {
 				if wait > 0 {
@@ -459,6 +516,7 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (*laneSta
 func (d *Dispatcher) launch(it *item, ls *laneState, tk lane.Ticket, now time.Time) {
 	d.queued--
 	d.flying++
+	it.where = atFlight
 	it.attempts++
 	if it.first.IsZero() {
 		it.first = now
@@ -468,7 +526,7 @@ func (d *Dispatcher) launch(it *item, ls *laneState, tk lane.Ticket, now time.Ti
 	o.rr++
 	a := &attempt{it: it, ls: ls, key: key, ticket: tk}
 	go func() {
-		a.out = d.cfg.Client.Do(d.attemptCtx, key, "POST", d.cfg.Path, it.req.Params)
+		a.out, a.sent = d.send(it, key)
 		d.done <- a
 	}()
 }
@@ -480,7 +538,10 @@ func (d *Dispatcher) finish(a *attempt) {
 	now := d.now()
 	o, it := &a.out, a.it
 	it.last = o
-	lr := lane.Result{Limits: o.Limits, Latency: o.Latency, Reached: o.Class != client.Canceled}
+	// A canceled attempt reached the server if its request was written
+	// whole (or answered): the API may have done the work, so its budget
+	// is not refunded.
+	lr := lane.Result{Limits: o.Limits, Latency: o.Latency, Reached: o.Class != client.Canceled || a.sent || o.Status != 0}
 	switch o.Class {
 	case client.OK:
 		lr.Signal = lane.Clean
@@ -521,16 +582,15 @@ func (d *Dispatcher) finish(a *attempt) {
 	case client.KeyDead:
 		d.killKey(a.key, o)
 		it.attempts-- // a dead key costs the request nothing
-		d.queued++
-		d.queues[it.pool].pushFront(it)
+		d.requeue(it)
 		return
 	case client.Canceled:
-		if d.attemptCtx.Err() != nil { // Abort: end it, do not relaunch
-			it.cb(Result{Request: it.req, Aborted: true, Err: ErrStopped, Attempts: it.attempts})
+		if err := d.stopped(it); err != nil { // Abort, or withdrawn: end it, do not relaunch
+			it.where = atEnd
+			it.cb(Result{Request: it.req, Aborted: true, Err: err, Attempts: it.attempts})
 			return
 		}
-		d.queued++
-		d.queues[it.pool].pushFront(it)
+		d.requeue(it)
 		return
 	case client.RateLimited, client.Overloaded:
 		it.congested++
@@ -546,7 +606,22 @@ func (d *Dispatcher) finish(a *attempt) {
 	n := it.congested + it.failed
 	it.due = now.Add(d.cfg.Retry.Backoff(n, o.RetryAfter, o.HasRetryAfter, d.rng.Float64()))
 	d.queued++
+	it.where = atRetry
 	heap.Push(&d.retries, it)
+	if it.onWait != nil {
+		it.onWait()
+	}
+}
+
+// requeue puts it back at the front of its queue after an attempt that
+// costs it nothing (dead key, canceled attempt).
+func (d *Dispatcher) requeue(it *item) {
+	d.queued++
+	it.where = atQueue
+	d.queues[it.pool].pushFront(it)
+	if it.onWait != nil {
+		it.onWait()
+	}
 }
 
 // killKey marks key dead (logging once, by label) and removes it from its
@@ -606,6 +681,7 @@ func (d *Dispatcher) complete(it *item, class string, a *attempt, now time.Time)
 	if class == api.ClassTransport && (len(r.Body) == 0 || o.Class == client.Transport) {
 		r.Body = syntheticError(o, it.attempts)
 	}
+	it.where = atEnd
 	d.mu.Lock()
 	switch class {
 	case api.ClassOK:
@@ -635,7 +711,13 @@ func (d *Dispatcher) abortQueued() {
 	if d.err == ErrNoLiveKey {
 		err = ErrNoLiveKey
 	}
-	abort := func(it *item) { it.cb(Result{Request: it.req, Aborted: true, Err: err, Attempts: it.attempts}) }
+	abort := func(it *item) {
+		if it.where == atEnd {
+			return // a tombstone: withdrawn while it waited
+		}
+		it.where = atEnd
+		it.cb(Result{Request: it.req, Aborted: true, Err: err, Attempts: it.attempts})
+	}
 	for _, q := range d.queues {
 		for q.len() > 0 {
 			abort(q.pop())

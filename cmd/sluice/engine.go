@@ -30,6 +30,7 @@ type engineFlags struct {
 	reserve      float64
 	rampDoubling time.Duration
 	seed         uint64
+	fleet        fleetFlags
 }
 
 func (f *engineFlags) register(cmd *cobra.Command) {
@@ -54,6 +55,7 @@ func (f *engineFlags) register(cmd *cobra.Command) {
 	fl.Float64Var(&f.reserve, "reserve", 0.15, "fraction of every rate limit left for colleagues")
 	fl.DurationVar(&f.rampDoubling, "ramp-doubling", 5*time.Second, "warm-up: the concurrency ceiling doubles this often")
 	fl.Uint64Var(&f.seed, "jitter-seed", 1, "seed of the backoff jitter")
+	f.fleet.register(cmd, f)
 }
 
 // loadKeys reads the key pool and logs its warnings.
@@ -88,10 +90,12 @@ func (f *engineFlags) dispatchConfig(c *client.Client, p *keys.Pool, log *slog.L
 		caps[fam] = *v
 	}
 	caps[api.FamilyFable] = caps[api.FamilyUnknown]
-	return dispatch.Config{
+	cfg := dispatch.Config{
 		Client: c, Keys: p.Keys(), Caps: caps, Seed: f.seed, Logger: log,
 		Lane: lane.Config{Reserve: reserveFlag(f.reserve), RampDoubling: f.rampDoubling},
 	}
+	f.fleet.wire(&cfg)
+	return cfg
 }
 
 // reserveFlag maps the user's 0 ("no reserve") to lane's "none" (-1).

@@ -90,6 +90,7 @@ to read the rate limits from the response headers.`,
 			return nil
 		},
 	}
+	eng.fleet.off = true // keys only probes: it joins no fleet, whatever SLUICE_FLEET says
 	eng.register(cmd)
 	cmd.Flags().StringSliceVar(&limits, "limits", nil, "models to read rate limits for (sends one 1-token message per key and model)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -1,0 +1,143 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// Send is one attempt like Do, for a caller that relays someone else's
+// request (the proxy). It differs from Do in two ways:
+//
+//   - extra headers are added to the request (the caller's anthropic-version
+//     replaces the client's, anthropic-beta is passed on). Credentials in
+//     extra (x-api-key, Authorization) are ignored: the request is always
+//     authenticated by key.
+//   - when stream is true and the answer is a 2xx text/event-stream, the
+//     body is not read: Send returns the Outcome of the headers (class OK,
+//     status, limits, org, request id) and the response, whose Body the
+//     caller reads and must close; closing it ends the attempt. Every other
+//     answer is read and classified as Do classifies it, and resp is nil.
+//
+// A streamed attempt is bounded by the transport's response-header timeout
+// only, not by AttemptTimeout: a long answer streams as long as it takes.
+// A stream that goes silent must be cut by its reader, through ctx:
+// dispatch.StreamSender cuts one that sends no event for
+// dispatch.Config.StreamIdle (a stalled stream would otherwise hold its
+// lane slot forever).
+func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, body []byte, extra http.Header, stream bool) (Outcome, *http.Response) {
+	start := time.Now()
+	var cancel context.CancelFunc
+	if stream {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.cfg.BaseURL+path, rd)
+	if err != nil {
+		cancel()
+		return Outcome{Class: Invalid, ShouldRetry: -1, Err: fmt.Errorf("client: %w", err)}, nil
+	}
+	if body != nil {
+		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	}
+	h := req.Header
+	h.Set(api.HeaderVersion, c.cfg.Version)
+	h.Set("Content-Type", "application/json")
+	h.Set("Accept", "application/json")
+	if stream {
+		h.Set("Accept", "text/event-stream")
+	}
+	h.Set("User-Agent", c.cfg.UserAgent)
+	for name, vs := range extra {
+		switch http.CanonicalHeaderKey(name) {
+		case "X-Api-Key", "Authorization", "Content-Type", "Content-Length", "Host":
+			continue
+		}
+		if len(vs) > 0 {
+			h[http.CanonicalHeaderKey(name)] = append([]string(nil), vs...)
+		}
+	}
+	key.Apply(h, c.cfg.Auth)
+
+	resp, err := c.http.Do(req)
+	if err != nil {
+		o := failed(ctx, err, start)
+		cancel()
+		return o, nil
+	}
+	if stream && resp.StatusCode/100 == 2 && isEventStream(resp.Header) {
+		o := Outcome{Class: OK, Status: resp.StatusCode, Header: resp.Header, Latency: time.Since(start), ShouldRetry: -1}
+		readHeaders(&o, resp.Header)
+		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+		return o, resp
+	}
+	defer cancel()
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	if err != nil {
+		o := failed(ctx, err, start)
+		o.Status, o.Header = resp.StatusCode, resp.Header
+		return o, nil
+	}
+	o := Outcome{Status: resp.StatusCode, Body: b, Header: resp.Header, Latency: time.Since(start), ShouldRetry: -1}
+	readHeaders(&o, resp.Header)
+	o.Class = Classify(resp.StatusCode, resp.Header, b)
+	if o.Class != OK {
+		o.Err = statusError(resp.StatusCode, b)
+		return o, nil
+	}
+	var m struct {
+		Usage      api.Usage `json:"usage"`
+		StopReason string    `json:"stop_reason"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		o.Class, o.Err = Transport, fmt.Errorf("client: HTTP %d with a body that is not JSON: %w", resp.StatusCode, err)
+	} else {
+		o.Usage, o.StopReason = m.Usage, m.StopReason
+	}
+	return o, nil
+}
+
+// readHeaders fills the fields of o that come from response headers.
+func readHeaders(o *Outcome, h http.Header) {
+	o.Limits = api.ParseRateLimitHeaders(h)
+	o.OrgID = h.Get(api.HeaderOrganizationID)
+	o.RequestID = h.Get(api.HeaderRequestID)
+	o.RetryAfter, o.HasRetryAfter = api.ParseRetryAfter(h, time.Now())
+	switch h.Get(api.HeaderShouldRetry) {
+	case "true":
+		o.ShouldRetry = 1
+	case "false":
+		o.ShouldRetry = 0
+	}
+}
+
+func isEventStream(h http.Header) bool {
+	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
+	return err == nil && mt == "text/event-stream"
+}
+
+// cancelOnClose ends the attempt's context when the stream is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/cache"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/proxy"
+	"github.com/sluice-dev/sluice/route"
+)
+
+// proxyListen opens the proxy's listener (tests replace it).
+var proxyListen = net.Listen
+
+// envProxyToken holds the token callers must send when it is set. A token
+// is a secret: it is read from the environment, never from a flag.
+const envProxyToken = "SLUICE_PROXY_TOKEN"
+
+func proxyCmd() *cobra.Command {
+	var (
+		eng       engineFlags
+		listen    string
+		maxWait   time.Duration
+		grace     time.Duration
+		stateDir  string
+		cachePath string
+		cacheMode string
+		prefer    string
+		limits    string
+		idle      time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "proxy --listen 127.0.0.1:8787",
+		Short: "Serve an Anthropic-compatible gateway that runs every call on every key at once",
+		Long: `proxy serves the Messages API (plain and streaming), count_tokens, models and
+Message Batches on a local address. Point an SDK at it with
+ANTHROPIC_BASE_URL=http://127.0.0.1:8787 and every call gets sluice's lanes:
+all keys at once, header pacing, the etiquette caps, AIMD, retries. A call
+waits for capacity (up to --max-wait) instead of failing with a 429.
+
+Callers never hold the real keys: on loopback any key is accepted and thrown
+away. Beyond loopback, set SLUICE_PROXY_TOKEN and give callers the token as
+their API key. Keys come from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY,
+ANTHROPIC_API_KEY_LOW_PRIO, ANTHROPIC_API_KEYS, ./.env or --keys-file.
+
+Message Batches created through it are routed by the planner
+(--batch-prefer, default cost): sync, Message Batches at half price, or a
+split; the batch part keeps a journal in --state-dir, so a restart adopts
+its batches instead of paying twice.
+
+GET /metrics (Prometheus) and GET /healthz report what it does. SIGINT or
+SIGTERM drains: requests in flight finish (up to --grace); a second signal
+aborts them. See docs/proxy.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			token := os.Getenv(envProxyToken)
+			if _, err := plan.ParsePriority(prefer); err != nil {
+				return fmt.Errorf("--batch-prefer: %w", err)
+			}
+			// The address actually bound decides, not the name asked for:
+			// a name may resolve beyond loopback.
+			ln, err := proxyListen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("proxy: %w", err)
+			}
+			defer ln.Close()
+			if token == "" && !addrIsLoopback(ln.Addr()) {
+				return fmt.Errorf("proxy: %s listens on %s, which is not a loopback address: set %s, and give callers the token as their API key", listen, ln.Addr(), envProxyToken)
+			}
+			log := newLogger()
+			pool, err := eng.loadKeys(log)
+			if err != nil {
+				return err
+			}
+			c, err := eng.client(eng.totalConns(len(pool.Keys())))
+			if err != nil {
+				return err
+			}
+			if _, err := dispatch.Discover(cmd.Context(), c, pool.Keys(), "claude-sonnet-4-5"); err != nil {
+				return err
+			}
+			for _, w := range pool.SameOrgWarnings() {
+				log.Warn(w)
+			}
+			dcfg := eng.dispatchConfig(c, pool, log)
+			dcfg.StreamIdle = idle
+			d, err := dispatch.New(dcfg)
+			if err != nil {
+				return err
+			}
+			var ch *cache.Cache
+			if cachePath != "" {
+				mode := cache.On
+				if cmd.Flags().Changed("cache-mode") {
+					if mode, err = cache.ParseMode(cacheMode); err != nil {
+						return err
+					}
+				}
+				if ch, err = cache.Open(cachePath, mode); err != nil {
+					return err
+				}
+				defer ch.Close()
+			}
+			// Virtual batches are routed by the planner; the world (the
+			// organizations' limits) is read once.
+			rf := routeFlags{route: "auto", prefer: prefer, limitsFile: limits}
+			world := sync.OnceValues(func() (plan.World, error) { return rf.world(pool.Keys(), nil, log) })
+			planner := route.Planner(route.Options{Route: "auto", Prefer: prefer, Log: log, World: world})
+			px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token,
+				MaxWait: maxWait, StateDir: stateDir, Cache: ch, Logger: log, Plan: planner})
+			if err != nil {
+				return err
+			}
+			out := cmd.ErrOrStderr()
+			live := pool.Live()
+			fmt.Fprintf(out, "sluice proxy: serving on http://%s (%d live keys in %d organizations)\n", ln.Addr(), len(live), len(pool.GroupByOrg()))
+			fmt.Fprintf(out, "  point an SDK at it: ANTHROPIC_BASE_URL=http://%s\n", ln.Addr())
+			for _, k := range pool.Keys() {
+				fmt.Fprintf(out, "  key %s  org %s\n", k, k.Org())
+			}
+
+			dctx, dstop := context.WithCancel(context.Background())
+			defer dstop()
+			go d.Serve(dctx)
+			srv := &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second,
+				ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
+			errc := make(chan error, 1)
+			go func() { errc <- srv.Serve(ln) }()
+			select {
+			case err := <-errc:
+				px.Drain()
+				d.Close()
+				dstop()
+				<-d.Done()
+				px.Wait()
+				return fmt.Errorf("proxy: %w", err)
+			case <-cmd.Context().Done():
+			}
+			return drainProxy(out, srv, px, d, dstop, grace)
+		},
+	}
+	eng.register(cmd)
+	fl := cmd.Flags()
+	fl.StringVar(&listen, "listen", "127.0.0.1:8787", "address to serve on (HOST:PORT; beyond loopback needs "+envProxyToken+")")
+	fl.DurationVar(&maxWait, "max-wait", 60*time.Second, "how long a call may wait for capacity before it gets a 429 with retry-after")
+	fl.DurationVar(&grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
+	fl.StringVar(&stateDir, "state-dir", defaultProxyStateDir(), "where virtual batches are kept across restarts (empty: in memory only)")
+	fl.StringVar(&cachePath, "cache", "", "response cache file (bbolt) for plain Messages calls; hits cost nothing")
+	fl.StringVar(&cacheMode, "cache-mode", "on", "with --cache: on, read-only or off")
+	fl.StringVar(&prefer, "batch-prefer", "cost", "what the planner optimises for each Message Batch created through the proxy: cost, latency or balanced")
+	fl.StringVar(&limits, "limits-file", "", "the organizations' limits for the batch planner (see sluice plan --help); default: the etiquette caps")
+	fl.DurationVar(&idle, "stream-idle", dispatch.DefaultStreamIdle, "end a streamed answer that sends no event for this long (the API sends ping events)")
+	return cmd
+}
+
+// drainProxy shuts the proxy down: no new connections, /healthz 503,
+// requests in flight finish within grace; a second signal, or the end of
+// grace, aborts what is left.
+func drainProxy(out io.Writer, srv *http.Server, px *proxy.Proxy, d *dispatch.Dispatcher, dstop context.CancelFunc, grace time.Duration) error {
+	fmt.Fprintf(out, "sluice proxy: draining — requests in flight may finish (up to %s); interrupt again to abort them\n", grace)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	go func() {
+		select {
+		case <-sigs:
+			fmt.Fprintln(out, "sluice proxy: aborting requests in flight")
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	px.Drain()
+	err := srv.Shutdown(ctx)
+	if err != nil {
+		// Grace is over: cut the connections and the attempts.
+		srv.Close()
+		d.Abort()
+	}
+	d.Close()
+	select {
+	case <-d.Done():
+	case <-ctx.Done():
+		dstop()
+		d.Abort()
+		<-d.Done()
+	}
+	px.Wait()
+	st, _ := d.Snapshot()
+	fmt.Fprintf(out, "sluice proxy: stopped (%d answered, %d final errors, %d gave up; %d × 429/529 and %d failures retried)\n",
+		st.OK, st.Final, st.Transport, st.Retries429, st.RetriesFailed)
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return &exitError{code: exitInterrupted, err: errors.New("proxy: requests in flight were aborted")}
+	}
+	return nil
+}
+
+// addrIsLoopback reports whether a bound address serves only this
+// machine (an unspecified address, 0.0.0.0 or ::, serves every network).
+func addrIsLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// defaultProxyStateDir is $XDG_STATE_HOME/sluice/proxy, else
+// ~/.local/state/sluice/proxy, else "" (in memory).
+func defaultProxyStateDir() string {
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "sluice", "proxy")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".local", "state", "sluice", "proxy")
+	}
+	return ""
+}

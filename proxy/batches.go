@@ -1,0 +1,771 @@
+package proxy
+
+// Virtual batches: POST /v1/messages/batches is accepted as one batch of
+// the proxy's own. The planner routes it (batchrun.go): its rows run on
+// the sync dispatcher, on the Message Batches path (package batch), or
+// split between the two; retrieve, list, cancel, delete and results
+// answer in the API's shapes. See docs/proxy.md.
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/dispatch"
+)
+
+var (
+	errBatchCanceled = errors.New("proxy: batch canceled")
+	errShutdown      = errors.New("proxy: shutting down")
+)
+
+// batchSet holds every virtual batch.
+type batchSet struct {
+	p   *Proxy
+	dir string // "" keeps batches in memory only
+
+	mu   sync.Mutex
+	list []*vbatch // creation order
+	byID map[string]*vbatch
+}
+
+// vbatch is one virtual batch. id, n, created, expires, ctx, cancel,
+// results, finished and collected never change after the batch is
+// registered; ids is read without a lock only by the batch's own
+// goroutines (it is dropped only once the batch is archived).
+type vbatch struct {
+	id               string
+	n                int
+	created, expires time.Time
+	// ctx is the rows' context: it ends on a cancel (errBatchCanceled)
+	// or when the proxy drains (errShutdown).
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// results carries the end of each row still to drive to the
+	// collector; its capacity is their number, so a row's end never waits
+	// (the dispatcher's loop delivers most of them).
+	results chan rowDone
+	// finished[i] is set once row i's end was delivered (exactly once).
+	finished []atomic.Bool
+	// collected tells the batch's driver how many rows the collector got
+	// unresolved (0: the batch ends).
+	collected chan int
+
+	mu         sync.Mutex
+	ids        []string // custom_ids in request order; nil once archived
+	cancelAt   *time.Time
+	endedAt    *time.Time
+	archivedAt *time.Time
+	counts     api.RequestCounts
+	route      string // sync, batch or split, as the planner chose
+	ordered    bool   // ended: the results file holds every line, in request order
+	deleted    bool
+	warned     bool // a persistence error was logged
+
+	smu   sync.Mutex // guards store; held during its disk I/O (never mu)
+	store rowStore   // nil once an ended batch's lines are in its ordered file
+}
+
+// rowDone is the end of one row: its result line, or unresolved (the proxy
+// stopped before the row had an answer; a restart drives it).
+type rowDone struct {
+	i          int
+	line       []byte
+	typ        string
+	unresolved bool
+}
+
+// deliver hands the end of row d.i to the collector, once per row.
+func (b *vbatch) deliver(d rowDone) {
+	if b.finished[d.i].CompareAndSwap(false, true) {
+		b.results <- d
+	}
+}
+
+// batchMeta is a batch's file <id>.json.
+type batchMeta struct {
+	ID                string            `json:"id"`
+	CreatedAt         time.Time         `json:"created_at"`
+	ExpiresAt         time.Time         `json:"expires_at"`
+	CancelInitiatedAt *time.Time        `json:"cancel_initiated_at"`
+	EndedAt           *time.Time        `json:"ended_at"`
+	ArchivedAt        *time.Time        `json:"archived_at,omitempty"`
+	Counts            api.RequestCounts `json:"request_counts"`
+	N                 int               `json:"n"`
+	Route             string            `json:"route,omitempty"`
+	ResultsOrdered    bool              `json:"results_ordered,omitempty"`
+	CustomIDs         []string          `json:"custom_ids,omitempty"`
+}
+
+func (s *batchSet) metaPath(id string) string     { return filepath.Join(s.dir, id+".json") }
+func (s *batchSet) resultsPath(id string) string  { return filepath.Join(s.dir, id+".results.jsonl") }
+func (s *batchSet) requestsPath(id string) string { return filepath.Join(s.dir, id+".requests.jsonl") }
+func (s *batchSet) journalPath(id string) string  { return filepath.Join(s.dir, id+".batch-journal") }
+
+// newVbatch returns a batch of the given ids, not yet registered.
+func (s *batchSet) newVbatch(id string, ids []string, created, expires time.Time, todo int) *vbatch {
+	b := &vbatch{id: id, n: len(ids), ids: ids, created: created, expires: expires,
+		results: make(chan rowDone, todo), finished: make([]atomic.Bool, len(ids)), collected: make(chan int, 1)}
+	b.ctx, b.cancel = context.WithCancelCause(s.p.life)
+	return b
+}
+
+// init loads the batches kept in dir; the ones that had not ended are
+// driven to their end again (in the background).
+func (s *batchSet) init(p *Proxy, dir string) error {
+	s.p, s.dir, s.byID = p, dir, map[string]*vbatch{}
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("proxy: state dir: %w", err)
+	}
+	metas, err := filepath.Glob(filepath.Join(dir, "msgbatch_*.json"))
+	if err != nil {
+		return err
+	}
+	var resume []func()
+	for _, path := range metas {
+		b, run, err := s.load(path)
+		if err != nil {
+			return err
+		}
+		s.list = append(s.list, b)
+		s.byID[b.id] = b
+		if run != nil {
+			resume = append(resume, run...)
+		}
+	}
+	// Creation order, as list pages are newest first.
+	sortBatches(s.list)
+	if len(resume) > 0 {
+		p.goBackground(nil, resume...)
+	}
+	return nil
+}
+
+func sortBatches(l []*vbatch) {
+	for i := 1; i < len(l); i++ {
+		for j := i; j > 0 && l[j].created.Before(l[j-1].created); j-- {
+			l[j], l[j-1] = l[j-1], l[j]
+		}
+	}
+}
+
+// load reads one batch from the state dir. A batch that had not ended is
+// resumed: run holds its driver and collector. Rows with a result keep
+// it; the rest are driven again — the ones the batch path's journal holds
+// by the batch path, which adopts and harvests the batches it created
+// (never paying twice), the others as the planner routes them now. A
+// batch kept without its requests (an older proxy) ends at once, its
+// missing rows errored.
+func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("proxy: %w", err)
+	}
+	var m batchMeta
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, nil, fmt.Errorf("proxy: %s: %w", path, err)
+	}
+	if m.N == 0 {
+		m.N = len(m.CustomIDs)
+	}
+	b = s.newVbatch(m.ID, m.CustomIDs, m.CreatedAt, m.ExpiresAt, 0)
+	b.n = m.N
+	b.cancelAt, b.endedAt, b.archivedAt, b.counts, b.route, b.ordered = m.CancelInitiatedAt, m.EndedAt, m.ArchivedAt, m.Counts, m.Route, m.ResultsOrdered
+	if b.endedAt != nil {
+		b.cancel(nil)
+		// Left by a stop between the end and the clean-up.
+		os.Remove(s.requestsPath(b.id))
+		os.Remove(s.journalPath(b.id))
+		if b.archivedAt != nil || b.ordered {
+			return b, nil, nil
+		}
+		fs, err := openFileStore(s.resultsPath(b.id), b.ids)
+		if err != nil {
+			return nil, nil, err
+		}
+		b.store = fs
+		b.ordered = s.order(b)
+		if b.ordered {
+			s.save(b)
+		}
+		return b, nil, nil
+	}
+	fs, err := openFileStore(s.resultsPath(b.id), b.ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	b.store = fs
+	b.counts = api.RequestCounts{}
+	var todo []int
+	for i := range b.ids {
+		if line, ok := fs.get(i); ok {
+			addCount(&b.counts, resultType(line))
+			b.finished[i].Store(true)
+			continue
+		}
+		todo = append(todo, i)
+	}
+	rows, rerr := readRequests(s.requestsPath(b.id), b.ids)
+	if rerr != nil && len(todo) > 0 {
+		// Nothing left to send them with.
+		if !os.IsNotExist(rerr) {
+			s.p.log.Warn("virtual batch: its requests cannot be read; its unfinished rows end errored", "batch", b.id, "err", rerr)
+		}
+		for _, i := range todo {
+			r := api.BatchResult{Type: api.ResultErrored}
+			if b.cancelAt != nil {
+				r.Type = api.ResultCanceled
+			} else {
+				e := api.NewErrorBody(api.ErrAPI, "", "sluice: the proxy stopped before this request was sent")
+				r.Error = &e
+			}
+			if err := fs.put(i, lineOf(b.ids[i], r)); err != nil {
+				return nil, nil, err
+			}
+			addCount(&b.counts, r.Type)
+		}
+		todo = nil
+	}
+	if len(todo) == 0 {
+		now := s.p.now().UTC()
+		b.endedAt = &now
+		b.cancel(nil)
+		b.ordered = s.order(b)
+		os.Remove(s.requestsPath(b.id))
+		os.Remove(s.journalPath(b.id))
+		return b, nil, s.save(b)
+	}
+	if b.cancelAt != nil {
+		b.cancel(errBatchCanceled)
+	}
+	b.results = make(chan rowDone, len(todo))
+	s.p.log.Info("virtual batch resumed", "batch", b.id, "requests", b.n, "to_do", len(todo))
+	return b, []func(){
+		func() { s.p.driveBatch(b, rows, todo) },
+		func() { s.p.collectBatch(b, len(todo)) },
+	}, nil
+}
+
+// order rewrites an ended batch's results file in request order and
+// closes it, and reports whether it did: results are then streamed from
+// the file. On failure the batch keeps its store (and its open file).
+// Every row must have its line.
+func (s *batchSet) order(b *vbatch) bool {
+	b.smu.Lock()
+	defer b.smu.Unlock()
+	if s.dir == "" || b.store == nil {
+		return false
+	}
+	if err := writeOrdered(s.resultsPath(b.id), b.store, b.n); err != nil {
+		s.p.log.Warn("virtual batch: results kept in completion order", "batch", b.id, "err", err)
+		return false
+	}
+	b.store.close()
+	b.store = nil
+	return true
+}
+
+// addCount counts one row of result type typ.
+func addCount(c *api.RequestCounts, typ string) {
+	switch typ {
+	case api.ResultSucceeded:
+		c.Succeeded++
+	case api.ResultErrored:
+		c.Errored++
+	case api.ResultCanceled:
+		c.Canceled++
+	case api.ResultExpired:
+		c.Expired++
+	}
+}
+
+// resultType reads result.type of a result line.
+func resultType(line []byte) string {
+	var l struct {
+		Result struct {
+			Type string `json:"type"`
+		} `json:"result"`
+	}
+	json.Unmarshal(line, &l)
+	return l.Result.Type
+}
+
+// save writes b's meta file atomically. No-op without a state dir.
+// Requires b.mu or exclusive use of b.
+func (s *batchSet) save(b *vbatch) error {
+	if s.dir == "" || b.deleted {
+		return nil
+	}
+	m := batchMeta{ID: b.id, CreatedAt: b.created, ExpiresAt: b.expires, CancelInitiatedAt: b.cancelAt,
+		EndedAt: b.endedAt, ArchivedAt: b.archivedAt, Counts: b.counts, N: b.n, Route: b.route,
+		ResultsOrdered: b.ordered, CustomIDs: b.ids}
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	tmp := s.metaPath(b.id) + ".tmp"
+	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	if err := os.Rename(tmp, s.metaPath(b.id)); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}
+
+// saveLogged saves b, logging the first failure. Requires b.mu.
+func (s *batchSet) saveLogged(b *vbatch) {
+	if err := s.save(b); err != nil && !b.warned {
+		b.warned = true
+		s.p.log.Warn("virtual batch not persisted", "batch", b.id, "err", err)
+	}
+}
+
+// counts returns the number of batches by processing status.
+func (s *batchSet) counts() map[string]int {
+	s.mu.Lock()
+	l := append([]*vbatch(nil), s.list...)
+	s.mu.Unlock()
+	out := map[string]int{}
+	for _, b := range l {
+		b.mu.Lock()
+		out[b.statusLocked()]++
+		b.mu.Unlock()
+	}
+	return out
+}
+
+func (s *batchSet) get(id string) *vbatch {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.byID[id]
+}
+
+// archive applies the API's retention: an ended batch's results are
+// available for api.ResultsRetention (29 days) after its creation; then
+// they are deleted and the batch, still listed, shows archived_at.
+func (s *batchSet) archive(now time.Time) {
+	s.mu.Lock()
+	l := append([]*vbatch(nil), s.list...)
+	s.mu.Unlock()
+	for _, b := range l {
+		at := b.created.Add(api.ResultsRetention)
+		if now.Before(at) {
+			continue
+		}
+		b.mu.Lock()
+		if b.endedAt != nil && b.archivedAt == nil && !b.deleted {
+			b.archivedAt = &at
+			b.ids = nil
+			b.smu.Lock()
+			if b.store != nil {
+				b.store.close()
+				b.store = nil
+			}
+			b.smu.Unlock()
+			if s.dir != "" {
+				os.Remove(s.resultsPath(b.id))
+			}
+			s.saveLogged(b)
+		}
+		b.mu.Unlock()
+	}
+}
+
+// statusLocked requires b.mu.
+func (b *vbatch) statusLocked() string {
+	switch {
+	case b.endedAt != nil:
+		return api.BatchEnded
+	case b.cancelAt != nil:
+		return api.BatchCanceling
+	}
+	return api.BatchInProgress
+}
+
+// object renders b as the API's MessageBatch; the results URL is the
+// proxy's own, as the caller reached it.
+func (b *vbatch) object(r *http.Request) api.MessageBatch {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := api.MessageBatch{
+		ID: b.id, Type: "message_batch", ProcessingStatus: b.statusLocked(),
+		CreatedAt: b.created, ExpiresAt: b.expires, CancelInitiatedAt: b.cancelAt,
+		RequestCounts: api.RequestCounts{Processing: int64(b.n)},
+	}
+	if b.endedAt != nil {
+		m.EndedAt, m.RequestCounts, m.ArchivedAt = b.endedAt, b.counts, b.archivedAt
+		scheme := "http"
+		if r.TLS != nil {
+			scheme = "https"
+		}
+		u := fmt.Sprintf("%s://%s/v1/messages/batches/%s/results", scheme, r.Host, b.id)
+		m.ResultsURL = &u
+	}
+	return m
+}
+
+// newBatchID returns a fresh msgbatch_ id.
+func newBatchID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "msgbatch_sluice" + hex.EncodeToString(b[:])
+}
+
+// handleBatchCreate serves POST /v1/messages/batches: the body is checked
+// as the API checks it at create, kept (with a state dir), answered at
+// once, and the batch starts in the background.
+func (p *Proxy) handleBatchCreate(w http.ResponseWriter, r *http.Request) {
+	body, ok := p.readBody(w, r, api.MaxBatchBytes)
+	if !ok {
+		return
+	}
+	var in struct {
+		Requests []struct {
+			CustomID *string         `json:"custom_id"`
+			Params   json.RawMessage `json:"params"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("Request body is not valid JSON: %v", err))
+		return
+	}
+	n := len(in.Requests)
+	switch {
+	case n == 0:
+		p.fail(w, 400, api.ErrInvalidRequest, "requests: List should have at least 1 item after validation, not 0")
+		return
+	case n > api.MaxBatchRequests:
+		p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests: List should have at most %d items after validation, not %d", api.MaxBatchRequests, n))
+		return
+	}
+	ids := make([]string, n)
+	rows := make([]json.RawMessage, n)
+	seen := make(map[string]int, n)
+	for i, rq := range in.Requests {
+		if rq.CustomID == nil {
+			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests.%d.custom_id: Field required", i))
+			return
+		}
+		id := *rq.CustomID
+		if !api.ValidCustomID(id) {
+			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests.%d.custom_id: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'", i))
+			return
+		}
+		if j, dup := seen[id]; dup {
+			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests.%d.custom_id: custom_id %q is already used by requests.%d; custom_id must be unique within a batch", i, id, j))
+			return
+		}
+		seen[id] = i
+		if len(rq.Params) == 0 || rq.Params[0] != '{' {
+			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests.%d.params: Input should be an object", i))
+			return
+		}
+		ids[i], rows[i] = id, rq.Params
+	}
+	in.Requests, body = nil, nil
+
+	s := &p.batches
+	now := p.now().UTC()
+	s.archive(now)
+	b := s.newVbatch(newBatchID(), ids, now, now.Add(api.BatchLifetime), n)
+	refuse := func(err error) {
+		b.cancel(nil)
+		if b.store != nil {
+			b.store.close()
+		}
+		if s.dir != "" {
+			os.Remove(s.metaPath(b.id))
+			os.Remove(s.resultsPath(b.id))
+			os.Remove(s.requestsPath(b.id))
+		}
+		if err != nil {
+			p.fail(w, 500, api.ErrAPI, "sluice: cannot store the batch")
+			p.log.Warn("virtual batch refused", "err", err)
+		}
+	}
+	if s.dir == "" {
+		b.store = &memStore{lines: make([][]byte, n)}
+	} else {
+		// Requests first: a meta file always has them.
+		if err := writeRequests(s.requestsPath(b.id), ids, rows); err != nil {
+			refuse(err)
+			return
+		}
+		fs, err := newFileStore(s.resultsPath(b.id), n)
+		if err != nil {
+			refuse(err)
+			return
+		}
+		b.store = fs
+		if err := s.save(b); err != nil {
+			refuse(err)
+			return
+		}
+	}
+	todo := make([]int, n)
+	for i := range todo {
+		todo[i] = i
+	}
+	register := func() {
+		s.mu.Lock()
+		s.list = append(s.list, b)
+		s.byID[b.id] = b
+		s.mu.Unlock()
+	}
+	if !p.goBackground(register, func() { p.driveBatch(b, rows, todo) }, func() { p.collectBatch(b, n) }) {
+		refuse(nil)
+		p.unavailable(w, errShutdown)
+		return
+	}
+	p.log.Info("virtual batch created", "batch", b.id, "requests", n)
+	writeJSON(w, 200, b.object(r))
+}
+
+// rowType is the result type of a finished row.
+func rowType(res dispatch.Result) string {
+	if res.Class == api.ClassOK {
+		return api.ResultSucceeded
+	}
+	return api.ResultErrored
+}
+
+// rowLine renders a finished row as a result line: the message as the API
+// sent it, or its error body.
+func rowLine(customID string, res dispatch.Result) []byte {
+	if res.Class == api.ClassOK {
+		line, err := json.Marshal(struct {
+			CustomID string `json:"custom_id"`
+			Result   struct {
+				Type    string          `json:"type"`
+				Message json.RawMessage `json:"message"`
+			} `json:"result"`
+		}{CustomID: customID, Result: struct {
+			Type    string          `json:"type"`
+			Message json.RawMessage `json:"message"`
+		}{api.ResultSucceeded, res.Body}})
+		if err == nil {
+			return line
+		}
+	}
+	var e api.ErrorBody
+	if json.Unmarshal(res.Body, &e) != nil || e.Err.Type == "" {
+		e = api.NewErrorBody(api.ErrAPI, "", "sluice: no usable answer after %d attempts", res.Attempts)
+	}
+	return lineOf(customID, api.BatchResult{Type: api.ResultErrored, Error: &e})
+}
+
+func lineOf(customID string, r api.BatchResult) []byte {
+	line, _ := json.Marshal(api.BatchResultLine{CustomID: customID, Result: r})
+	return line
+}
+
+// withBatch runs f on the batch named in the path, or answers 404.
+func (p *Proxy) withBatch(w http.ResponseWriter, r *http.Request, f func(b *vbatch)) {
+	p.batches.archive(p.now())
+	id := r.PathValue("id")
+	b := p.batches.get(id)
+	if b == nil {
+		p.fail(w, 404, api.ErrNotFound, fmt.Sprintf("message_batch_id: no batch %q", id))
+		return
+	}
+	f(b)
+}
+
+func (p *Proxy) handleBatchRetrieve(w http.ResponseWriter, r *http.Request) {
+	p.withBatch(w, r, func(b *vbatch) { writeJSON(w, 200, b.object(r)) })
+}
+
+// handleBatchCancel starts a cancel: rows not yet sent become canceled;
+// rows in flight, and rows already in a batch of the API's, finish.
+// Cancelling a batch already canceling or ended returns it unchanged.
+func (p *Proxy) handleBatchCancel(w http.ResponseWriter, r *http.Request) {
+	p.withBatch(w, r, func(b *vbatch) {
+		b.mu.Lock()
+		if b.endedAt == nil && b.cancelAt == nil {
+			now := p.now().UTC()
+			b.cancelAt = &now
+			b.cancel(errBatchCanceled)
+			p.batches.saveLogged(b)
+		}
+		b.mu.Unlock()
+		writeJSON(w, 200, b.object(r))
+	})
+}
+
+func (p *Proxy) handleBatchDelete(w http.ResponseWriter, r *http.Request) {
+	p.withBatch(w, r, func(b *vbatch) {
+		b.mu.Lock()
+		if b.endedAt == nil {
+			status := b.statusLocked()
+			b.mu.Unlock()
+			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("Batch %s cannot be deleted while it is %s; cancel it and wait until it has ended", b.id, status))
+			return
+		}
+		b.deleted = true
+		b.smu.Lock()
+		if b.store != nil {
+			b.store.close()
+			b.store = nil
+		}
+		b.smu.Unlock()
+		b.mu.Unlock()
+		s := &p.batches
+		s.mu.Lock()
+		delete(s.byID, b.id)
+		for i, x := range s.list {
+			if x == b {
+				s.list = append(s.list[:i:i], s.list[i+1:]...)
+				break
+			}
+		}
+		s.mu.Unlock()
+		if s.dir != "" {
+			os.Remove(s.metaPath(b.id))
+			os.Remove(s.resultsPath(b.id))
+			os.Remove(s.requestsPath(b.id))
+			os.Remove(s.journalPath(b.id))
+		}
+		writeJSON(w, 200, api.DeletedBatch{ID: b.id, Type: "message_batch_deleted"})
+	})
+}
+
+// handleBatchList serves GET /v1/messages/batches: newest first, with the
+// API's cursor pagination.
+func (p *Proxy) handleBatchList(w http.ResponseWriter, r *http.Request) {
+	s := &p.batches
+	s.archive(p.now())
+	s.mu.Lock()
+	l := append([]*vbatch(nil), s.list...)
+	s.mu.Unlock()
+	items := make([]api.MessageBatch, 0, len(l))
+	for i := len(l) - 1; i >= 0; i-- {
+		items = append(items, l[i].object(r))
+	}
+	page, msg := paginate(r, items, func(m api.MessageBatch) string { return m.ID })
+	if msg != "" {
+		p.fail(w, 400, api.ErrInvalidRequest, msg)
+		return
+	}
+	writeJSON(w, 200, page)
+}
+
+// handleBatchResults streams the results of an ended batch as JSONL, one
+// line per request, in request order: from its results file, opened for
+// the call (or, without a state dir, from memory).
+func (p *Proxy) handleBatchResults(w http.ResponseWriter, r *http.Request) {
+	p.withBatch(w, r, func(b *vbatch) {
+		b.mu.Lock()
+		ended, archived, ordered, n := b.endedAt != nil, b.archivedAt != nil, b.ordered, b.n
+		b.mu.Unlock()
+		switch {
+		case archived:
+			p.fail(w, 404, api.ErrNotFound, fmt.Sprintf("Results for batch %s were archived", b.id))
+			return
+		case !ended:
+			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("Results for batch %s are not available until processing has ended", b.id))
+			return
+		}
+		if ordered {
+			f, err := os.Open(p.batches.resultsPath(b.id))
+			if err != nil {
+				p.fail(w, 500, api.ErrAPI, "sluice: the batch's results cannot be read")
+				p.log.Warn("virtual batch results not readable", "batch", b.id, "err", err)
+				return
+			}
+			defer f.Close()
+			w.Header().Set("Content-Type", "application/x-jsonl")
+			w.Header().Set(api.HeaderRequestID, newRequestID())
+			io.Copy(w, f)
+			return
+		}
+		w.Header().Set("Content-Type", "application/x-jsonl")
+		w.Header().Set(api.HeaderRequestID, newRequestID())
+		bw := bufio.NewWriterSize(w, 64<<10)
+		for i := range n {
+			b.smu.Lock()
+			var line []byte
+			ok := false
+			if b.store != nil {
+				line, ok = b.store.get(i)
+			}
+			b.smu.Unlock()
+			if !ok {
+				continue
+			}
+			bw.Write(line)
+			if err := bw.WriteByte('\n'); err != nil {
+				return
+			}
+		}
+		bw.Flush()
+	})
+}
+
+// paginate cuts items (in list order) by the API's cursor parameters:
+// limit (1-1000, default 20), after_id, before_id. msg is a 400's message.
+func paginate[T any](r *http.Request, items []T, id func(T) string) (page api.Page[T], msg string) {
+	q := r.URL.Query()
+	limit := 20
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 1000 {
+			return page, "limit: Input should be between 1 and 1000"
+		}
+		limit = n
+	}
+	after, before := q.Get("after_id"), q.Get("before_id")
+	if after != "" && before != "" {
+		return page, "after_id and before_id cannot both be set"
+	}
+	lo, hi := 0, len(items)
+	if after != "" {
+		lo = len(items)
+		for i, it := range items {
+			if id(it) == after {
+				lo = i + 1
+				break
+			}
+		}
+	}
+	if before != "" {
+		hi = 0
+		for i, it := range items {
+			if id(it) == before {
+				hi = i
+				break
+			}
+		}
+	}
+	sel := items[lo:hi]
+	if len(sel) > limit {
+		page.HasMore = true
+		if before != "" {
+			sel = sel[len(sel)-limit:]
+		} else {
+			sel = sel[:limit]
+		}
+	}
+	page.Data = append([]T{}, sel...)
+	if len(sel) > 0 {
+		first, last := id(sel[0]), id(sel[len(sel)-1])
+		page.FirstID, page.LastID = &first, &last
+	}
+	return page, ""
+}

@@ -1,0 +1,377 @@
+package proxy
+
+// Running a virtual batch: the planner (Config.Plan) routes it — sync,
+// batch or a split — the batch part goes through package batch (its own
+// Runner and journal per virtual batch, as job wires it for `sluice run`),
+// the sync part and whatever the batch path gives back through the
+// dispatcher. Every row ends exactly once (vbatch.deliver), in the API's
+// result-line shape; the collector stores the lines and ends the batch.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
+)
+
+// driveBatch sends the rows todo of b (rows holds every row's params) and
+// returns once each has been handed to the dispatcher or the batch path
+// and the batch path has finished, then cleans up after an ended batch.
+func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
+	s := &p.batches
+	ids := b.ids
+	// Streaming is not allowed in batches: errored without being sent.
+	drive := todo[:0:0]
+	for _, i := range todo {
+		if parseParams(rows[i]).stream {
+			e := api.NewErrorBody(api.ErrInvalidRequest, "", "stream: streaming is not supported in Message Batches")
+			b.deliver(rowDone{i: i, typ: api.ResultErrored, line: lineOf(ids[i], api.BatchResult{Type: api.ResultErrored, Error: &e})})
+			continue
+		}
+		drive = append(drive, i)
+	}
+
+	routing := p.routeBatch(b, rows, drive)
+	var br *batchRoute
+	if len(drive) > 0 && s.dir != "" {
+		open, err := batch.HasJournal(s.journalPath(b.id))
+		if err != nil {
+			p.log.Warn("virtual batch: its batch journal cannot be read; its rows wait for a restart", "batch", b.id, "err", err)
+			p.leaveUnresolved(b, drive)
+			drive = nil
+		} else if routing.Route != job.RouteSync || open {
+			br, err = p.newBatchRoute(b, routing, ids)
+			if err != nil {
+				if open {
+					// Its batches may be running: sending their rows on
+					// sync could pay for them twice.
+					p.log.Warn("virtual batch: the batch path cannot resume; its rows wait for a restart", "batch", b.id, "err", err)
+					p.leaveUnresolved(b, drive)
+					drive = nil
+				} else {
+					p.log.Warn("virtual batch: the batch path cannot start; every row goes sync", "batch", b.id, "err", err)
+				}
+			}
+		}
+	}
+
+	var toBatch, toSync []int
+	for _, i := range drive {
+		if br != nil && (br.r.Holds(ids[i]) || routesToBatch(routing, ids[i])) {
+			toBatch = append(toBatch, i)
+		} else {
+			toSync = append(toSync, i)
+		}
+	}
+	var runErr error
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for _, i := range toSync {
+			if err := b.ctx.Err(); err != nil {
+				b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
+				continue
+			}
+			p.submitRow(b, i, rows[i])
+		}
+	})
+	if br != nil {
+		ran := make(chan error, 1)
+		go func() { ran <- br.r.Run(p.life) }()
+		wg.Go(func() {
+			br.feed(p, b, rows, toBatch)
+			br.r.CloseInput()
+		})
+		wg.Wait()
+		runErr = <-ran
+		// Rows the batch path never answered (it stopped: a shutdown, or
+		// a journal error) wait for a restart, which adopts their batches.
+		for _, i := range toBatch {
+			if br.in[i].Load() {
+				b.deliver(rowDone{i: i, unresolved: true})
+			}
+		}
+		if runErr != nil && !errors.Is(runErr, errShutdown) && !errors.Is(runErr, context.Canceled) {
+			p.log.Warn("virtual batch: the batch path stopped", "batch", b.id, "err", runErr)
+		}
+	} else {
+		wg.Wait()
+	}
+	unresolved := <-b.collected
+	if br != nil {
+		if err := br.r.Close(); err != nil && runErr == nil {
+			runErr = err
+		}
+	}
+	p.endBatch(b, unresolved == 0, br == nil || runErr == nil)
+}
+
+// endBatch records the end of b's run. An ended batch (every row has a
+// result) gets its results file rewritten in request order and closed,
+// loses the files only a restart needs (its requests; its journal, when
+// the batch path finished cleanly), and then shows ended. A batch with
+// rows left unresolved (the proxy stopped) stays in progress, its files
+// kept for the restart that finishes it.
+func (p *Proxy) endBatch(b *vbatch, ended, journalDone bool) {
+	s := &p.batches
+	ordered := false
+	if ended {
+		ordered = s.order(b)
+		if s.dir != "" {
+			os.Remove(s.requestsPath(b.id))
+			if journalDone {
+				os.Remove(s.journalPath(b.id))
+			}
+		}
+	}
+	b.mu.Lock()
+	if ended {
+		now := p.now().UTC()
+		b.endedAt, b.ordered = &now, ordered
+		p.log.Info("virtual batch ended", "batch", b.id, "succeeded", b.counts.Succeeded, "errored", b.counts.Errored, "canceled", b.counts.Canceled)
+	}
+	s.saveLogged(b)
+	b.mu.Unlock()
+	if ended {
+		b.cancel(nil)
+		return
+	}
+	b.smu.Lock()
+	if b.store != nil {
+		b.store.close() // a restart reopens it
+	}
+	b.smu.Unlock()
+}
+
+// leaveUnresolved ends rows as unresolved: a restart drives them.
+func (p *Proxy) leaveUnresolved(b *vbatch, rows []int) {
+	for _, i := range rows {
+		b.deliver(rowDone{i: i, unresolved: true})
+	}
+}
+
+// routeBatch asks the planner how to send the rows drive of b: sync
+// without a planner or a state dir (the batch path needs a journal), for
+// a batch being cancelled, or when the planner fails.
+func (p *Proxy) routeBatch(b *vbatch, rows []json.RawMessage, drive []int) job.Routing {
+	sync := job.Routing{Route: job.RouteSync, Why: "no planner"}
+	if p.cfg.Plan == nil || p.batches.dir == "" || len(drive) == 0 || b.ctx.Err() != nil {
+		return sync
+	}
+	sum := jsonl.Summary{Lines: len(drive), Valid: len(drive), Models: map[string]int{}}
+	for _, i := range drive {
+		info := parseParams(rows[i])
+		if info.model != "" {
+			sum.Models[info.model]++
+		}
+		sum.EstInputTokens += info.est
+		sum.MaxTokens += info.maxTokens
+	}
+	r, err := p.cfg.Plan(sum, len(drive))
+	if err != nil {
+		p.log.Warn("virtual batch: the planner failed; its rows go sync", "batch", b.id, "err", err)
+		return sync
+	}
+	b.mu.Lock()
+	b.route = r.Route
+	p.batches.saveLogged(b)
+	b.mu.Unlock()
+	p.log.Info("virtual batch routed", "batch", b.id, "requests", len(drive), "route", r.Route, "batch_share", r.BatchShare, "why", r.Why)
+	return r
+}
+
+// routesToBatch reports whether the row with this custom_id goes to the
+// batch path: all of them on the batch route, a share on a split (a
+// function of the custom_id, as job routes it, so a restart agrees).
+func routesToBatch(r job.Routing, id string) bool {
+	switch r.Route {
+	case job.RouteBatch:
+		return true
+	case job.RouteSplit:
+		h := fnv.New32a()
+		h.Write([]byte(id))
+		return float64(h.Sum32()%10000) < r.BatchShare*10000
+	}
+	return false
+}
+
+// batchRoute is a virtual batch's batch path: one batch.Runner, with a
+// journal of its own next to the batch's files.
+type batchRoute struct {
+	r     *batch.Runner
+	index map[string]int
+	// in[i]: row i was handed to the Runner and has had no callback yet.
+	in []atomic.Bool
+}
+
+// newBatchRoute opens the Runner of b (resuming its journal, if any).
+func (p *Proxy) newBatchRoute(b *vbatch, routing job.Routing, ids []string) (*batchRoute, error) {
+	br := &batchRoute{index: make(map[string]int, len(ids)), in: make([]atomic.Bool, len(ids))}
+	for i, id := range ids {
+		br.index[id] = i
+	}
+	bc := routing.Batch
+	// On a sync route the Runner only finishes what the journal left
+	// open: it creates nothing.
+	bc.HarvestOnly = routing.Route == job.RouteSync
+	bc.Client, bc.Keys, bc.Logger = p.cfg.Client, p.cfg.Pool.Keys(), p.log
+	bc.Journal = p.batches.journalPath(b.id)
+	bc.Done = func(id string) bool {
+		i, ok := br.index[id]
+		return ok && b.finished[i].Load()
+	}
+	bc.OnResult = func(r batch.Result) {
+		i, ok := br.index[r.Request.ID]
+		if !ok {
+			return
+		}
+		br.in[i].Store(false)
+		p.metrics.usage(r.Org, api.PoolOf(r.Request.Model), r.Request.Model, r.Usage, true)
+		b.deliver(rowDone{i: i, typ: rowType(r.Result), line: rowLine(ids[i], r.Result)})
+	}
+	bc.OnReroute = func(req *dispatch.Request, why string) {
+		i, ok := br.index[req.ID]
+		if !ok {
+			return
+		}
+		br.in[i].Store(false)
+		if err := b.ctx.Err(); err != nil {
+			b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
+			return
+		}
+		p.log.Debug("virtual batch row re-routed to sync", "batch", b.id, "id", req.ID, "why", why)
+		p.submitRow(b, i, req.Params)
+	}
+	r, err := batch.New(bc)
+	if err != nil {
+		return nil, err
+	}
+	br.r = r
+	return br, nil
+}
+
+// feed submits the rows of b to the Runner, in order, with its
+// backpressure. A row the Runner holds (its batch was created before a
+// restart) is always submitted: only its batch may answer it.
+func (br *batchRoute) feed(p *Proxy, b *vbatch, rows []json.RawMessage, toBatch []int) {
+	for _, i := range toBatch {
+		id := b.ids[i]
+		held := br.r.Holds(id)
+		if err := b.ctx.Err(); err != nil && !held {
+			b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
+			continue
+		}
+		info := parseParams(rows[i])
+		req := &dispatch.Request{ID: id, Params: rows[i], Model: info.model, MaxTokens: info.maxTokens,
+			EstInput: info.est, ParamsHash: jsonl.ParamsHash(rows[i])}
+		ctx := b.ctx
+		if held {
+			ctx = p.life
+		}
+		br.in[i].Store(true)
+		err := br.r.Submit(ctx, req)
+		if err == nil {
+			continue
+		}
+		br.in[i].Store(false)
+		switch {
+		case p.life.Err() != nil:
+			b.deliver(rowDone{i: i, unresolved: true})
+		case b.ctx.Err() != nil && !held:
+			b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
+		default: // the Runner stopped (its journal failed): never accepted
+			p.submitRow(b, i, rows[i])
+		}
+	}
+}
+
+// submitRow sends row i of b through the dispatcher; its Result ends the
+// row. The callback runs on the dispatcher's loop: deliver never waits.
+func (p *Proxy) submitRow(b *vbatch, i int, params json.RawMessage) {
+	info := parseParams(params)
+	id := b.ids[i]
+	req := &dispatch.Request{ID: id, Params: params, Model: info.model, MaxTokens: info.maxTokens, EstInput: info.est}
+	pool := api.PoolOf(info.model)
+	err := p.d.SubmitSend(b.ctx, req, nil, func(res dispatch.Result) {
+		if res.Aborted {
+			b.deliver(p.aborted(b, i, res.Err))
+			return
+		}
+		p.metrics.usage(res.Org, pool, info.model, res.Usage, false)
+		b.deliver(rowDone{i: i, typ: rowType(res), line: rowLine(id, res)})
+	})
+	if err != nil {
+		b.deliver(p.aborted(b, i, p.refusal(b, err)))
+	}
+}
+
+// refusal says why the dispatcher refused a row: the batch's own end, no
+// live key left (the dispatcher stopped for want of one), or err.
+func (p *Proxy) refusal(b *vbatch, err error) error {
+	if b.ctx.Err() != nil {
+		return context.Cause(b.ctx)
+	}
+	if errors.Is(err, dispatch.ErrStopped) {
+		select {
+		case <-p.d.Done():
+			if errors.Is(p.d.Err(), dispatch.ErrNoLiveKey) {
+				return dispatch.ErrNoLiveKey
+			}
+		default:
+		}
+	}
+	return err
+}
+
+// aborted is the end of row i withdrawn or never sent for err: canceled
+// (the batch was), errored (no live key: nothing can answer it), or
+// unresolved (the proxy is stopping; a restart sends it).
+func (p *Proxy) aborted(b *vbatch, i int, err error) rowDone {
+	switch {
+	case errors.Is(err, errBatchCanceled):
+		return rowDone{i: i, typ: api.ResultCanceled, line: lineOf(b.ids[i], api.BatchResult{Type: api.ResultCanceled})}
+	case errors.Is(err, dispatch.ErrNoLiveKey):
+		e := api.NewErrorBody(api.ErrAPI, "", "sluice: no live key left")
+		return rowDone{i: i, typ: api.ResultErrored, line: lineOf(b.ids[i], api.BatchResult{Type: api.ResultErrored, Error: &e})}
+	}
+	return rowDone{i: i, unresolved: true}
+}
+
+// testHookStorePut, if set (tests), runs before each result line is
+// stored: a slow disk.
+var testHookStorePut atomic.Pointer[func()]
+
+// collectBatch stores the ends of b's expect rows as they come, then
+// tells the batch's driver how many were left unresolved (endBatch).
+func (p *Proxy) collectBatch(b *vbatch, expect int) {
+	unresolved := 0
+	for range expect {
+		d := <-b.results
+		if d.unresolved {
+			unresolved++
+			continue
+		}
+		if hook := testHookStorePut.Load(); hook != nil {
+			(*hook)()
+		}
+		b.smu.Lock()
+		err := b.store.put(d.i, d.line)
+		b.smu.Unlock()
+		b.mu.Lock()
+		addCount(&b.counts, d.typ)
+		if err != nil && !b.warned {
+			b.warned = true
+			p.log.Warn("virtual batch results not stored", "batch", b.id, "err", err)
+		}
+		b.mu.Unlock()
+	}
+	b.collected <- unresolved
+}

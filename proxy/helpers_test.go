@@ -1,0 +1,323 @@
+package proxy_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/lane"
+	"github.com/sluice-dev/sluice/proxy"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+const sonnet = "claude-sonnet-4-5"
+
+// syncBuffer is a log destination safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// env is a proxy in front of an upstream (the simulator, or a fake), both
+// over real loopback HTTP.
+type env struct {
+	t     *testing.T
+	sim   *sim.Server // nil in front of a fake
+	pool  *keys.Pool
+	d     *dispatch.Dispatcher
+	px    *proxy.Proxy
+	srv   *httptest.Server
+	url   string
+	base  string // the upstream's URL
+	logs  *syncBuffer
+	seen  *responses
+	close func()
+}
+
+type options struct {
+	world    func(*sim.Config)       // the simulator's world
+	upstream http.Handler            // a fake instead of the simulator
+	dispatch func(*dispatch.Config)  // dispatcher settings
+	proxy    func(*proxy.Config)     // proxy settings
+	scale    float64                 // the world's time scale (default 1000)
+	keysEnv  func(map[string]string) // change the keys' environment
+	orgs     map[string]string       // fake: label → org id (default one org)
+	simOf    *env                    // serve in front of this env's simulator (a restart)
+}
+
+// newEnv starts a simulator (or o.upstream), a dispatcher and a proxy.
+func newEnv(t *testing.T, o options) *env {
+	t.Helper()
+	if o.scale == 0 {
+		o.scale = 1000
+	}
+	e := &env{t: t, logs: &syncBuffer{}, seen: &responses{}}
+	var base string
+	cfg := sim.Default()
+	switch {
+	case o.simOf != nil:
+		e.sim, base = o.simOf.sim, o.simOf.base
+		cfg = e.sim.Config()
+	case o.upstream != nil:
+		ts := httptest.NewServer(o.upstream)
+		t.Cleanup(ts.Close)
+		base = ts.URL
+	default:
+		e.sim, base = simtest.Loopback(t, func(c *sim.Config) {
+			c.TimeScale = o.scale
+			if o.world != nil {
+				o.world(c)
+			}
+		})
+		cfg = e.sim.Config()
+	}
+	e.base = base
+	envKeys := simtest.KeyEnv(cfg)
+	if o.keysEnv != nil {
+		o.keysEnv(envKeys)
+	}
+	pool, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(envKeys), NoDotEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pool = pool
+	c := client.New(client.Config{BaseURL: base, MaxConns: 512})
+	if o.upstream != nil {
+		for _, k := range pool.Keys() {
+			org := "org-fake"
+			if id, ok := o.orgs[k.Label()]; ok {
+				org = id
+			}
+			k.SetOrg(org)
+		}
+	} else if _, err := dispatch.Discover(t.Context(), c, pool.Keys(), sonnet); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	dcfg := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log, Lane: lane.ForTimeScale(o.scale),
+		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}}
+	if o.dispatch != nil {
+		o.dispatch(&dcfg)
+	}
+	d, err := dispatch.New(dcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.d = d
+	ctx, cancel := context.WithCancel(context.Background())
+	go d.Serve(ctx)
+	pcfg := proxy.Config{Dispatcher: d, Client: c, Pool: pool, Logger: log}
+	if o.proxy != nil {
+		o.proxy(&pcfg)
+	}
+	px, err := proxy.New(pcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.px = px
+	e.srv = httptest.NewServer(px)
+	e.url = e.srv.URL
+	var once sync.Once
+	e.close = func() {
+		once.Do(func() {
+			e.srv.Close()
+			px.Drain()
+			d.Close()
+			cancel()
+			d.Abort()
+			<-d.Done()
+			px.Wait()
+		})
+	}
+	t.Cleanup(e.close)
+	return e
+}
+
+// responses keeps every answer the tests read, for the key-leak check.
+type responses struct {
+	mu  sync.Mutex
+	all []string
+}
+
+func (r *responses) add(h http.Header, body []byte) {
+	var b strings.Builder
+	for name, vs := range h {
+		fmt.Fprintf(&b, "%s: %s\n", name, strings.Join(vs, ", "))
+	}
+	b.Write(body)
+	r.mu.Lock()
+	r.all = append(r.all, b.String())
+	r.mu.Unlock()
+}
+
+// do sends one request to the proxy with the caller's key "caller-key"
+// (any key is accepted on loopback) and returns the answer, read whole.
+func (e *env) do(method, path string, body any, hdr ...string) (*http.Response, []byte) {
+	e.t.Helper()
+	var rd io.Reader
+	switch b := body.(type) {
+	case nil:
+	case []byte:
+		rd = bytes.NewReader(b)
+	case string:
+		rd = strings.NewReader(b)
+	default:
+		raw, err := json.Marshal(b)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		rd = bytes.NewReader(raw)
+	}
+	req, err := http.NewRequestWithContext(e.t.Context(), method, e.url+path, rd)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	req.Header.Set("x-api-key", "caller-key-not-a-real-one")
+	req.Header.Set("anthropic-version", api.VersionDefault)
+	req.Header.Set("content-type", "application/json")
+	for i := 0; i+1 < len(hdr); i += 2 {
+		if hdr[i+1] == "" {
+			req.Header.Del(hdr[i])
+		} else {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		e.t.Fatalf("%s %s: reading the body: %v", method, path, err)
+	}
+	e.seen.add(resp.Header, b)
+	return resp, b
+}
+
+func message(text string, extra ...any) map[string]any {
+	m := map[string]any{"model": sonnet, "max_tokens": 64,
+		"messages": []map[string]any{{"role": "user", "content": text}}}
+	for i := 0; i+1 < len(extra); i += 2 {
+		m[extra[i].(string)] = extra[i+1]
+	}
+	return m
+}
+
+// errorOf decodes an API error body.
+func errorOf(t *testing.T, b []byte) api.ErrorBody {
+	t.Helper()
+	var e api.ErrorBody
+	if err := json.Unmarshal(b, &e); err != nil || e.Type != "error" {
+		t.Fatalf("not an API error body (%v): %s", err, b)
+	}
+	return e
+}
+
+// textOf returns a message's text.
+func textOf(t *testing.T, b []byte) string {
+	t.Helper()
+	var m api.Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("not a message (%v): %s", err, b)
+	}
+	var s strings.Builder
+	for _, c := range m.Content {
+		s.WriteString(c.Text)
+	}
+	return s.String()
+}
+
+// fakeUpstream answers Messages calls with a fixed message, holding each
+// call until hold (when set) is closed, and records what it saw.
+type fakeUpstream struct {
+	mu      sync.Mutex
+	bodies  []string
+	headers []http.Header
+	entered chan struct{} // gets a value as each call arrives (buffered)
+	hold    chan struct{}
+}
+
+func newFake() *fakeUpstream {
+	return &fakeUpstream{entered: make(chan struct{}, 100), hold: make(chan struct{})}
+}
+
+func (f *fakeUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	f.bodies = append(f.bodies, string(b))
+	f.headers = append(f.headers, r.Header.Clone())
+	n := len(f.bodies)
+	f.mu.Unlock()
+	f.entered <- struct{}{}
+	<-f.hold
+	w.Header().Set(api.HeaderRequestID, fmt.Sprintf("req_fake%04d", n))
+	w.Header().Set(api.HeaderOrganizationID, "org-fake")
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"id":"msg_fake%d","type":"message","role":"assistant","model":%q,"content":[{"type":"text","text":"fake answer %d"}],"stop_reason":"end_turn","stop_sequence":null,"usage":{"input_tokens":5,"output_tokens":3}}`, n, sonnet, n)
+}
+
+func (f *fakeUpstream) calls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.bodies...)
+}
+
+// oneSlot makes every lane's cap 1: a second call must wait.
+func oneSlot(c *dispatch.Config) {
+	c.Caps = map[api.Family]int{api.FamilySonnet: 1, api.FamilyHaiku: 1, api.FamilyOpus: 1, api.FamilyUnknown: 1}
+}
+
+// onlyHighPrio keeps only the first key, so a fake upstream has one lane.
+func onlyHighPrio(m map[string]string) {
+	delete(m, keys.EnvBatch)
+	delete(m, keys.EnvLowPrio)
+}
+
+// pollBatch retrieves a batch until it has ended.
+func (e *env) pollBatch(id string) api.MessageBatch {
+	e.t.Helper()
+	for {
+		resp, b := e.do("GET", "/v1/messages/batches/"+id, nil)
+		if resp.StatusCode != 200 {
+			e.t.Fatalf("retrieve %s: %d %s", id, resp.StatusCode, b)
+		}
+		var m api.MessageBatch
+		if err := json.Unmarshal(b, &m); err != nil {
+			e.t.Fatal(err)
+		}
+		if m.ProcessingStatus == api.BatchEnded {
+			return m
+		}
+		if e.t.Context().Err() != nil {
+			e.t.Fatalf("batch %s did not end", id)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

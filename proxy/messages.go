@@ -1,0 +1,525 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/cache"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// errWaitExpired withdraws a request that waited longer than MaxWait.
+var errWaitExpired = errors.New("proxy: no capacity within the wait limit")
+
+// handleMessages serves POST /v1/messages, plain and streaming, through
+// the dispatcher.
+func (p *Proxy) handleMessages(w http.ResponseWriter, r *http.Request) {
+	arrival := p.now()
+	body, ok := p.readBody(w, r, api.MaxMessagesBytes)
+	if !ok {
+		return
+	}
+	info := parseParams(body)
+	extra := forwardHeaders(r.Header)
+	req := &dispatch.Request{ID: "proxy", Params: body, Model: info.model, MaxTokens: info.maxTokens, EstInput: info.est}
+	pool := api.PoolOf(info.model)
+
+	var ckey cache.Key
+	cacheable := !info.stream && p.cfg.Cache != nil && p.cfg.Cache.Mode() != cache.Off
+	if cacheable {
+		// anthropic-beta can change the answer: it is part of the key.
+		k, err := cache.KeyOf(body, extra.Get(api.HeaderBeta))
+		cacheable, ckey = err == nil, k
+		if cacheable {
+			m, hit := p.cfg.Cache.Get(k)
+			p.metrics.cacheLookup(hit)
+			if hit {
+				w.Header().Set("X-Sluice-Cache", "hit")
+				writeJSONBytes(w, 200, m)
+				return
+			}
+		}
+	}
+
+	c := &call{deadline: arrival.Add(p.cfg.MaxWait), abandoned: make(chan struct{})}
+	ctx, cancel := context.WithDeadline(r.Context(), c.deadline)
+	defer cancel()
+	var sink *streamSink
+	var inner dispatch.Sender
+	if info.stream {
+		sink = &streamSink{w: w, rc: http.NewResponseController(w), c: c, redact: p.cfg.Pool.Redact}
+		defer sink.close()
+		inner = p.d.StreamSender(body, extra, sink)
+	} else {
+		inner = func(actx context.Context, key *keys.Key) client.Outcome {
+			o, _ := p.cfg.Client.Send(actx, key, "POST", "/v1/messages", body, extra, false)
+			return o
+		}
+	}
+	send := func(actx context.Context, key *keys.Key) client.Outcome {
+		if !c.start(p.now()) {
+			return client.Outcome{Class: client.Canceled, Err: errWaitExpired}
+		}
+		// A caller that leaves cuts its attempt short.
+		actx, stop := context.WithCancel(actx)
+		defer stop()
+		unhook := context.AfterFunc(r.Context(), stop)
+		defer unhook()
+		o := inner(actx, key)
+		c.end(o)
+		return o
+	}
+
+	done := make(chan dispatch.Result, 1)
+	// The call waits again exactly when the dispatcher will send it again.
+	onWait := dispatch.OnWait(func() { c.wait(p.now()) })
+	if err := p.d.SubmitSend(ctx, req, send, func(res dispatch.Result) { done <- res }, onWait); err != nil {
+		switch {
+		case r.Context().Err() != nil:
+		case errors.Is(err, context.DeadlineExceeded):
+			p.waitExpired(w, c)
+		default:
+			p.unavailable(w, err)
+		}
+		return
+	}
+	deadline := ctx.Done()
+	for {
+		select {
+		case res := <-done:
+			p.account(c, res, arrival, pool)
+			if sink != nil && sink.finish(res) {
+				return
+			}
+			p.answer(w, r, c, res)
+			if cacheable && res.Class == api.ClassOK && !res.Aborted && p.cfg.Cache.Mode() == cache.On {
+				p.cachePut(ckey, res.Body) // not while draining
+			}
+			return
+		case <-c.abandoned:
+			p.waitExpired(w, c)
+			return
+		case <-deadline:
+			deadline = nil
+			if r.Context().Err() != nil {
+				return // the caller left; the request is withdrawn
+			}
+			c.abandonIfWaiting()
+		}
+	}
+}
+
+// answer writes a Result that did not stream: the API's answer unchanged,
+// or an error of sluice's own when there was none.
+func (p *Proxy) answer(w http.ResponseWriter, r *http.Request, c *call, res dispatch.Result) {
+	last, has := c.lastOutcome()
+	switch {
+	case res.Aborted:
+		switch {
+		case r.Context().Err() != nil:
+		case c.isAbandoned(), errors.Is(res.Err, errWaitExpired), errors.Is(res.Err, context.DeadlineExceeded):
+			p.waitExpired(w, c)
+		default:
+			p.unavailable(w, res.Err)
+		}
+	case res.Status == 0 || !has || last.Class == client.Transport:
+		p.fail(w, 500, api.ErrAPI, fmt.Sprintf("sluice: no answer from the API after %d attempts: %v", res.Attempts, res.Err))
+	default:
+		copyHeaders(w.Header(), last.Header)
+		w.WriteHeader(res.Status)
+		w.Write(res.Body)
+	}
+}
+
+// waitExpired answers a request whose wait ended at MaxWait with the
+// faithful upstream error: the last 429/529 or 5xx as the API sent it
+// (a 429/529 gets retry-after); after attempts that got no answer at all
+// (the API unreachable), a 500 api_error saying so, as when the retries
+// run out; when nothing was sent (no capacity), a 429 of sluice's own
+// with retry-after.
+func (p *Proxy) waitExpired(w http.ResponseWriter, c *call) {
+	p.metrics.waitExpired.Add(1)
+	last, ok := c.lastOutcome()
+	switch {
+	case ok && len(last.Body) > 0 && (last.Class == client.RateLimited || last.Class == client.Overloaded):
+		copyHeaders(w.Header(), last.Header)
+		if w.Header().Get(api.HeaderRetryAfter) == "" {
+			w.Header().Set(api.HeaderRetryAfter, "1")
+		}
+		w.WriteHeader(last.Status)
+		w.Write(last.Body)
+		return
+	case ok && len(last.Body) > 0 && last.Class == client.ServerError && last.Status >= 500:
+		copyHeaders(w.Header(), last.Header)
+		w.WriteHeader(last.Status)
+		w.Write(last.Body)
+		return
+	case ok && (last.Class == client.Transport || last.Class == client.ServerError):
+		p.fail(w, 500, api.ErrAPI, fmt.Sprintf("sluice: no answer from the API after %d attempts within %s: %v", c.attemptCount(), p.cfg.MaxWait, last.Err))
+		return
+	}
+	w.Header().Set(api.HeaderRetryAfter, "1")
+	w.Header().Set(api.HeaderShouldRetry, "true")
+	p.fail(w, 429, api.ErrRateLimit, fmt.Sprintf("sluice: no capacity on any organization within %s; retry later", p.cfg.MaxWait))
+}
+
+// unavailable answers a request the dispatcher could not take.
+func (p *Proxy) unavailable(w http.ResponseWriter, err error) {
+	if errors.Is(err, dispatch.ErrStopped) {
+		select {
+		case <-p.d.Done(): // it stopped for want of a key?
+			if errors.Is(p.d.Err(), dispatch.ErrNoLiveKey) {
+				err = dispatch.ErrNoLiveKey
+			}
+		default:
+		}
+	}
+	if errors.Is(err, dispatch.ErrNoLiveKey) {
+		w.Header().Set(api.HeaderShouldRetry, "false")
+		p.fail(w, 500, api.ErrAPI, "sluice: no live key left")
+		return
+	}
+	w.Header().Set(api.HeaderRetryAfter, "1")
+	p.fail(w, api.StatusOverloaded, api.ErrOverloaded, "sluice proxy is shutting down")
+}
+
+// account records a finished request in the metrics.
+func (p *Proxy) account(c *call, res dispatch.Result, arrival time.Time, pool api.Pool) {
+	if res.Aborted {
+		return
+	}
+	if started, ok := c.startedAt(); ok {
+		p.metrics.queueWait(res.Org, pool, started.Sub(arrival))
+	}
+	p.metrics.usage(res.Org, pool, res.Request.Model, res.Usage, false)
+}
+
+// cachePut stores an answer off the response path; not once the proxy
+// drains (the cache is closed after Wait).
+func (p *Proxy) cachePut(k cache.Key, message []byte) {
+	p.goBackground(nil, func() {
+		if err := p.cfg.Cache.Put(k, message, cache.Meta{Origin: "proxy"}); err != nil && !errors.Is(err, cache.ErrNotAnswer) {
+			p.log.Warn("cache write failed", "err", p.cfg.Pool.Redact(err.Error()))
+		}
+	})
+}
+
+// call is one Messages request's state, shared by its handler and its
+// attempts. The handler may answer a request that waited too long only
+// while no attempt is running, and an attempt may start only while the
+// handler has not answered: one mutex makes the two exclusive.
+type call struct {
+	deadline  time.Time
+	abandoned chan struct{} // closed when the wait expired (state abandoned)
+
+	mu       sync.Mutex
+	state    callState
+	started  time.Time // the first attempt's start
+	attempts int
+	last     client.Outcome
+	hasLast  bool
+	begun    bool // a stream reached the caller
+}
+
+type callState int
+
+const (
+	waiting callState = iota
+	sending
+	abandoned
+)
+
+// start moves a waiting call to sending, unless its wait expired.
+func (c *call) start(now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == abandoned {
+		return false
+	}
+	if !now.Before(c.deadline) {
+		c.abandonLocked()
+		return false
+	}
+	c.state = sending
+	c.attempts++
+	if c.started.IsZero() {
+		c.started = now
+	}
+	return true
+}
+
+// end records an attempt's outcome. Whether the call waits again is the
+// dispatcher's decision (wait), not the outcome's.
+func (c *call) end(o client.Outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.last, c.hasLast = o, true
+}
+
+// wait puts a call whose attempt ended back to waiting: the dispatcher
+// will send it again (dispatch.OnWait). Past the deadline it is abandoned
+// at once. A stream that began never waits again.
+func (c *call) wait(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.begun || c.state != sending {
+		return
+	}
+	c.state = waiting
+	if !now.Before(c.deadline) {
+		c.abandonLocked()
+	}
+}
+
+func (c *call) attemptCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.attempts
+}
+
+// abandonIfWaiting abandons a call no attempt is running for.
+func (c *call) abandonIfWaiting() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == waiting {
+		c.abandonLocked()
+	}
+}
+
+// abandonLocked requires c.mu.
+func (c *call) abandonLocked() {
+	if c.state != abandoned {
+		c.state = abandoned
+		close(c.abandoned)
+	}
+}
+
+func (c *call) isAbandoned() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state == abandoned
+}
+
+func (c *call) setBegun() {
+	c.mu.Lock()
+	c.begun = true
+	c.mu.Unlock()
+}
+
+func (c *call) lastOutcome() (client.Outcome, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last, c.hasLast
+}
+
+func (c *call) startedAt() (time.Time, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.started, !c.started.IsZero()
+}
+
+// streamSink writes a streamed answer to the caller, event by event. Its
+// methods run on the attempt's goroutine; close, from the handler, makes
+// later writes fail, so nothing is written after the handler returns.
+type streamSink struct {
+	w      http.ResponseWriter
+	rc     *http.ResponseController
+	c      *call
+	redact func(string) string
+
+	mu     sync.Mutex
+	closed bool
+	begun  bool
+}
+
+var errCallerGone = errors.New("proxy: the caller left")
+
+func (s *streamSink) Begin(status int, h http.Header) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errCallerGone
+	}
+	copyHeaders(s.w.Header(), h)
+	s.w.Header().Del("Content-Length")
+	s.w.WriteHeader(status)
+	s.begun = true
+	s.c.setBegun()
+	return s.rc.Flush()
+}
+
+func (s *streamSink) Event(ev []byte) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errCallerGone
+	}
+	if _, err := s.w.Write(ev); err != nil {
+		return err
+	}
+	return s.rc.Flush()
+}
+
+// finish ends a stream that reached the caller and reports whether it
+// did; a stream cut upstream ends with an error event (after the last
+// whole event: the dispatcher never passes on an unfinished one), so the
+// SDK raises its APIError instead of returning a truncated message.
+func (s *streamSink) finish(res dispatch.Result) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.begun {
+		return false
+	}
+	if last, ok := s.c.lastOutcome(); ok && last.Class == client.Transport && !s.closed {
+		why := "cut"
+		if last.Err != nil {
+			why = last.Err.Error()
+		}
+		b := api.NewErrorBody(api.ErrAPI, newRequestID(), "sluice: the upstream stream ended early (%s)", s.redact(why)).Marshal()
+		fmt.Fprintf(s.w, "event: error\ndata: %s\n\n", b)
+		s.rc.Flush()
+	}
+	return true
+}
+
+func (s *streamSink) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// readBody reads a request body of at most limit bytes; over it the
+// caller gets the API's 413.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
+	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		p.fail(w, 413, api.ErrRequestTooLarge, fmt.Sprintf("Request exceeds the maximum allowed number of bytes (%d).", limit))
+		return nil, false
+	case err != nil:
+		p.fail(w, 400, api.ErrInvalidRequest, "could not read the request body")
+		return nil, false
+	}
+	return b, true
+}
+
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	if w.Header().Get(api.HeaderRequestID) == "" {
+		w.Header().Set(api.HeaderRequestID, newRequestID())
+	}
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// params is what the proxy reads of a Messages body.
+type params struct {
+	model     string
+	maxTokens int64
+	stream    bool
+	est       int64 // input tokens, estimated as jsonl does
+}
+
+// parseParams reads model, max_tokens, stream and an input estimate. A
+// body it cannot read gives what it could: the API answers such a body
+// with its own 400.
+func parseParams(body []byte) params {
+	var m struct {
+		Model     string          `json:"model"`
+		MaxTokens int64           `json:"max_tokens"`
+		Stream    bool            `json:"stream"`
+		System    json.RawMessage `json:"system"`
+		Messages  []struct {
+			Content json.RawMessage `json:"content"`
+		} `json:"messages"`
+	}
+	if json.Unmarshal(body, &m) != nil && m.Model == "" {
+		return params{est: int64(len(body)/4 + 7)}
+	}
+	chars := textLen(m.System)
+	for _, msg := range m.Messages {
+		chars += textLen(msg.Content)
+	}
+	return params{model: m.Model, maxTokens: m.MaxTokens, stream: m.Stream,
+		est: int64((chars+3)/4 + 4*len(m.Messages) + 7)}
+}
+
+// textLen is the length of a string, or of the text of an array of
+// blocks.
+func textLen(raw json.RawMessage) int {
+	if len(raw) == 0 {
+		return 0
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return len(s)
+	}
+	var blocks []struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(raw, &blocks) != nil {
+		return len(raw)
+	}
+	n := 0
+	for _, b := range blocks {
+		n += len(b.Text)
+	}
+	return n
+}
+
+// handleCountTokens serves POST /v1/messages/count_tokens on a live key.
+func (p *Proxy) handleCountTokens(w http.ResponseWriter, r *http.Request) {
+	body, ok := p.readBody(w, r, api.MaxMessagesBytes)
+	if !ok {
+		return
+	}
+	p.forward(w, r, "POST", "/v1/messages/count_tokens", body)
+}
+
+// handleModels serves GET /v1/models and /v1/models/{id} on a live key.
+func (p *Proxy) handleModels(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		path += "?" + r.URL.RawQuery
+	}
+	p.forward(w, r, "GET", path, nil)
+}
+
+// forward sends one call outside the lanes (count_tokens and models have
+// limits of their own, and cost nothing) on the live keys in turn: a
+// 429/529/5xx or no answer tries the next key, once each.
+func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, method, path string, body []byte) {
+	live := p.cfg.Pool.Live()
+	if len(live) == 0 {
+		p.unavailable(w, dispatch.ErrNoLiveKey)
+		return
+	}
+	first := int(p.rr.Add(1))
+	extra := forwardHeaders(r.Header)
+	var o client.Outcome
+	for i := range live {
+		o, _ = p.cfg.Client.Send(r.Context(), live[(first+i)%len(live)], method, path, body, extra, false)
+		if o.Class == client.OK || o.Class == client.Invalid || o.Class == client.Canceled {
+			break
+		}
+	}
+	switch {
+	case o.Class == client.Canceled:
+	case o.Status == 0:
+		p.fail(w, 500, api.ErrAPI, fmt.Sprintf("sluice: no answer from the API: %v", o.Err))
+	default:
+		copyHeaders(w.Header(), o.Header)
+		w.WriteHeader(o.Status)
+		w.Write(o.Body)
+	}
+}

@@ -1,0 +1,379 @@
+// Package proxy is sluice's Anthropic-compatible gateway: an http.Handler
+// that serves the Messages API (plain and streaming), count_tokens, models
+// and Message Batches over a dispatcher and a key pool, so code written for
+// the API gets sluice's lanes, retries and fan-out by changing its base URL.
+// See docs/proxy.md.
+//
+// Callers never hold the real keys: their credential is checked against an
+// optional token and thrown away; every upstream call is authenticated by a
+// key of the pool.
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/cache"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// Config configures a Proxy.
+type Config struct {
+	// Dispatcher sends every Messages call and batch row; the caller runs
+	// its Serve. Required.
+	Dispatcher *dispatch.Dispatcher
+	// Client is the dispatcher's client, used directly for count_tokens and
+	// models (which have limits of their own, not the lanes'). Required.
+	Client *client.Client
+	// Pool holds the keys (required): count_tokens and models use its live
+	// keys, and its Redact scrubs any text shown to a caller or logged.
+	Pool *keys.Pool
+	// Token, when set, must be sent by every caller as x-api-key or
+	// Authorization: Bearer. Empty: any credential is accepted.
+	Token string
+	// MaxWait bounds how long a request may wait for capacity, from its
+	// arrival (default 60 s). Past it the caller gets a 429 (or the last
+	// upstream 429/529) with retry-after.
+	MaxWait time.Duration
+	// StateDir keeps virtual batches across restarts; empty keeps them in
+	// memory only.
+	StateDir string
+	// Cache answers repeated plain Messages calls; nil or Off: no cache.
+	Cache *cache.Cache
+	// Logger receives the proxy's log; nil discards it. Requests are
+	// logged at debug level.
+	Logger *slog.Logger
+	// Plan routes each virtual batch (route.Planner): it gets the batch's
+	// shape and its number of rows, and answers sync, batch or a split;
+	// the batch part goes through package batch, with a journal of its
+	// own in StateDir. Nil, or no StateDir: every row runs on the sync
+	// dispatcher.
+	Plan func(s jsonl.Summary, n int) (job.Routing, error)
+	// Now reads the clock (default time.Now): batch times and the 29-day
+	// archive of their results.
+	Now func() time.Time
+}
+
+// Proxy is the gateway. It is an http.Handler, safe for concurrent use.
+// Create it with New; call Drain and then Wait to stop it.
+type Proxy struct {
+	cfg      Config
+	d        *dispatch.Dispatcher
+	log      *slog.Logger
+	now      func() time.Time
+	mux      *http.ServeMux
+	draining atomic.Bool
+	rr       atomic.Uint64 // round robin over live keys for count_tokens, models
+	metrics  metrics
+	batches  batchSet
+
+	// life ends (errShutdown) on Drain: virtual batches stop sending.
+	life    context.Context
+	endLife context.CancelCauseFunc
+
+	// Background work (virtual batches, cache writes) starts only while
+	// not drained, under bgMu, so bg.Add never races bg.Wait.
+	bgMu      sync.Mutex
+	bgStopped bool
+	bg        sync.WaitGroup
+}
+
+// New returns a Proxy for cfg. With a StateDir it loads the batches kept
+// there (a batch that had not ended gets its missing rows as errored).
+func New(cfg Config) (*Proxy, error) {
+	if cfg.Dispatcher == nil || cfg.Client == nil || cfg.Pool == nil {
+		return nil, errors.New("proxy: Config.Dispatcher, Client and Pool are required")
+	}
+	if cfg.MaxWait <= 0 {
+		cfg.MaxWait = 60 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &Proxy{cfg: cfg, d: cfg.Dispatcher, log: cfg.Logger, now: cfg.Now}
+	p.life, p.endLife = context.WithCancelCause(context.Background())
+	p.metrics.init()
+	if err := p.batches.init(p, cfg.StateDir); err != nil {
+		return nil, err
+	}
+	m := http.NewServeMux()
+	m.HandleFunc("POST /v1/messages", p.handleMessages)
+	m.HandleFunc("POST /v1/messages/count_tokens", p.handleCountTokens)
+	m.HandleFunc("GET /v1/models", p.handleModels)
+	m.HandleFunc("GET /v1/models/{id}", p.handleModels)
+	m.HandleFunc("POST /v1/messages/batches", p.handleBatchCreate)
+	m.HandleFunc("GET /v1/messages/batches", p.handleBatchList)
+	m.HandleFunc("GET /v1/messages/batches/{id}", p.handleBatchRetrieve)
+	m.HandleFunc("DELETE /v1/messages/batches/{id}", p.handleBatchDelete)
+	m.HandleFunc("POST /v1/messages/batches/{id}/cancel", p.handleBatchCancel)
+	m.HandleFunc("GET /v1/messages/batches/{id}/results", p.handleBatchResults)
+	m.HandleFunc("GET /metrics", p.handleMetrics)
+	m.HandleFunc("GET /healthz", p.handleHealth)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		p.fail(w, 404, api.ErrNotFound, fmt.Sprintf("Not found: %s %s", r.Method, r.URL.Path))
+	})
+	p.mux = m
+	return p, nil
+}
+
+// ServeHTTP authenticates API calls and routes them.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w}
+	endpoint := endpointOf(r)
+	defer func() {
+		p.metrics.request(endpoint, rec.code())
+		p.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.code(),
+			"org", rec.Header().Get(api.HeaderOrganizationID), "ms", time.Since(start).Milliseconds())
+	}()
+	if why := p.refuseOpen(r); why != "" {
+		p.fail(rec, 403, api.ErrPermission, why)
+		return
+	}
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		if !p.authorized(r) {
+			p.fail(rec, 401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token as x-api-key or Authorization: Bearer")
+			return
+		}
+		if p.draining.Load() {
+			rec.Header().Set(api.HeaderRetryAfter, "1")
+			p.fail(rec, api.StatusOverloaded, api.ErrOverloaded, "sluice proxy is shutting down")
+			return
+		}
+	}
+	p.mux.ServeHTTP(rec, r)
+}
+
+// refuseOpen says why a request must be refused when the proxy has no
+// token (it then listens on loopback only, open to every local program —
+// but not to web pages): a browser's cross-origin request (an Origin
+// header, or Sec-Fetch-Site: cross-site), or a Host that is not a
+// loopback name (DNS rebinding: a page whose name now points to
+// 127.0.0.1). "" lets it through.
+func (p *Proxy) refuseOpen(r *http.Request) string {
+	if p.cfg.Token != "" {
+		return ""
+	}
+	if r.Header.Get("Origin") != "" || strings.EqualFold(r.Header.Get("Sec-Fetch-Site"), "cross-site") {
+		return "sluice proxy: requests from web pages are refused unless the proxy has a token (SLUICE_PROXY_TOKEN)"
+	}
+	if !loopbackHost(r.Host) {
+		return fmt.Sprintf("sluice proxy: Host %q is not a loopback name; without a token the proxy answers only localhost and loopback addresses", r.Host)
+	}
+	return ""
+}
+
+// loopbackHost reports whether a Host header names this machine:
+// localhost or a loopback address, with or without a port.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(strings.TrimSuffix(host, "]"), "["), ".")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// authorized checks the caller's credential against the token. The
+// credential is never kept, logged or forwarded.
+func (p *Proxy) authorized(r *http.Request) bool {
+	if p.cfg.Token == "" {
+		return true
+	}
+	got := r.Header.Get(api.HeaderAPIKey)
+	if got == "" {
+		got, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	}
+	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(p.cfg.Token)) == 1
+}
+
+// Drain starts a shutdown: /healthz turns 503, new API calls get 529,
+// answers are no longer written to the cache, and virtual batches stop
+// sending rows (their unsent rows are sent after a restart; batches
+// already created upstream are adopted then: see docs/proxy.md). Requests
+// in flight carry on.
+func (p *Proxy) Drain() {
+	p.bgMu.Lock()
+	p.bgStopped = true
+	p.bgMu.Unlock()
+	p.draining.Store(true)
+	p.endLife(errShutdown)
+}
+
+// Wait waits for the proxy's background work: virtual batches and cache
+// writes. Call it after Drain, once the dispatcher has delivered every
+// result (its Serve returned), and before closing the cache.
+func (p *Proxy) Wait() { p.bg.Wait() }
+
+// goBackground runs each f as background work Wait waits for, unless the
+// proxy is draining (then it runs none and says so). first, if set, runs
+// under the same lock before any f starts: it sees the same answer.
+func (p *Proxy) goBackground(first func(), fs ...func()) bool {
+	p.bgMu.Lock()
+	defer p.bgMu.Unlock()
+	if p.bgStopped {
+		return false
+	}
+	if first != nil {
+		first()
+	}
+	p.bg.Add(len(fs))
+	for _, f := range fs {
+		go func() {
+			defer p.bg.Done()
+			f()
+		}()
+	}
+	return true
+}
+
+func (p *Proxy) handleHealth(w http.ResponseWriter, _ *http.Request) {
+	live := len(p.cfg.Pool.Live())
+	status, code := "ok", 200
+	switch {
+	case p.draining.Load():
+		status, code = "draining", 503
+	case live == 0:
+		status, code = "no_live_key", 503
+	}
+	_, lanes := p.d.Snapshot()
+	writeJSON(w, code, map[string]any{"status": status, "live_keys": live, "lanes": len(lanes)})
+}
+
+// --- responses ---
+
+// newRequestID returns an id for an answer sluice makes itself.
+func newRequestID() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return "req_sluice" + hex.EncodeToString(b[:])
+}
+
+// fail writes an API error body of sluice's own, with a request id.
+func (p *Proxy) fail(w http.ResponseWriter, status int, t api.ErrorType, msg string) {
+	id := newRequestID()
+	w.Header().Set(api.HeaderRequestID, id)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(api.NewErrorBody(t, id, "%s", p.cfg.Pool.Redact(msg)).Marshal())
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	if w.Header().Get(api.HeaderRequestID) == "" {
+		w.Header().Set(api.HeaderRequestID, newRequestID())
+	}
+	w.WriteHeader(status)
+	w.Write(b)
+}
+
+// passHeaders are the upstream response headers a caller gets.
+var passHeaders = []string{
+	api.HeaderRequestID, api.HeaderOrganizationID, api.HeaderWorkspaceID,
+	api.HeaderRetryAfter, api.HeaderRetryAfterMs, api.HeaderShouldRetry,
+	"Content-Type", "Cache-Control",
+}
+
+// copyHeaders copies the headers a caller gets from an upstream answer:
+// ids, retry hints, content type and the rate-limit family.
+func copyHeaders(dst, src http.Header) {
+	for _, name := range passHeaders {
+		if v := src.Values(name); len(v) > 0 {
+			dst[http.CanonicalHeaderKey(name)] = append([]string(nil), v...)
+		}
+	}
+	for name, v := range src {
+		if strings.HasPrefix(strings.ToLower(name), "anthropic-ratelimit-") {
+			dst[name] = append([]string(nil), v...)
+		}
+	}
+}
+
+// forwardHeaders are the caller's request headers sent upstream.
+func forwardHeaders(h http.Header) http.Header {
+	out := http.Header{}
+	for _, name := range []string{api.HeaderVersion, api.HeaderBeta} {
+		if v := h.Values(name); len(v) > 0 {
+			out[http.CanonicalHeaderKey(name)] = append([]string(nil), v...)
+		}
+	}
+	return out
+}
+
+// recorder notes the status a handler wrote, and passes Flush on.
+type recorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = 200
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (r *recorder) code() string {
+	if r.status == 0 {
+		return "0" // the caller left before an answer
+	}
+	return strconv.Itoa(r.status)
+}
+
+// endpointOf names r's endpoint for metrics, without ids.
+func endpointOf(r *http.Request) string {
+	p := r.URL.Path
+	switch {
+	case p == "/v1/messages":
+		return "messages"
+	case p == "/v1/messages/count_tokens":
+		return "count_tokens"
+	case strings.HasPrefix(p, "/v1/models"):
+		return "models"
+	case strings.HasPrefix(p, "/v1/messages/batches"):
+		return "batches"
+	case p == "/metrics", p == "/healthz":
+		return strings.TrimPrefix(p, "/")
+	}
+	return "other"
+}

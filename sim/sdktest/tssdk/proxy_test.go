@@ -1,0 +1,67 @@
+package tssdk_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/proxytest"
+	"github.com/sluice-dev/sluice/proxy"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// proxyToken is the token of the proxy that requires one.
+const proxyToken = "sluice-proxy-token-for-the-ts-test"
+
+// TestTypeScriptSDKThroughProxy runs js/proxy.test.mjs with the official
+// TypeScript SDK against `sluice proxy` (package proxy) in front of the
+// simulator: messages, streams, a batch round trip and errors as the SDK's
+// own classes.
+func TestTypeScriptSDKThroughProxy(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped under -short: shells out to node and npm")
+	}
+	node, npm := requireTools(t)
+	ensureNodeModules(t, npm)
+
+	fast := proxytest.Start(t, proxytest.Options{Proxy: func(c *proxy.Config) { c.StateDir = t.TempDir() }})
+	guarded := proxytest.Start(t, proxytest.Options{Proxy: func(c *proxy.Config) { c.Token = proxyToken }})
+	// One slot, answers that take 2 s, a 20 ms wait limit: a second call
+	// while the first is in flight gets the proxy's 429.
+	slow := proxytest.Start(t, proxytest.Options{
+		World: func(c *sim.Config) {
+			c.TimeScale = 1
+			for k := range c.Latency {
+				c.Latency[k] = sim.LatencyModel{TTFT: sim.Duration(2 * time.Second), TokensPerSec: 1e6}
+			}
+		},
+		Dispatch: func(c *dispatch.Config) { c.Keys = c.Keys[:1]; c.Caps = map[api.Family]int{api.FamilySonnet: 1} },
+		Proxy:    func(c *proxy.Config) { c.MaxWait = 20 * time.Millisecond },
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const jsProxyTest = "proxy.test.mjs"
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", jsProxyTest)
+	cmd.Dir = jsDir
+	cmd.Env = append(os.Environ(),
+		"PROXY_URL="+fast.URL,
+		"PROXY_GUARDED_URL="+guarded.URL,
+		"PROXY_TOKEN="+proxyToken,
+		"PROXY_SLOW_URL="+slow.URL,
+		"SIM_MODEL="+model,
+		"NO_COLOR=1",
+		"FORCE_COLOR=0",
+	)
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test %s failed after %v: %v\n%s", jsProxyTest, time.Since(start).Round(time.Millisecond), err, out)
+	}
+	t.Logf("node --test %s passed in %v:\n%s", jsProxyTest, time.Since(start).Round(time.Millisecond), out)
+}
