@@ -582,6 +582,9 @@ func (d *Dispatcher) finish(a *attempt) {
 	case client.KeyDead:
 		d.killKey(a.key, o)
 		it.attempts-- // a dead key costs the request nothing
+		if d.endWithdrawn(it) {
+			return
+		}
 		d.requeue(it)
 		return
 	case client.Canceled:
@@ -603,6 +606,11 @@ func (d *Dispatcher) finish(a *attempt) {
 		d.complete(it, api.ClassTransport, a, now)
 		return
 	}
+	// Withdrawn while its attempt was in flight: the withdrawal found it
+	// in flight and left it to end here, so it must not wait for a retry.
+	if d.endWithdrawn(it) {
+		return
+	}
 	n := it.congested + it.failed
 	it.due = now.Add(d.cfg.Retry.Backoff(n, o.RetryAfter, o.HasRetryAfter, d.rng.Float64()))
 	d.queued++
@@ -611,6 +619,18 @@ func (d *Dispatcher) finish(a *attempt) {
 	if it.onWait != nil {
 		it.onWait()
 	}
+}
+
+// endWithdrawn ends it (Aborted) if its request was withdrawn, and
+// reports whether it did. Loop-owned.
+func (d *Dispatcher) endWithdrawn(it *item) bool {
+	err := it.withdrawn()
+	if err == nil {
+		return false
+	}
+	it.where = atEnd
+	it.cb(Result{Request: it.req, Aborted: true, Err: err, Attempts: it.attempts})
+	return true
 }
 
 // requeue puts it back at the front of its queue after an attempt that

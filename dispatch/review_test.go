@@ -338,3 +338,42 @@ func TestWorkTheAPIDidIsNotRefunded(t *testing.T) {
 		}
 	})
 }
+
+// TestWithdrawnInFlightDoesNotWaitForARetry: a request withdrawn while its
+// attempt is in flight, whose attempt then gets a 429 with a long
+// retry-after, ends at once instead of sitting in backoff (where it would
+// count toward MaxQueued and keep Serve running after Close).
+func TestWithdrawnInFlightDoesNotWaitForARetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			<-release
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("retry-after", "60")
+			w.WriteHeader(http.StatusTooManyRequests)
+			w.Write([]byte(`{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`))
+		})
+		d, _, _ := pipeDispatcher(t, h, dispatch.Config{Caps: map[api.Family]int{api.FamilySonnet: 1}},
+			map[string]string{"high_prio": "org-fake"})
+		req := requests(1, "claude-sonnet-4-5")[0]
+		results := make(chan dispatch.Result, 1)
+		ctx, cancel := context.WithCancelCause(t.Context())
+		if err := d.SubmitSend(ctx, req, nil, func(r dispatch.Result) { results <- r }); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // in flight
+		gone := errors.New("the caller left")
+		cancel(gone)
+		synctest.Wait()
+		close(release) // the attempt answers 429, retry-after 60 s
+		synctest.Wait()
+		select {
+		case r := <-results:
+			if !r.Aborted || !errors.Is(r.Err, gone) {
+				t.Fatalf("result: aborted %v err %v", r.Aborted, r.Err)
+			}
+		default:
+			t.Fatal("the withdrawn request waits for its retry")
+		}
+	})
+}

@@ -42,8 +42,13 @@ type laneBudget struct {
 	// fallback does, at 1/members of the cap and of the headers.
 	provisional bool
 
-	mu           sync.Mutex
-	inUse        int
+	mu    sync.Mutex
+	inUse int
+	// fallbackOut counts permits the fallback granted (from the local
+	// buckets) that have not settled: while any is out, a Settle cannot
+	// tell whose permit it is, so it sends Redis charges only — a refund of
+	// tokens Redis never gave would over-fill its buckets.
+	fallbackOut  int
 	blockedUntil time.Time // after a fleet-wide refusal, until a Settle or Poll
 	cache        [budget.NumDims]budget.BucketState
 	cacheAt      time.Time
@@ -162,7 +167,7 @@ func (b *laneBudget) script(now time.Time, s *redis.Script, extra ...any) (reply
 		return r, err
 	}
 	b.cache, b.cacheAt = r.buckets, now
-	if r.ackSeq == seq {
+	if r.ackSeq == seq && seq >= b.ackSeq { // never move applied back
 		b.applied = refund
 	}
 	b.ack(r.ackSeq, r.ackHeld)
@@ -279,6 +284,7 @@ func (b *laneBudget) takeFallback(now time.Time, lim int, reserve float64, d bud
 	if r == budget.Granted {
 		b.inUse++
 		b.peak = max(b.peak, b.inUse)
+		b.fallbackOut++
 	}
 	return taken, r, w
 }
@@ -321,12 +327,16 @@ func (b *laneBudget) Settle(now time.Time, taken, actual budget.Demand) {
 		delta[i] = taken[i] - actual[i]
 		charges[i] = min(0, delta[i])
 	}
+	fromFallback := b.fallbackOut > 0
+	if fromFallback {
+		b.fallbackOut--
+	}
 	switch {
 	case b.provisional:
 		b.localAdjust(now, delta) // everything was local
 	case b.f.degraded.Load():
 		b.localAdjust(now, charges)
-	case b.f.restricted():
+	case b.f.restricted() || fromFallback:
 		for i := range b.refund {
 			b.refund[i] += charges[i]
 		}

@@ -553,7 +553,9 @@ func (f *Fleet) heartbeat(ctx context.Context) (hbReply, error) {
 		seq, _ := strconv.ParseFloat(s[3+2*i], 64)
 		held, _ := strconv.ParseFloat(s[4+2*i], 64)
 		b.mu.Lock()
-		if int64(seq) == posts[i].seq {
+		// A TryTake answered after this post was read may have moved
+		// applied on already: never move it back.
+		if int64(seq) == posts[i].seq && posts[i].seq >= b.ackSeq {
 			b.applied = posts[i].refund
 		}
 		b.ack(int64(seq), int(held))

@@ -451,3 +451,65 @@ func TestVanishedMemberPermitsReturn(t *testing.T) {
 		t.Fatalf("status: %+v", rep)
 	}
 }
+
+// TestFallbackPermitRefundNeverReachesRedis: a permit the fallback granted
+// (from the local buckets) that settles after the probation has ended
+// must not refund Redis tokens Redis never gave.
+func TestFallbackPermitRefundNeverReachesRedis(t *testing.T) {
+	w := newWorld(t)
+	p := newFaultProxy(t, w.mr.Addr())
+	a := w.memberVia(p, Config{Caps: sonnet(10)})
+	la := a.NewBudget("org-1", api.PoolSonnet4)
+	la.Observe(w.now, api.RateLimitHeaders{OutputTokens: api.LimitState{Present: true, Limit: 6000, Remaining: 3000}})
+	d := budget.Demand{1, 0, 500}
+	p.setDown(true)
+	la.TryTake(w.now, 10, 0, d) // the failed call refuses and wakes the heartbeat
+	a.tick(t.Context())
+	if !a.Degraded() {
+		t.Fatal("not degraded")
+	}
+	// Past the lease Redis last confirmed, the fallback grants on its own.
+	var tk budget.Demand
+	r := budget.ByConcurrency
+	for i := 0; r != budget.Granted && i < 100; i++ {
+		w.advance(time.Second)
+		a.tick(t.Context())
+		tk, r, _ = la.TryTake(w.now, 10, 0, d)
+	}
+	if r != budget.Granted || !a.Degraded() {
+		t.Fatalf("the fallback refused: %v (degraded %v)", r, a.Degraded())
+	}
+	p.setDown(false)
+	a.tick(t.Context())
+	for i := 0; a.restricted() && i < 100; i++ {
+		w.advance(time.Second)
+		a.tick(t.Context())
+	}
+	if a.Degraded() || a.restricted() {
+		t.Fatal("probation did not end")
+	}
+	level := func() float64 {
+		rep, err := ReadStatus(t.Context(), w.url())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Lanes[0].Buckets[budget.OutputTokens].Level
+	}
+	// A permit Redis grants, held meanwhile.
+	tk2, r, _ := la.TryTake(w.now, 10, 0, d)
+	if r != budget.Granted {
+		t.Fatalf("Redis refused: %v", r)
+	}
+	before := level()
+	la.Settle(w.now, tk, budget.Demand{1, 0, 100}) // the fallback's: would refund 400
+	a.tick(t.Context())
+	if after := level(); after != before {
+		t.Fatalf("Redis level %v → %v: a fallback permit's refund reached Redis", before, after)
+	}
+	// With no fallback permit out, refunds flow again.
+	la.Settle(w.now, tk2, budget.Demand{1, 0, 100})
+	a.tick(t.Context())
+	if after := level(); after != before+400 {
+		t.Fatalf("Redis level %v → %v: a Redis permit's refund of 400 was not applied", before, after)
+	}
+}

@@ -185,7 +185,7 @@ func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.Port) }
 // URL is the fleet URL of database 0.
 func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
-// Stop ends the server (SIGTERM, then SIGKILL after 5 s) and waits.
+// Stop ends the server (SIGINT, then SIGKILL after 5 s) and waits.
 func (s *Server) Stop() {
 	s.cmd.Process.Signal(os.Interrupt)
 	select {
