@@ -225,6 +225,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	started := time.Now()
 	rep := &Report{Input: o.Input, Output: o.Output, StartedAt: started.UTC()}
 
+	// 0. One run per results file (its batch journal included).
+	unlock, err := results.Lock(o.Output)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+
 	// 1. Resume state.
 	st, err := results.Scan(o.Output)
 	if err != nil {

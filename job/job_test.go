@@ -22,6 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/lane"
+	"github.com/sluice-dev/sluice/results"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
 )
@@ -555,4 +556,22 @@ func TestResumeOnAnotherRoute(t *testing.T) {
 	if b := e.sim.Stats().Bodies; b.AnsweredMoreThanOnce != 0 {
 		t.Fatalf("requests paid twice after a change of route: %+v", b)
 	}
+}
+
+// TestSecondRunOnOneOutputIsRefused: while one run holds a results file,
+// another on the same file stops before sending anything.
+func TestSecondRunOnOneOutputIsRefused(t *testing.T) {
+	e := newEnv(t, 50, nil)
+	unlock, err := results.Lock(e.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.run(e.options()); !errors.Is(err, results.ErrLocked) || e.simCalls() != 0 {
+		t.Fatalf("a run on a locked output: %v, %d calls", err, e.simCalls())
+	}
+	unlock()
+	if _, err := e.run(e.options()); err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
 }

@@ -38,6 +38,7 @@ import (
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/judge"
+	"github.com/sluice-dev/sluice/results"
 )
 
 // Config is one judge job.
@@ -214,6 +215,13 @@ func run(ctx context.Context, source string, items func(func(int, judge.Item, er
 	}
 	fp := judge.Fingerprint(cfg.Rubric, cfg.Model)
 	p := pathsOf(cfg.Output)
+	// One judge job per output: its requests, meta and verdicts files are
+	// rewritten here, before job.Run takes the results file's own lock.
+	unlock, err := results.Lock(p.verdicts)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	old, err := checkMeta(p, fp, cfg.Model)
 	if err != nil {
 		return nil, err
