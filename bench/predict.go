@@ -354,14 +354,15 @@ func WritePredictTable(w io.Writer, results []PredictResult, command string, whe
 	}
 	if len(batches) > 0 {
 		fmt.Fprintln(w, "Where the batch time goes. The model's wall-clock is E + O: E when the last")
-		fmt.Fprintln(w, "batch ends (every create at the start, the queue simulated), O the batch")
-		fmt.Fprintln(w, "overhead (30 s of API time for the creates, the poll that sees the last end")
-		fmt.Fprintln(w, "and the download). The run is timed at its HTTP transport, from the Plan")
+		fmt.Fprintln(w, "batch's end is seen (the queue simulated; each end seen at the batch path's")
+		fmt.Fprintln(w, "next poll of that batch, and only then its window slot reused), O the batch")
+		fmt.Fprintln(w, "overhead (5 s of API time for the creates and the last download). The run")
+		fmt.Fprintln(w, "is timed at its HTTP transport, from the Plan")
 		fmt.Fprintln(w, "hook's return: when the last create returned, and when the last results")
 		fmt.Fprintln(w, "download started (its batch's end had been seen). The batch runs poll every")
 		fmt.Fprintln(w, "2 s ÷ K, growing ×1.5 to 60 s ÷ K: the real run on the simulator's clock.")
 		fmt.Fprintln(w)
-		fmt.Fprintln(w, "| N | batches (chunk × window per org) | last create returned | last end E (model) | last download started | download start → end: measured / model O | 429s |")
+		fmt.Fprintln(w, "| N | batches (chunk × window per org) | last create returned | last end seen E (model) | last download started | download start → end: measured / model O | 429s |")
 		fmt.Fprintln(w, "|--:|---|--:|--:|--:|---|--:|")
 		for _, r := range batches {
 			cw, end, oh := "-", "-", "-"

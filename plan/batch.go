@@ -172,15 +172,16 @@ type batchInput struct {
 	windows []int
 	chunk   int
 	capped  bool // some window was capped below the need
+	poll    Poll // when the batch path sees a batch's end
 }
 
 // layout cuts n requests into chunks of c and deals them to the first
 // orgs greedily: each chunk to the org that would finish its share
 // soonest at its processing rate. window > 0 forces the window.
-func layout(n, c, window int, orgs []batchOrgModel) batchInput {
+func layout(n, c, window int, orgs []batchOrgModel, poll Poll) batchInput {
 	m := ceilDiv(n, c)
 	orgs = orgs[:min(len(orgs), m)]
-	in := batchInput{orgs: orgs, sizes: make([][]int, len(orgs)), windows: make([]int, len(orgs)), chunk: c}
+	in := batchInput{orgs: orgs, sizes: make([][]int, len(orgs)), windows: make([]int, len(orgs)), chunk: c, poll: poll}
 	load := make([]int, len(orgs))
 	for i := range m {
 		size := min(c, n-i*c)
@@ -208,7 +209,7 @@ func layout(n, c, window int, orgs []batchOrgModel) batchInput {
 func (in batchInput) simulate(df, rf float64) BatchRun {
 	r := BatchRun{Chunk: in.chunk}
 	for o, org := range in.orgs {
-		end, turn, expired := runQueue(org.model, in.sizes[o], in.windows[o], df, rf)
+		end, turn, expired := runQueue(org.model, in.poll, in.sizes[o], in.windows[o], df, rf)
 		reqs := 0
 		for _, s := range in.sizes[o] {
 			reqs += s
@@ -280,7 +281,7 @@ func (h *startHeap) Pop() any {
 // batches expired, in seconds from the first create. The processor is
 // work-conserving and serves one started batch at a time, the earliest
 // started first (a batch created later but admitted sooner goes first).
-func runQueue(b BatchModel, sizes []int, k int, df, rf float64) (end, turn float64, expired int) {
+func runQueue(b BatchModel, poll Poll, sizes []int, k int, df, rf float64) (end, turn float64, expired int) {
 	rate := b.ProcessingRate * rf
 	expiry := b.Expiry.Seconds()
 	var h startHeap
@@ -308,9 +309,12 @@ func runQueue(b BatchModel, sizes []int, k int, df, rf float64) (end, turn float
 		} else {
 			free = done
 		}
-		end = math.Max(end, done)
-		turn = math.Max(turn, done-q.create)
-		create(done)
+		// The batch path learns of the end at its next poll of the batch;
+		// only then are the results fetched and the window's slot reused.
+		seen := q.create + poll.seenAfter(done-q.create)
+		end = math.Max(end, seen)
+		turn = math.Max(turn, seen-q.create)
+		create(seen)
 	}
 	return end, turn, expired
 }
@@ -351,7 +355,7 @@ func (w World) SimulateBatch(n, chunk, window int, orgs ...string) (BatchRun, er
 	if chunk <= 0 {
 		chunk = chunkFor(n, use)
 	}
-	return layout(n, chunk, window, use).simulate(1, 1), nil
+	return layout(n, chunk, window, use, w.poll()).simulate(1, 1), nil
 }
 
 // batchPlan is the batch route's prediction for n requests.
@@ -368,7 +372,7 @@ func planBatch(w World, n, chunk, window int, stuckFactor float64) batchPlan {
 	if chunk <= 0 {
 		chunk = chunkFor(n, orgs)
 	}
-	in := layout(n, chunk, window, orgs)
+	in := layout(n, chunk, window, orgs, w.poll())
 	mid := in.simulate(1, 1)
 	low := in.simulate(1/batchSpread, batchSpread)
 	high := in.simulate(batchSpread, 1/batchSpread)

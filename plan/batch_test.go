@@ -9,10 +9,17 @@ import (
 	"github.com/sluice-dev/sluice/plan"
 )
 
+// queueOnly is w seeing every batch end as it happens: the queue model
+// alone, without the batch path's poll lag (TestPollLagPerBatch).
+func queueOnly(w plan.World) plan.World {
+	w.Poll = plan.SeenAtOnce
+	return w
+}
+
 // TestBatchObservations: the batch model reproduces what the system before
 // sluice saw (source-system.md §7.3, §8 items 1-2) on the three-org preset.
 func TestBatchObservations(t *testing.T) {
-	w := preset(t, "three-org")
+	w := queueOnly(preset(t, "three-org"))
 
 	// One 500-request batch ends in about 5 minutes:
 	// 60 s + 0.3 s · 500 admission, then 500 ÷ 5/s processing.
@@ -65,7 +72,7 @@ func TestBatchObservations(t *testing.T) {
 // TestBatchQueueOrder: the queue serves the earliest started batch first
 // and idles only while nothing has started.
 func TestBatchQueueOrder(t *testing.T) {
-	w := preset(t, "three-org")
+	w := queueOnly(preset(t, "three-org"))
 	for _, tt := range []struct {
 		n, chunk, window int
 		want             time.Duration
@@ -97,7 +104,7 @@ func TestBatchQueueOrder(t *testing.T) {
 }
 
 func TestBatchExpiry(t *testing.T) {
-	w := preset(t, "three-org")
+	w := queueOnly(preset(t, "three-org"))
 	w.Batch.StarveFor = 30 * time.Hour // starved past the 24 h expiry
 	r, err := w.SimulateBatch(6000, 6000, 1, "batch")
 	if err != nil {
@@ -192,7 +199,7 @@ func orgNamed(w plan.World, name string) plan.Org {
 // TestWindowKeepsQueueBusy: on the preset, 5 batches of 500 in flight per
 // org are enough that processing, not admission, bounds a large job.
 func TestWindowKeepsQueueBusy(t *testing.T) {
-	w := preset(t, "three-org")
+	w := queueOnly(preset(t, "three-org"))
 	d, err := plan.Decide(w, plan.JudgeJob(100_000, sonnet), plan.Options{Priority: plan.PreferCost})
 	if err != nil {
 		t.Fatal(err)

@@ -248,7 +248,7 @@ func (p *planner) batchMid(m int) float64 {
 	if c <= 0 {
 		c = chunkFor(m, orgs)
 	}
-	return layout(m, c, p.o.Window, orgs).simulate(1, 1).End.Seconds() + p.w.BatchOverhead.Seconds()
+	return layout(m, c, p.o.Window, orgs, p.w.poll()).simulate(1, 1).End.Seconds() + p.w.BatchOverhead.Seconds()
 }
 
 // balancePoint is the batch share that makes both halves of a split end

@@ -371,5 +371,5 @@ func ExampleDecide() {
 	}
 	// Output:
 	// latency: sync on 3 orgs, 3m24s, $58.80 (etiquette cap)
-	// cost: batch on 3 orgs, 27m20s, $29.40 (batch processing rate)
+	// cost: batch on 3 orgs, 27m34s, $29.40 (batch processing rate)
 }

@@ -112,8 +112,9 @@ Assumptions:
 		fmt.Fprintf(&b, " %s %s + %g tok/s, σ %g → %s%s", shortName(m), fmtDuration(l.TTFT), l.TokensPerSec, l.Sigma, fmtDuration(seconds(l.mean(out))), sep)
 	}
 	b.WriteString("\n")
-	fmt.Fprintf(&b, "- **Batch queue** (the simulator's model, fitted to the old system's two observations): a batch of n requests starts %s + %g s·n after create (%s more above %s requests: starvation), each organization processes %g requests/s, oldest started batch first; batches expire after %s; %s of create, poll and download overhead per job.\n",
-		fmtDuration(bm.AdmissionBase), bm.AdmissionPerRequest.Seconds(), fmtDuration(bm.StarveFor), fmtInt(bm.StarveAbove), bm.ProcessingRate, fmtDuration(bm.Expiry), fmtDuration(w0.BatchOverhead))
+	fmt.Fprintf(&b, "- **Batch queue** (the simulator's model, fitted to the old system's two observations): a batch of n requests starts %s + %g s·n after create (%s more above %s requests: starvation), each organization processes %g requests/s, oldest started batch first; batches expire after %s; a batch's end is seen at the batch path's next poll of it (%s after create, each interval ×1.5, at most %s), and a job adds %s for its creates and last download.\n",
+		fmtDuration(bm.AdmissionBase), bm.AdmissionPerRequest.Seconds(), fmtDuration(bm.StarveFor), fmtInt(bm.StarveAbove), bm.ProcessingRate, fmtDuration(bm.Expiry),
+		fmtDuration(DefaultPollMin), fmtDuration(DefaultPollMax), fmtDuration(w0.BatchOverhead))
 	b.WriteString("- **Prices** per request of this shape (standard / batch):")
 	for i, m := range guidelineModels {
 		sep := ","

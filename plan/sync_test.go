@@ -287,7 +287,29 @@ func TestFromSimTimeScale(t *testing.T) {
 	}
 	b1, _ := w1.SimulateBatch(500, 500, 1, "batch")
 	b10, _ := w10.SimulateBatch(500, 500, 1, "batch")
-	if b1.End != 310*time.Second || b10.End != 31*time.Second {
-		t.Errorf("one 500-request batch: %v at K=1, %v at K=10; want 5m10s and 31s", b1.End, b10.End)
+	// It ends 310 s after its create (210 s admission, 100 s processing)
+	// and is seen at the poll after that: polls at 2, 5, 9.5, … 149.8,
+	// 209.8, 269.8, then 329.8 s.
+	if !near(b1.End.Seconds(), 329.77, 0.01) || !near(b10.End.Seconds(), 32.977, 0.001) {
+		t.Errorf("one 500-request batch: %v at K=1, %v at K=10; want 5m29.8s and 32.98s", b1.End, b10.End)
+	}
+}
+
+// TestPollLagPerBatch: a batch is seen ended at the first poll of its
+// schedule at or after its end, and its window slot is reused only then.
+func TestPollLagPerBatch(t *testing.T) {
+	w := plan.FromSim(sim.Default(), nil)
+	w.Poll = plan.Poll{Min: 10 * time.Second, Max: 10 * time.Second}
+	one, _ := w.SimulateBatch(500, 500, 1, "batch")
+	if one.End != 310*time.Second { // 310 is on the 10 s grid
+		t.Fatalf("one batch: %v, want 5m10s", one.End)
+	}
+	w.Poll = plan.Poll{Min: 100 * time.Second, Max: 100 * time.Second}
+	one, _ = w.SimulateBatch(500, 500, 1, "batch")
+	two, _ := w.SimulateBatch(1000, 500, 1, "batch")
+	// Two batches through a window of one: the second is created when the
+	// first is seen (400 s), and seen itself at 400 + 400.
+	if one.End != 400*time.Second || two.End != 800*time.Second {
+		t.Fatalf("poll every 100 s: one batch %v (want 6m40s), two in a window of one %v (want 13m20s)", one.End, two.End)
 	}
 }

@@ -155,9 +155,64 @@ type World struct {
 	// Batch is every org's batch queue model unless the org overrides it.
 	Batch BatchModel
 	// BatchOverhead is added once to every batch route's wall-clock: the
-	// create calls, the poll interval that detects the last end, and
-	// fetching the results.
+	// create calls and fetching the last results. (The wait for the poll
+	// that sees a batch's end is modelled per batch: Poll.)
 	BatchOverhead time.Duration
+	// Poll is the batch path's poll schedule of one batch (zero: the
+	// defaults).
+	Poll Poll
+}
+
+// Poll is the batch path's poll schedule of one batch: the first poll
+// Min after the create, each interval ×1.5 up to Max (batch.Config's
+// PollMin and PollMax; route tests check the defaults agree).
+type Poll struct {
+	Min, Max time.Duration
+}
+
+// The batch path's default poll schedule (batch.DefaultPollMin, Max).
+const (
+	DefaultPollMin = 2 * time.Second
+	DefaultPollMax = 60 * time.Second
+)
+
+// SeenAtOnce is a poll schedule that sees every end as it happens: the
+// queue model alone, without the batch path's polling.
+var SeenAtOnce = Poll{Min: -1}
+
+// seenAfter returns how long after its create a batch that ends x seconds
+// after it is seen ended: the first poll at or after x.
+func (p Poll) seenAfter(x float64) float64 {
+	lo, hi := p.Min.Seconds(), p.Max.Seconds()
+	if lo < 0 {
+		return x // SeenAtOnce
+	}
+	hi = max(hi, lo)
+	t, d := 0.0, lo
+	for t < x {
+		if d >= hi {
+			// Every hi from here: jump to the poll at or after x.
+			return t + math.Ceil((x-t)/hi)*hi
+		}
+		t += d
+		d = min(d*1.5, hi)
+	}
+	return t
+}
+
+// poll is w.Poll with the defaults filled in.
+func (w World) poll() Poll {
+	p := w.Poll
+	if p.Min < 0 {
+		return p // SeenAtOnce
+	}
+	if p.Min == 0 {
+		p.Min = DefaultPollMin
+	}
+	if p.Max <= 0 {
+		p.Max = DefaultPollMax
+	}
+	return p
 }
 
 // DefaultCaps are the engine's etiquette caps (dispatch.DefaultCaps): at
@@ -171,7 +226,7 @@ const (
 	DefaultReserve       = 0.15
 	DefaultBucketWindow  = time.Minute
 	DefaultRampDoubling  = 5 * time.Second
-	DefaultBatchOverhead = 30 * time.Second
+	DefaultBatchOverhead = 5 * time.Second
 )
 
 // cap returns the etiquette cap of family f.
@@ -249,6 +304,7 @@ func FromSim(cfg sim.Config, caps map[api.Family]int) World {
 		Output:        OutputModel{Min: cfg.Output.Min, Max: cfg.Output.Max},
 		Batch:         batch(cfg.Batch),
 		BatchOverhead: time.Duration(float64(DefaultBatchOverhead) / k),
+		Poll:          Poll{Min: time.Duration(float64(DefaultPollMin) / k), Max: time.Duration(float64(DefaultPollMax) / k)},
 	}
 	maps.Copy(w.Caps, caps)
 	if w.BucketWindow <= 0 {
@@ -387,6 +443,8 @@ type worldFile struct {
 	Output         *OutputModel             `json:"output"`
 	Batch          *batchFile               `json:"batch"`
 	BatchOverhead  *sim.Duration            `json:"batch_overhead"`
+	PollMin        *sim.Duration            `json:"poll_min"`
+	PollMax        *sim.Duration            `json:"poll_max"`
 }
 
 type orgFile struct {
@@ -457,8 +515,8 @@ func (f batchFile) over(b BatchModel) BatchModel {
 // "latency" (by pool) and "default_latency" {"ttft", "tokens_per_sec",
 // "sigma"}, "output" {"min", "max"}, "batch" (and per org "batch")
 // {"admission_base", "admission_per_request", "processing_rate",
-// "starve_above", "starve_for", "expiry"}, "batch_overhead". Unknown fields
-// are an error.
+// "starve_above", "starve_for", "expiry"}, "batch_overhead", "poll_min",
+// "poll_max" (the batch path's poll schedule). Unknown fields are an error.
 func ReadWorld(r io.Reader) (World, error) {
 	var f worldFile
 	dec := json.NewDecoder(r)
@@ -494,6 +552,12 @@ func ReadWorld(r io.Reader) (World, error) {
 	}
 	if f.BatchOverhead != nil {
 		w.BatchOverhead = f.BatchOverhead.D()
+	}
+	if f.PollMin != nil {
+		w.Poll.Min = f.PollMin.D()
+	}
+	if f.PollMax != nil {
+		w.Poll.Max = f.PollMax.D()
 	}
 	for _, of := range f.Orgs {
 		o := Org{Name: of.Name, Limits: of.Limits, DefaultLimits: of.DefaultLimits, BatchQueueCap: of.BatchQueueCap}

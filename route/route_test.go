@@ -84,3 +84,11 @@ func TestAutoSplitsALargeLatencyJob(t *testing.T) {
 		t.Fatalf("split share %v for %d of 141600", r.BatchShare, d.BatchN)
 	}
 }
+
+// TestPlannerKnowsTheBatchPathsPollSchedule: the planner models the
+// batch path's polls with its own copy of the defaults; they must agree.
+func TestPlannerKnowsTheBatchPathsPollSchedule(t *testing.T) {
+	if plan.DefaultPollMin != batch.DefaultPollMin || plan.DefaultPollMax != batch.DefaultPollMax {
+		t.Fatalf("plan polls %v–%v, the batch path %v–%v", plan.DefaultPollMin, plan.DefaultPollMax, batch.DefaultPollMin, batch.DefaultPollMax)
+	}
+}
