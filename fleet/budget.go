@@ -45,9 +45,10 @@ type laneBudget struct {
 	mu    sync.Mutex
 	inUse int
 	// fallbackOut counts permits the fallback granted (from the local
-	// buckets) that have not settled: while any is out, a Settle cannot
-	// tell whose permit it is, so it sends Redis charges only — a refund of
-	// tokens Redis never gave would over-fill its buckets.
+	// buckets) since the lane last had no permit out: while it is above
+	// zero a Settle cannot tell whose permit it is, so it sends Redis
+	// charges only — a refund of tokens Redis never gave would over-fill
+	// its buckets. It clears when inUse reaches 0.
 	fallbackOut  int
 	blockedUntil time.Time // after a fleet-wide refusal, until a Settle or Poll
 	cache        [budget.NumDims]budget.BucketState
@@ -327,9 +328,12 @@ func (b *laneBudget) Settle(now time.Time, taken, actual budget.Demand) {
 		delta[i] = taken[i] - actual[i]
 		charges[i] = min(0, delta[i])
 	}
+	// Which permit this is cannot be told: while any the fallback granted
+	// may be out, every Settle sends charges only; the count clears once
+	// no permit is out at all.
 	fromFallback := b.fallbackOut > 0
-	if fromFallback {
-		b.fallbackOut--
+	if b.inUse == 0 {
+		b.fallbackOut = 0
 	}
 	switch {
 	case b.provisional:

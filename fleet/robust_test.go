@@ -456,6 +456,16 @@ func TestVanishedMemberPermitsReturn(t *testing.T) {
 // (from the local buckets) that settles after the probation has ended
 // must not refund Redis tokens Redis never gave.
 func TestFallbackPermitRefundNeverReachesRedis(t *testing.T) {
+	// Whichever settles first: the fallback's permit, or the one Redis
+	// granted while it was out.
+	for _, redisFirst := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fallback first", true: "redis first"}[redisFirst], func(t *testing.T) {
+			fallbackRefundNeverReachesRedis(t, redisFirst)
+		})
+	}
+}
+
+func fallbackRefundNeverReachesRedis(t *testing.T, redisFirst bool) {
 	w := newWorld(t)
 	p := newFaultProxy(t, w.mr.Addr())
 	a := w.memberVia(p, Config{Caps: sonnet(10)})
@@ -501,13 +511,23 @@ func TestFallbackPermitRefundNeverReachesRedis(t *testing.T) {
 		t.Fatalf("Redis refused: %v", r)
 	}
 	before := level()
-	la.Settle(w.now, tk, budget.Demand{1, 0, 100}) // the fallback's: would refund 400
+	first, second := tk, tk2
+	if redisFirst {
+		first, second = tk2, tk
+	}
+	la.Settle(w.now, first, budget.Demand{1, 0, 100})
+	la.Settle(w.now, second, budget.Demand{1, 0, 100})
 	a.tick(t.Context())
 	if after := level(); after != before {
-		t.Fatalf("Redis level %v → %v: a fallback permit's refund reached Redis", before, after)
+		t.Fatalf("Redis level %v → %v: a refund reached Redis while a fallback permit was out", before, after)
 	}
-	// With no fallback permit out, refunds flow again.
-	la.Settle(w.now, tk2, budget.Demand{1, 0, 100})
+	// With no fallback permit out any more, refunds flow again.
+	tk3, r, _ := la.TryTake(w.now, 10, 0, d)
+	if r != budget.Granted {
+		t.Fatalf("Redis refused: %v", r)
+	}
+	before = level()
+	la.Settle(w.now, tk3, budget.Demand{1, 0, 100})
 	a.tick(t.Context())
 	if after := level(); after != before+400 {
 		t.Fatalf("Redis level %v → %v: a Redis permit's refund of 400 was not applied", before, after)

@@ -288,13 +288,14 @@ func TestReadWorld(t *testing.T) {
 	  {"name": "a", "limits": {"sonnet-4": {"rpm": 600, "itpm": 1000000, "otpm": 100000}}, "batch_queue_cap": 100000},
 	  {"name": "b", "default_limits": {"rpm": 6000, "itpm": 0, "otpm": 0}, "batch": {"processing_rate": 10}}],
 	 "caps": {"sonnet": 50}, "reserve": 0.2, "ramp": {"doubling": "2s"},
-	 "batch": {"admission_base": "30s", "starve_above": 0}, "batch_overhead": 10}`
+	 "batch": {"admission_base": "30s", "starve_above": 0}, "batch_overhead": 10, "poll_min": "5s", "poll_max": "30s"}`
 	w, err := plan.ReadWorld(strings.NewReader(file))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if w.Name != "lab" || len(w.Orgs) != 2 || w.Caps[api.FamilySonnet] != 50 || w.Caps[api.FamilyHaiku] != 120 ||
-		w.Reserve != 0.2 || w.Ramp.Doubling != 2*time.Second || w.BatchOverhead != 10*time.Second {
+		w.Reserve != 0.2 || w.Ramp.Doubling != 2*time.Second || w.BatchOverhead != 10*time.Second ||
+		w.Poll != (plan.Poll{Min: 5 * time.Second, Max: 30 * time.Second}) {
 		t.Errorf("world %+v", w)
 	}
 	if w.Batch.AdmissionBase != 30*time.Second || w.Batch.AdmissionPerRequest != 300*time.Millisecond || w.Batch.StarveAbove != 0 {
@@ -317,6 +318,8 @@ func TestReadWorld(t *testing.T) {
 		`{"orgs": [{"name": "a"}], "reserve": 1}`,
 		`{"orgs": [{"name": "a", "limits": {"sonnet-4": {"rpm": -1}}}]}`,
 		`{"orgs": [{"name": "a"}], "batch": {"processing_rate": 0}}`,
+		`{"orgs": [{"name": "a"}], "poll_min": "-1s"}`,
+		`{"orgs": [{"name": "a"}], "poll_min": "10s", "poll_max": "5s"}`,
 	} {
 		if _, err := plan.ReadWorld(strings.NewReader(bad)); err == nil {
 			t.Errorf("ReadWorld(%s) accepted", bad)

@@ -554,10 +554,14 @@ func ReadWorld(r io.Reader) (World, error) {
 		w.BatchOverhead = f.BatchOverhead.D()
 	}
 	if f.PollMin != nil {
-		w.Poll.Min = f.PollMin.D()
+		if w.Poll.Min = f.PollMin.D(); w.Poll.Min <= 0 {
+			return World{}, fmt.Errorf("plan: limits file: poll_min must be > 0, got %v", w.Poll.Min)
+		}
 	}
 	if f.PollMax != nil {
-		w.Poll.Max = f.PollMax.D()
+		if w.Poll.Max = f.PollMax.D(); w.Poll.Max < w.Poll.Min {
+			return World{}, fmt.Errorf("plan: limits file: poll_max must be ≥ poll_min, got %v", w.Poll.Max)
+		}
 	}
 	for _, of := range f.Orgs {
 		o := Org{Name: of.Name, Limits: of.Limits, DefaultLimits: of.DefaultLimits, BatchQueueCap: of.BatchQueueCap}

@@ -100,7 +100,13 @@ func Planner(o Options) func(jsonl.Summary, int) (job.Routing, error) {
 			// a healthy batch may take far longer than its prediction, and a
 			// needless escape re-drives it at full price.
 			bc := batch.Config{StuckAfter: max(d.StuckAfter, scaled(batch.MinStuckAfter))}
-			if k != 1 {
+			// The batch path polls as the planner modelled it: a world's own
+			// schedule (a limits file's poll_min/poll_max, or a simulator's,
+			// scaled), else the defaults on the simulator's clock.
+			switch p := w.Poll; {
+			case p.Min > 0 && (p.Min != plan.DefaultPollMin || p.Max != plan.DefaultPollMax):
+				bc.PollMin, bc.PollMax = p.Min, p.Max
+			case k != 1:
 				bc.PollMin, bc.PollMax = scaled(batch.DefaultPollMin), scaled(batch.DefaultPollMax)
 			}
 			if d.Batch != nil {

@@ -92,3 +92,18 @@ func TestPlannerKnowsTheBatchPathsPollSchedule(t *testing.T) {
 		t.Fatalf("plan polls %v–%v, the batch path %v–%v", plan.DefaultPollMin, plan.DefaultPollMax, batch.DefaultPollMin, batch.DefaultPollMax)
 	}
 }
+
+// TestBatchPollsAsModelled: a world's own poll schedule (a limits file's)
+// reaches the batch path, so it polls as the planner modelled it.
+func TestBatchPollsAsModelled(t *testing.T) {
+	w, _ := world()
+	w.Poll = plan.Poll{Min: 5 * time.Second, Max: 30 * time.Second}
+	p := route.Planner(route.Options{Route: "batch", Prefer: "cost", World: func() (plan.World, error) { return w, nil }})
+	r, err := p(summary(5000), 5000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Batch.PollMin != 5*time.Second || r.Batch.PollMax != 30*time.Second {
+		t.Fatalf("batch polls %v–%v, the world's 5s–30s", r.Batch.PollMin, r.Batch.PollMax)
+	}
+}
