@@ -122,7 +122,7 @@ func (p ProxyRun) Run(ctx context.Context) (ProxyResult, error) {
 		cl := anthropic.NewClient(
 			option.WithoutEnvironmentDefaults(),
 			option.WithBaseURL(px.base),
-			option.WithAPIKey("sk-ant-a-bench-clients-own-key"),
+			option.WithAPIKey("placeholder: the proxy ignores callers' keys"),
 			option.WithMaxRetries(0),
 			option.WithHTTPClient(&http.Client{Transport: tr}),
 		)
