@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/logbuf"
 	"github.com/sluice-dev/sluice/internal/pipenet"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
@@ -240,25 +241,10 @@ func journalRecords(t *testing.T, path string) []record {
 	return out
 }
 
-// logBuffer is a slog.Logger writing text lines into a buffer.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// logBuffer collects a run's log lines.
+type logBuffer struct{ logbuf.Buffer }
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
+func (l *logBuffer) logger() *slog.Logger { return l.Logger(slog.LevelInfo) }
 
 // created sums Batches.Created over the orgs.
 func (w *world) created() int64 {

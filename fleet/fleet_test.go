@@ -1,7 +1,6 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/budget/budgettest"
+	"github.com/sluice-dev/sluice/internal/logbuf"
 	"github.com/sluice-dev/sluice/internal/redisproc"
 )
 
@@ -180,26 +180,9 @@ func TestFairShare(t *testing.T) {
 }
 
 // logBuffer is a slog text logger into a buffer.
-func logBuffer() (*slog.Logger, *syncBuffer) {
-	var b syncBuffer
-	return slog.New(slog.NewTextHandler(&b, &slog.HandlerOptions{Level: slog.LevelInfo})), &b
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+func logBuffer() (*slog.Logger, *logbuf.Buffer) {
+	var b logbuf.Buffer
+	return b.Logger(slog.LevelInfo), &b
 }
 
 func TestFallbackScalesDownAndRecovers(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/logbuf"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/lane"
@@ -25,24 +26,6 @@ import (
 )
 
 const sonnet = "claude-sonnet-4-5"
-
-// syncBuffer is a log destination safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // env is a proxy in front of an upstream (the simulator, or a fake), both
 // over real loopback HTTP.
@@ -55,7 +38,7 @@ type env struct {
 	srv   *httptest.Server
 	url   string
 	base  string // the upstream's URL
-	logs  *syncBuffer
+	logs  *logbuf.Buffer
 	seen  *responses
 	close func()
 }
@@ -77,7 +60,7 @@ func newEnv(t *testing.T, o options) *env {
 	if o.scale == 0 {
 		o.scale = 1000
 	}
-	e := &env{t: t, logs: &syncBuffer{}, seen: &responses{}}
+	e := &env{t: t, logs: &logbuf.Buffer{}, seen: &responses{}}
 	var base string
 	cfg := sim.Default()
 	switch {

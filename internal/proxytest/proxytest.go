@@ -3,16 +3,15 @@
 package proxytest
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/logbuf"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/proxy"
@@ -32,25 +31,7 @@ type Env struct {
 	Dispatcher *dispatch.Dispatcher
 	Proxy      *proxy.Proxy
 	URL        string // the proxy's base URL
-	Logs       *Buffer
-}
-
-// Buffer is a log destination safe for concurrent use.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+	Logs       *logbuf.Buffer
 }
 
 // Start serves the three-org simulator at time scale 1000 (changed by
@@ -72,7 +53,7 @@ func Start(t testing.TB, o Options) *Env {
 	if _, err := dispatch.Discover(context.Background(), c, pool.Keys(), "claude-sonnet-4-5"); err != nil {
 		t.Fatal(err)
 	}
-	logs := &Buffer{}
+	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	dcfg := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log, Lane: lane.ForTimeScale(s.Config().TimeScale),
 		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond}}
