@@ -35,6 +35,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/cache"
+	"github.com/sluice-dev/sluice/internal/atomicfile"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/judge"
@@ -555,31 +556,10 @@ func writeVerdicts(p paths, cfg Config, fp string, set *itemSet, keep bool) (*Re
 	return res, nil
 }
 
-// writeAtomic writes path through a temporary file in the same directory,
-// fsynced and renamed over it, so a reader sees the old file or the new
-// one, never half of one.
+// writeAtomic replaces path with what fill writes (atomicfile.Write), as
+// a judgejob error.
 func writeAtomic(path string, fill func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("judgejob: %w", err)
-	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("judgejob: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if err := fill(tmp); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("judgejob: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("judgejob: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := atomicfile.Write(path, 0o644, fill); err != nil {
 		return fmt.Errorf("judgejob: %w", err)
 	}
 	return nil

@@ -19,7 +19,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+
+	"github.com/sluice-dev/sluice/internal/atomicfile"
 )
 
 // rowStore keeps one result line per row of a running batch.
@@ -139,37 +140,21 @@ func (s *fileStore) close() {
 // writeOrdered writes the n lines of st to path in request order,
 // atomically and synced: the results file of an ended batch.
 func writeOrdered(path string, st rowStore, n int) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
-	}
-	bw := bufio.NewWriterSize(f, 256<<10)
-	for i := range n {
-		line, ok := st.get(i)
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-			return fmt.Errorf("proxy: no result line for row %d", i)
+	err := atomicfile.Write(path, 0o600, func(w io.Writer) error {
+		for i := range n {
+			line, ok := st.get(i)
+			if !ok {
+				return fmt.Errorf("no result line for row %d", i)
+			}
+			if _, err := w.Write(append(line[:len(line):len(line)], '\n')); err != nil {
+				return err
+			}
 		}
-		bw.Write(line)
-		bw.WriteByte('\n')
-	}
-	err = bw.Flush()
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
+		return nil
+	})
 	if err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("proxy: %w", err)
 	}
-	syncDir(filepath.Dir(path))
 	return nil
 }
 
@@ -183,29 +168,16 @@ type requestLine struct {
 // writeRequests writes a batch's requests to path, atomically and synced,
 // so that a restart can finish the batch.
 func writeRequests(path string, ids []string, rows []json.RawMessage) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	err := atomicfile.Write(path, 0o600, func(w io.Writer) error {
+		for i, id := range ids {
+			line, _ := json.Marshal(requestLine{CustomID: id, Params: rows[i]})
+			if _, err := w.Write(append(line, '\n')); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("proxy: %w", err)
-	}
-	bw := bufio.NewWriterSize(f, 256<<10)
-	for i, id := range ids {
-		line, _ := json.Marshal(requestLine{CustomID: id, Params: rows[i]})
-		bw.Write(line)
-		bw.WriteByte('\n')
-	}
-	err = bw.Flush()
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
 		return fmt.Errorf("proxy: %w", err)
 	}
 	return nil
@@ -244,12 +216,4 @@ func readRequests(path string, ids []string) ([]json.RawMessage, error) {
 		return nil, fmt.Errorf("proxy: %s holds %d of the batch's %d requests", path, len(rows), len(ids))
 	}
 	return rows, nil
-}
-
-// syncDir makes a rename in dir durable (best effort).
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/atomicfile"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
@@ -372,24 +373,8 @@ With --check it writes nothing and fails if the files differ.`,
 	return cmd
 }
 
-// writeFileAtomic writes data to path through a temporary file and a
-// rename, so a reader never sees half a page.
+// writeFileAtomic writes data to path whole (atomicfile.Write), so a
+// reader never sees half a page.
 func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := io.Copy(tmp, bytes.NewReader(data)); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(path, 0o644, func(w io.Writer) error { _, err := w.Write(data); return err })
 }
