@@ -18,7 +18,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -720,52 +719,10 @@ func (p *Proxy) handleBatchResults(w http.ResponseWriter, r *http.Request) {
 
 // paginate cuts items (in list order) by the API's cursor parameters:
 // limit (1-1000, default 20), after_id, before_id. msg is a 400's message.
-func paginate[T any](r *http.Request, items []T, id func(T) string) (page api.Page[T], msg string) {
-	q := r.URL.Query()
-	limit := 20
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return page, "limit: Input should be between 1 and 1000"
-		}
-		limit = n
-	}
-	after, before := q.Get("after_id"), q.Get("before_id")
-	if after != "" && before != "" {
-		return page, "after_id and before_id cannot both be set"
-	}
-	lo, hi := 0, len(items)
-	if after != "" {
-		lo = len(items)
-		for i, it := range items {
-			if id(it) == after {
-				lo = i + 1
-				break
-			}
-		}
-	}
-	if before != "" {
-		hi = 0
-		for i, it := range items {
-			if id(it) == before {
-				hi = i
-				break
-			}
-		}
-	}
-	sel := items[lo:hi]
-	if len(sel) > limit {
-		page.HasMore = true
-		if before != "" {
-			sel = sel[len(sel)-limit:]
-		} else {
-			sel = sel[:limit]
-		}
-	}
-	page.Data = append([]T{}, sel...)
-	if len(sel) > 0 {
-		first, last := id(sel[0]), id(sel[len(sel)-1])
-		page.FirstID, page.LastID = &first, &last
+func paginate[T any](r *http.Request, items []T, id func(T) string) (api.Page[T], string) {
+	page, err := api.Paginate(r.URL.Query(), items, id)
+	if err != nil {
+		return page, err.Error()
 	}
 	return page, ""
 }

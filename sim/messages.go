@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -296,55 +295,9 @@ func (s *Server) handleModel(rw http.ResponseWriter, r *http.Request) {
 
 // paginate cuts items (in list order) by the API's cursor parameters.
 func paginate[T any](r *http.Request, items []T, id func(T) string) (api.Page[T], *requestError) {
-	q := r.URL.Query()
-	limit := 20
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 1000 {
-			return api.Page[T]{}, badRequest("limit: Input should be between 1 and 1000")
-		}
-		limit = n
-	}
-	after, before := q.Get("after_id"), q.Get("before_id")
-	if after != "" && before != "" {
-		return api.Page[T]{}, badRequest("after_id and before_id cannot both be set")
-	}
-	lo, hi := 0, len(items)
-	if after != "" {
-		lo = len(items)
-		for i, it := range items {
-			if id(it) == after {
-				lo = i + 1
-				break
-			}
-		}
-	}
-	if before != "" {
-		hi = 0
-		for i, it := range items {
-			if id(it) == before {
-				hi = i
-				break
-			}
-		}
-	}
-	sel := items[lo:hi]
-	more := false
-	if len(sel) > limit {
-		more = true
-		if before != "" {
-			sel = sel[len(sel)-limit:]
-		} else {
-			sel = sel[:limit]
-		}
-	}
-	page := api.Page[T]{Data: sel, HasMore: more}
-	if page.Data == nil {
-		page.Data = []T{}
-	}
-	if len(sel) > 0 {
-		first, last := id(sel[0]), id(sel[len(sel)-1])
-		page.FirstID, page.LastID = &first, &last
+	page, err := api.Paginate(r.URL.Query(), items, id)
+	if err != nil {
+		return page, badRequest("%s", err)
 	}
 	return page, nil
 }
