@@ -47,6 +47,19 @@ func within[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
+// waitUntil polls cond until it holds; like within, a guard against a
+// hang, not a timing assertion.
+func waitUntil(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not after 20 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // sseEvents splits a stream body into its events (the blank line ends
 // each); rest is whatever follows the last blank line.
 func sseEvents(b []byte) (events []string, rest string) {
@@ -300,8 +313,11 @@ func TestWaitFollowsTheDispatchersRetries(t *testing.T) {
 			others.Go(func() { e.do("POST", "/v1/messages", message("second")) })
 			within(t, entered, "the second call") // org-b's only slot
 			if tc.status == 400 {
-				// A third call takes org-a's slot as soon as the 400 frees it.
+				// A third call takes org-a's slot as soon as the 400 frees
+				// it — so it must be queued before the 400 is answered, or
+				// the first call's retry could take the slot instead.
 				others.Go(func() { e.do("POST", "/v1/messages", message("third")) })
+				waitUntil(t, func() bool { st, _ := e.d.Snapshot(); return st.Submitted >= 3 }, "the third call queued")
 			}
 			close(sigA)
 			if tc.status == 400 {
