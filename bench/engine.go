@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
@@ -171,10 +170,7 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 		}
 	}
 	res.Extra = st.Bodies.ExtraAnswers
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		res.PeakRSSMB = float64(ru.Maxrss) / 1024
-	}
+	res.PeakRSSMB = peakRSSMB()
 	meanIn, meanOut := 0.0, 0.0
 	if t := rep.Cost.Total; t.Requests > 0 {
 		meanIn = float64(t.Tokens.Input+t.Tokens.CacheWrite5m+t.Tokens.CacheWrite1h) / float64(t.Requests)
