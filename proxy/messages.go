@@ -56,7 +56,7 @@ func (p *Proxy) handleMessages(w http.ResponseWriter, r *http.Request) {
 	var sink *streamSink
 	var inner dispatch.Sender
 	if info.stream {
-		sink = &streamSink{w: w, rc: http.NewResponseController(w), c: c, redact: p.cfg.Pool.Redact}
+		sink = &streamSink{w: w, rc: http.NewResponseController(w), c: c, redact: p.cfg.Pool.Redact, writeTimeout: p.cfg.StreamWriteTimeout}
 		defer sink.close()
 		inner = p.d.StreamSender(body, extra, sink)
 	} else {
@@ -331,10 +331,11 @@ func (c *call) startedAt() (time.Time, bool) {
 // methods run on the attempt's goroutine; close, from the handler, makes
 // later writes fail, so nothing is written after the handler returns.
 type streamSink struct {
-	w      http.ResponseWriter
-	rc     *http.ResponseController
-	c      *call
-	redact func(string) string
+	w            http.ResponseWriter
+	rc           *http.ResponseController
+	c            *call
+	redact       func(string) string
+	writeTimeout time.Duration // of one event; 0: none
 
 	mu     sync.Mutex
 	closed bool
@@ -354,7 +355,7 @@ func (s *streamSink) Begin(status int, h http.Header) error {
 	s.w.WriteHeader(status)
 	s.begun = true
 	s.c.setBegun()
-	return s.rc.Flush()
+	return s.write(nil)
 }
 
 func (s *streamSink) Event(ev []byte) error {
@@ -363,8 +364,24 @@ func (s *streamSink) Event(ev []byte) error {
 	if s.closed {
 		return errCallerGone
 	}
-	if _, err := s.w.Write(ev); err != nil {
-		return err
+	return s.write(ev)
+}
+
+// write writes b (if any) and flushes it to the caller within
+// writeTimeout; a caller that does not take it in time is gone. The
+// deadline is lifted after each write, so the time between events (the
+// model's, not the caller's) never counts, nor does the server's own
+// end of the response after the handler returns. Called with mu held.
+func (s *streamSink) write(b []byte) error {
+	if s.writeTimeout > 0 {
+		// A writer without deadlines (not net/http's) just writes.
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
+		defer s.rc.SetWriteDeadline(time.Time{})
+	}
+	if len(b) > 0 {
+		if _, err := s.w.Write(b); err != nil {
+			return err
+		}
 	}
 	return s.rc.Flush()
 }
@@ -385,8 +402,7 @@ func (s *streamSink) finish(res dispatch.Result) bool {
 			why = last.Err.Error()
 		}
 		b := api.NewErrorBody(api.ErrAPI, newRequestID(), "sluice: the upstream stream ended early (%s)", s.redact(why)).Marshal()
-		fmt.Fprintf(s.w, "event: error\ndata: %s\n\n", b)
-		s.rc.Flush()
+		s.write(fmt.Appendf(nil, "event: error\ndata: %s\n\n", b))
 	}
 	return true
 }

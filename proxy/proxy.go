@@ -53,6 +53,13 @@ type Config struct {
 	// arrival (default 60 s). Past it the caller gets a 429 (or the last
 	// upstream 429/529) with retry-after.
 	MaxWait time.Duration
+	// StreamWriteTimeout bounds one write of a stream's event to its
+	// caller (default 60 s). A caller that stops reading would otherwise
+	// hold its lane slot for as long as it keeps the connection open: the
+	// dispatcher's idle cut counts upstream silence, not a slow reader.
+	// Past it the caller is treated as gone: its stream is cut and the
+	// slot freed.
+	StreamWriteTimeout time.Duration
 	// StateDir keeps virtual batches across restarts; empty keeps them in
 	// memory only.
 	StateDir string
@@ -104,6 +111,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 60 * time.Second
+	}
+	if cfg.StreamWriteTimeout <= 0 {
+		cfg.StreamWriteTimeout = 60 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

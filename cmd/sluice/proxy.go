@@ -33,16 +33,17 @@ const envProxyToken = "SLUICE_PROXY_TOKEN"
 
 func proxyCmd() *cobra.Command {
 	var (
-		eng       engineFlags
-		listen    string
-		maxWait   time.Duration
-		grace     time.Duration
-		stateDir  string
-		cachePath string
-		cacheMode string
-		prefer    string
-		limits    string
-		idle      time.Duration
+		eng        engineFlags
+		listen     string
+		maxWait    time.Duration
+		grace      time.Duration
+		stateDir   string
+		cachePath  string
+		cacheMode  string
+		prefer     string
+		limits     string
+		idle       time.Duration
+		writeStall time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen 127.0.0.1:8787",
@@ -122,7 +123,7 @@ aborts them. See docs/proxy.md.`,
 			world := sync.OnceValues(func() (plan.World, error) { return rf.world(pool.Keys(), nil, log) })
 			planner := route.Planner(route.Options{Route: "auto", Prefer: prefer, Log: log, World: world})
 			px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token,
-				MaxWait: maxWait, StateDir: stateDir, Cache: ch, Logger: log, Plan: planner})
+				MaxWait: maxWait, StreamWriteTimeout: writeStall, StateDir: stateDir, Cache: ch, Logger: log, Plan: planner})
 			if err != nil {
 				return err
 			}
@@ -165,6 +166,7 @@ aborts them. See docs/proxy.md.`,
 	fl.StringVar(&prefer, "batch-prefer", "cost", "what the planner optimises for each Message Batch created through the proxy: cost, latency or balanced")
 	fl.StringVar(&limits, "limits-file", "", "the organizations' limits for the batch planner (see sluice plan --help); default: the etiquette caps")
 	fl.DurationVar(&idle, "stream-idle", dispatch.DefaultStreamIdle, "end a streamed answer that sends no event for this long (the API sends ping events)")
+	fl.DurationVar(&writeStall, "stream-write-timeout", 60*time.Second, "end a stream whose caller does not take one event for this long (it stopped reading), freeing its slot")
 	return cmd
 }
 
