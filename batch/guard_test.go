@@ -592,3 +592,81 @@ func TestProvisionalOnly(t *testing.T) {
 		}
 	})
 }
+
+// TestCancel: Cancel cancels every batch running at once (not at its next
+// scheduled poll), gives back the requests not yet in a batch with its
+// reason and the cancelled batches' rows as "sluice cancelled" re-routes,
+// and creates nothing more; a batch adopted through the list is never
+// cancelled.
+func TestCancel(t *testing.T) {
+	t.Run("running", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newWorld(t, slowBatches, "batch")
+			cfg := w.config()
+			cfg.WindowPerOrg = 20 // two chunks of 10 run, the third waits
+			cfg.PollMin, cfg.PollMax = 5*time.Minute, 5*time.Minute
+			reqs := requests(30)
+			var cancelsAtOnce atomic.Int64
+			cancelsAtOnce.Store(-1)
+			col, r, err := w.runWith(t, newCollector(t), cfg, reqs, nil, nil, func(r *Runner) {
+				go func() {
+					for w.created() < 2 {
+						time.Sleep(time.Second)
+					}
+					time.Sleep(30 * time.Second) // past the read-after-write window
+					r.Cancel("the caller cancelled")
+					time.Sleep(time.Second)
+					cancelsAtOnce.Store(w.sim.Stats().Orgs["batch"].Batches.CancelRequests)
+				}()
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(col.results) != 0 || len(col.reroutes) != 30 {
+				t.Fatalf("%d results, %d re-routed; want all 30 given back", len(col.results), len(col.reroutes))
+			}
+			byWhy := map[string]int{}
+			for _, why := range col.reroutes {
+				byWhy[why]++
+			}
+			if byWhy["the caller cancelled"] != 10 || byWhy["canceled row (sluice cancelled the batch)"] != 20 {
+				t.Errorf("re-route reasons %v", byWhy)
+			}
+			bs := w.sim.Stats().Orgs["batch"].Batches
+			if bs.Created != 2 || bs.CancelRequests != 2 {
+				t.Errorf("simulator batches %+v; want 2 created, both cancelled", bs)
+			}
+			if st := r.Stats(); st.Cancelled != 2 {
+				t.Errorf("stats %+v", st)
+			}
+			if ops := journalOps(t, w.journal); count(ops, opCancel) != 2 {
+				t.Errorf("journal ops %v", ops)
+			}
+			// Polls are 5 minutes apart: the cancels must not wait for one.
+			if n := cancelsAtOnce.Load(); n != 2 {
+				t.Errorf("%d cancel requests a second after Cancel, want 2", n)
+			}
+		})
+	})
+	t.Run("adopted", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newWorld(t, slowBatches, "batch")
+			reqs := requests(20)
+			cfg := w.config()
+			cfg.ChunkSize, cfg.StuckAfter = 20, 15*time.Minute
+			if _, _, err := w.run(t, cfg, reqs, nil, func(p string) bool { return p == "after-create" }); !errors.Is(err, errCrash) {
+				t.Fatalf("first run: %v", err)
+			}
+			_, r, err := w.runWith(t, newCollector(t), cfg, reqs, nil, nil, func(r *Runner) { r.Cancel("the caller cancelled") })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := r.Stats(); st.Adopted != 1 || st.Cancelled != 0 {
+				t.Errorf("stats %+v", st)
+			}
+			if bs := w.sim.Stats().Orgs["batch"].Batches; bs.CancelRequests != 0 {
+				t.Errorf("simulator batches %+v: an adopted batch was cancelled", bs)
+			}
+		})
+	})
+}

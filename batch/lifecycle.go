@@ -356,7 +356,12 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 	first := true
 	for {
 		if !first || c.fresh {
-			if err := sleep(ctx, r.nextWait(c, delay)); err != nil {
+			// A Cancel cuts the wait short for a batch it will cancel.
+			var wake <-chan struct{}
+			if c.cancelAt.IsZero() && !c.adopted {
+				wake = r.cancelled
+			}
+			if err := sleepOr(ctx, r.nextWait(c, delay), wake); err != nil {
 				return nil, err
 			}
 			delay = min(delay*3/2, r.cfg.PollMax)
@@ -375,7 +380,11 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 		if key == nil {
 			return nil, r.giveUp(c, "organization has no live key", true)
 		}
-		if !c.cancelAt.IsZero() && !c.canceled {
+		if why := r.cancelReason(); why != "" && c.cancelAt.IsZero() && !c.adopted {
+			if err := r.escape(ctx, c, key, why); err != nil {
+				return nil, err
+			}
+		} else if !c.cancelAt.IsZero() && !c.canceled {
 			if err := r.sendCancel(ctx, c, key); err != nil {
 				return nil, err
 			}
@@ -644,11 +653,17 @@ func (r *Runner) drop(c *chunk) error {
 }
 
 // sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
+func sleep(ctx context.Context, d time.Duration) error { return sleepOr(ctx, d, nil) }
+
+// sleepOr waits d, or until wake is closed (nil: never), or until ctx
+// ends.
+func sleepOr(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:
+		return nil
+	case <-wake:
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)

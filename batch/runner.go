@@ -80,6 +80,8 @@ type Runner struct {
 	space       chan struct{} // closed when pending shrinks
 	stats       Stats
 	fatal       error
+	cancelWhy   string        // set by Cancel: no batch is created any more
+	cancelled   chan struct{} // closed by Cancel: wakes the chunks' polls
 
 	kick chan struct{}
 	cbMu sync.Mutex // serializes callbacks
@@ -210,7 +212,7 @@ func New(cfg Config) (*Runner, error) {
 		recovered: map[string]*chunk{}, parked: map[string]*parkedRow{},
 		durWait: map[string]*chunk{}, claimed: map[string]bool{},
 		heldBack: map[string]string{}, holds: map[string]bool{}, warned: map[string]bool{}, byteCap: cfg.MaxChunkBytes,
-		space: make(chan struct{}), kick: make(chan struct{}, 1), bgKick: make(chan struct{}, 1),
+		space: make(chan struct{}), kick: make(chan struct{}, 1), bgKick: make(chan struct{}, 1), cancelled: make(chan struct{}),
 	}
 	for _, k := range cfg.Keys {
 		if dead, _ := k.Dead(); dead {
@@ -443,6 +445,34 @@ func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
 	r.mu.Unlock()
 	r.poke()
 	return nil
+}
+
+// Cancel is for a caller that no longer wants the answers (a cancelled
+// virtual batch), not for a stop that will resume (that is Run's ctx):
+// no batch is created any more, the requests waiting to be cut into one
+// and any submitted later are given back through OnReroute with why, and
+// each batch running is cancelled at once — its ended rows are harvested
+// as usual, the rest come back through OnReroute. A batch adopted through
+// the list may be a colleague's and is never cancelled. Safe to call
+// more than once and from any goroutine; the first why counts.
+func (r *Runner) Cancel(why string) {
+	r.mu.Lock()
+	if r.cancelWhy == "" {
+		if why == "" {
+			why = "cancelled"
+		}
+		r.cancelWhy = why
+		close(r.cancelled)
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// cancelReason is Cancel's why, or "". Takes r.mu.
+func (r *Runner) cancelReason() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cancelWhy
 }
 
 // CloseInput says no more requests will be submitted: a partial chunk may
@@ -762,6 +792,8 @@ func (r *Runner) cutoff() time.Time {
 // Requires r.mu.
 func (r *Runner) noBatch(now time.Time) string {
 	switch {
+	case r.cancelWhy != "":
+		return r.cancelWhy
 	case r.cfg.HarvestOnly:
 		return "this run only finishes journaled batches"
 	case r.noLiveOrg():

@@ -84,6 +84,15 @@ func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
 		}
 	})
 	if br != nil {
+		// A cancelled virtual batch cancels the Message Batches holding
+		// its rows, as the API stops processing a cancelled batch's rows;
+		// a shutdown does not (a restart adopts them).
+		stopCancel := context.AfterFunc(b.ctx, func() {
+			if errors.Is(context.Cause(b.ctx), errBatchCanceled) {
+				br.r.Cancel("the virtual batch was canceled")
+			}
+		})
+		defer stopCancel()
 		ran := make(chan error, 1)
 		go func() { ran <- br.r.Run(p.life) }()
 		wg.Go(func() {

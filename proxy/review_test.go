@@ -620,3 +620,70 @@ func TestRestartAdoptsUpstreamBatches(t *testing.T) {
 		t.Errorf("%d requests were answered twice", x)
 	}
 }
+
+// TestCancelStopsUpstreamBatches: cancelling a virtual batch whose rows
+// run in a Message Batch upstream cancels that batch too, so the rows not
+// yet processed are neither processed nor billed: they end canceled, as
+// on the API. A proxy that stopped after it recorded the cancel but
+// before the upstream cancel cancels the batch when it restarts.
+func TestCancelStopsUpstreamBatches(t *testing.T) {
+	for _, restart := range []bool{false, true} {
+		t.Run(fmt.Sprintf("restart=%v", restart), func(t *testing.T) {
+			dir := t.TempDir()
+			slow := func(c *sim.Config) {
+				c.Batch.AdmissionBase = sim.Duration(100 * time.Minute) // 6 s real at time scale 1000
+			}
+			opts := options{world: slow, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Plan = batchRouting }}
+			e := newEnv(t, opts)
+			rows := make([]map[string]any, 8)
+			for i := range rows {
+				rows[i] = map[string]any{"custom_id": fmt.Sprintf("r%d", i), "params": message(fmt.Sprintf("row %d", i))}
+			}
+			_, b := e.do("POST", "/v1/messages/batches", map[string]any{"requests": rows})
+			var created api.MessageBatch
+			json.Unmarshal(b, &created)
+			waitUntil(t, func() bool { c, _, _ := simBatches(e.sim); return c > 0 }, "the upstream batch")
+			served := e
+			if restart {
+				// Stopped after the cancel was saved, before it reached
+				// upstream: the batch's file says canceling.
+				e.close()
+				path := filepath.Join(dir, created.ID+".json")
+				raw, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var meta map[string]any
+				if err := json.Unmarshal(raw, &meta); err != nil {
+					t.Fatal(err)
+				}
+				meta["cancel_initiated_at"] = time.Now().UTC()
+				raw, _ = json.Marshal(meta)
+				if err := os.WriteFile(path, raw, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				opts.simOf = e
+				served = newEnv(t, opts)
+			} else if resp, b := e.do("POST", "/v1/messages/batches/"+created.ID+"/cancel", nil); resp.StatusCode != 200 {
+				t.Fatalf("cancel: %d %s", resp.StatusCode, b)
+			}
+			done := make(chan api.MessageBatch, 1)
+			go func() { done <- served.pollBatch(created.ID) }()
+			m := within(t, done, "the cancelled batch ending")
+			if want := (api.RequestCounts{Canceled: 8}); m.RequestCounts != want {
+				t.Errorf("counts %+v, want %+v", m.RequestCounts, want)
+			}
+			var cancels, succeeded int64
+			for _, o := range e.sim.Stats().Orgs {
+				cancels += o.Batches.CancelRequests
+				succeeded += o.Batches.Succeeded
+			}
+			if cancels != 1 || succeeded != 0 {
+				t.Errorf("upstream: %d cancel requests, %d rows processed; want the batch cancelled before any row ran", cancels, succeeded)
+			}
+			if _, _, messages := simBatches(e.sim); messages != 0 {
+				t.Errorf("%d rows were sent as Messages calls after the cancel", messages)
+			}
+		})
+	}
+}
