@@ -648,6 +648,29 @@ func TestCancel(t *testing.T) {
 			}
 		})
 	})
+	t.Run("while a create is under way", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			w := newWorld(t, slowBatches, "batch")
+			cfg := w.config()
+			var runner *Runner
+			cancelAt := func(p string) bool {
+				if p == "before-create" {
+					runner.Cancel("the caller cancelled")
+				}
+				return false
+			}
+			col, _, err := w.runWith(t, newCollector(t), cfg, requests(10), nil, cancelAt, func(r *Runner) { runner = r })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := w.created(); n != 0 || len(col.reroutes) != 10 {
+				t.Errorf("%d batches created, %d requests re-routed; want none created, all 10 given back", n, len(col.reroutes))
+			}
+			if ops := journalOps(t, w.journal); count(ops, opIntent) != 1 || count(ops, opAbandoned) != 1 {
+				t.Errorf("journal ops %v: want the intent closed as abandoned", ops)
+			}
+		})
+	})
 	t.Run("adopted", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			w := newWorld(t, slowBatches, "batch")

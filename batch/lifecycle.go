@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"time"
@@ -80,6 +81,9 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 	if key == nil {
 		return false, r.abandon(c, "organization has no live key", moveRequeue)
 	}
+	if why := r.cancelReason(); why != "" {
+		return false, r.abandon(c, why, moveReroute) // cut before a Cancel
+	}
 	now := r.now()
 	if co := r.cutoff(); !co.IsZero() && !now.Before(co) {
 		// Cut just before the cutoff: re-route rather than create.
@@ -98,6 +102,9 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 	c.journaled = true
 	if r.crash("before-create") {
 		return false, errCrash
+	}
+	if why := r.cancelReason(); why != "" {
+		return false, r.abandon(c, why, moveReroute) // a Cancel while the intent was written
 	}
 	out := r.cfg.Client.Do(ctx, key, "POST", batchesPath, body)
 	var b api.MessageBatch
@@ -536,7 +543,11 @@ func (r *Runner) sendCancel(ctx context.Context, c *chunk, key *keys.Key) error 
 		ok = b.ProcessingStatus == api.BatchCanceling || b.ProcessingStatus == api.BatchEnded
 	}
 	if !ok {
-		r.log.Warn("batch: cancel failed; trying again on the next poll", "org", c.org.label, "batch", c.batch, "err", out.Err)
+		level := slog.LevelWarn
+		if out.Status == http.StatusNotFound && r.now().Sub(c.created) <= r.cfg.CreateGrace {
+			level = slog.LevelDebug // expected: the batch is not visible yet
+		}
+		r.log.Log(ctx, level, "batch: cancel failed; trying again on the next poll", "org", c.org.label, "batch", c.batch, "err", out.Err)
 		return nil
 	}
 	c.canceled = true

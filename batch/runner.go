@@ -450,7 +450,8 @@ func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
 // Cancel is for a caller that no longer wants the answers (a cancelled
 // virtual batch), not for a stop that will resume (that is Run's ctx):
 // no batch is created any more, the requests waiting to be cut into one
-// and any submitted later are given back through OnReroute with why, and
+// and any submitted later are given back through OnReroute with why
+// (except a request a resumed chunk carries: it joins that chunk), and
 // each batch running is cancelled at once — its ended rows are harvested
 // as usual, the rest come back through OnReroute. A batch adopted through
 // the list may be a colleague's and is never cancelled. Safe to call

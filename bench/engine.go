@@ -264,6 +264,10 @@ func (r EngineResult) Print(w io.Writer) {
 	if r.Predicted > 0 {
 		fmt.Fprintf(w, "  binding limit from the world's configuration: %.0f req/s (%s); steady ÷ binding = %.3f\n", r.Predicted, r.Binding, r.Efficiency())
 	}
-	fmt.Fprintf(w, "  simulator: %d admitted, %d × 429 (%.2f%%), %d extra answers; peak RSS of this process %.0f MB\n",
-		r.Admitted, r.Limited, r.Pct429(), r.Extra, r.PeakRSSMB)
+	rss := "not measured on this system"
+	if r.PeakRSSMB > 0 {
+		rss = fmt.Sprintf("%.0f MB", r.PeakRSSMB)
+	}
+	fmt.Fprintf(w, "  simulator: %d admitted, %d × 429 (%.2f%%), %d extra answers; peak RSS of this process %s\n",
+		r.Admitted, r.Limited, r.Pct429(), r.Extra, rss)
 }

@@ -591,17 +591,20 @@ func (p *Proxy) handleBatchRetrieve(w http.ResponseWriter, r *http.Request) {
 	p.withBatch(w, r, func(b *vbatch) { writeJSON(w, 200, b.object(r)) })
 }
 
-// handleBatchCancel starts a cancel: rows not yet sent become canceled;
-// rows in flight, and rows already in a batch of the API's, finish.
-// Cancelling a batch already canceling or ended returns it unchanged.
+// handleBatchCancel starts a cancel: rows not yet sent become canceled,
+// rows in flight finish, and the Message Batches holding its rows are
+// cancelled upstream (see driveBatch). The cancel is saved before it
+// takes effect, so a restart in between still treats the batch as
+// cancelled. Cancelling a batch already canceling or ended returns it
+// unchanged.
 func (p *Proxy) handleBatchCancel(w http.ResponseWriter, r *http.Request) {
 	p.withBatch(w, r, func(b *vbatch) {
 		b.mu.Lock()
 		if b.endedAt == nil && b.cancelAt == nil {
 			now := p.now().UTC()
 			b.cancelAt = &now
-			b.cancel(errBatchCanceled)
 			p.batches.saveLogged(b)
+			b.cancel(errBatchCanceled)
 		}
 		b.mu.Unlock()
 		writeJSON(w, 200, b.object(r))

@@ -368,10 +368,13 @@ func (s *streamSink) Event(ev []byte) error {
 }
 
 // write writes b (if any) and flushes it to the caller within
-// writeTimeout; a caller that does not take it in time is gone. The
-// deadline is lifted after each write, so the time between events (the
-// model's, not the caller's) never counts, nor does the server's own
-// end of the response after the handler returns. Called with mu held.
+// writeTimeout; a caller whose connection does not take it in time (its
+// socket buffers full: it stopped reading) is gone. The deadline is
+// lifted after each write, so the time between events (the model's, not
+// the caller's) never counts. On HTTP/1.1 the deadline is the
+// connection's; an embedder serving HTTP/2 needs the server's
+// HTTP2Config.WriteByteTimeout as well, since a stream reset cannot reach
+// a caller that stopped reading the whole connection. Called with mu held.
 func (s *streamSink) write(b []byte) error {
 	if s.writeTimeout > 0 {
 		// A writer without deadlines (not net/http's) just writes.
@@ -410,6 +413,12 @@ func (s *streamSink) finish(res dispatch.Result) bool {
 func (s *streamSink) close() {
 	s.mu.Lock()
 	s.closed = true
+	if s.begun && s.writeTimeout > 0 {
+		// What net/http writes after the handler returns (the end of the
+		// chunked body) is bounded too; it lifts the deadline itself once
+		// the response is finished.
+		_ = s.rc.SetWriteDeadline(time.Now().Add(s.writeTimeout))
+	}
 	s.mu.Unlock()
 }
 

@@ -58,7 +58,7 @@ type Config struct {
 	// hold its lane slot for as long as it keeps the connection open: the
 	// dispatcher's idle cut counts upstream silence, not a slow reader.
 	// Past it the caller is treated as gone: its stream is cut and the
-	// slot freed.
+	// slot freed. Negative: no bound.
 	StreamWriteTimeout time.Duration
 	// StateDir keeps virtual batches across restarts; empty keeps them in
 	// memory only.
@@ -112,7 +112,7 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 60 * time.Second
 	}
-	if cfg.StreamWriteTimeout <= 0 {
+	if cfg.StreamWriteTimeout == 0 {
 		cfg.StreamWriteTimeout = 60 * time.Second
 	}
 	if cfg.Logger == nil {

@@ -646,7 +646,14 @@ func TestCancelStopsUpstreamBatches(t *testing.T) {
 			served := e
 			if restart {
 				// Stopped after the cancel was saved, before it reached
-				// upstream: the batch's file says canceling.
+				// upstream: the batch's file says canceling. (Once the
+				// journal has the create: a batch whose create was cut
+				// short is adopted through the list, and an adopted
+				// batch is never cancelled.)
+				waitUntil(t, func() bool {
+					j, _ := os.ReadFile(filepath.Join(dir, created.ID+".batch-journal"))
+					return bytes.Contains(j, []byte(`"op":"created"`))
+				}, "the create in the journal")
 				e.close()
 				path := filepath.Join(dir, created.ID+".json")
 				raw, err := os.ReadFile(path)

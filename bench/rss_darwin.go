@@ -1,0 +1,13 @@
+package bench
+
+import "syscall"
+
+// peakRSSMB is this process's peak resident set so far, in MiB (macOS
+// reports ru_maxrss in bytes).
+func peakRSSMB() float64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / (1 << 20)
+}
