@@ -479,6 +479,13 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 			q.pop()
 			d.launch(it, ls, tk, now)
 		}
+		if q.len() == 0 {
+			// Nothing waits: a lane at its limit now is not holding
+			// work back (the report's binding limit counts waiting).
+			for _, ls := range lanes {
+				ls.l.Idle(now)
+			}
+		}
 	}
 	return wake
 }

@@ -575,3 +575,52 @@ func TestSecondRunOnOneOutputIsRefused(t *testing.T) {
 	}
 	e.checkExactlyOnce()
 }
+
+// TestReportNamesTheBindingLimit: the report's binding limit is the limit
+// work waited on longest — the output-tokens bucket in a world with a low
+// output-token limit, the etiquette cap when the cap is far below every
+// limit. (In the first, the lanes refuse by concurrency more often than by
+// tokens — each finished request frees a slot the scheduler asks about —
+// though they wait on tokens twenty times longer: counting refusals named
+// the wrong limit.)
+func TestReportNamesTheBindingLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		world func(*sim.Config)
+		caps  map[api.Family]int
+		want  string
+	}{
+		{"output tokens", func(c *sim.Config) {
+			// A third of a minute's tokens in the bucket, so the job
+			// (about 48,000 output tokens per org) outruns it: 200,000
+			// per real minute at time scale 200, 66,667 of them at once.
+			c.BucketWindow = sim.Duration(20 * time.Second)
+			for i := range c.Orgs {
+				l := c.Orgs[i].Limits[api.PoolSonnet4]
+				l.OTPM = 1_000
+				c.Orgs[i].Limits[api.PoolSonnet4] = l
+			}
+		}, nil, "output_tokens"},
+		{"etiquette cap", nil, map[api.Family]int{api.FamilySonnet: 2}, "etiquette cap"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, 1000, tc.world)
+			o := e.options()
+			o.Dispatch.Caps = tc.caps
+			rep, err := e.run(o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Succeeded != 1000 {
+				t.Fatalf("%d succeeded, want 1000", rep.Succeeded)
+			}
+			if rep.BindingLimit != tc.want {
+				var waited []map[string]float64
+				for _, l := range rep.Lanes {
+					waited = append(waited, l.WaitedSeconds)
+				}
+				t.Errorf("binding limit %q, want %q; lanes waited %v", rep.BindingLimit, tc.want, waited)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/lane"
 )
 
 // Report is what a run did; --report writes it as JSON.
@@ -81,9 +82,14 @@ type LaneReport struct {
 	Dead         bool    `json:"dead"`
 	Decreases    int64   `json:"decreases"`
 	PausedSecond float64 `json:"paused_seconds"`
-	// Refusals counts why the lane said "not now" while work waited.
-	Refusals      map[string]int64 `json:"refusals"`
-	MeanLatencyMs int64            `json:"mean_latency_ms"`
+	// Refusals counts why the lane said "not now" while work waited (by
+	// budget refusal: concurrency, requests, input_tokens, output_tokens).
+	Refusals map[string]int64 `json:"refusals"`
+	// WaitedSeconds is how long work waited on the lane, by the limit
+	// that held it back (lane.Wait names); the binding limit is the
+	// largest sum over lanes.
+	WaitedSeconds map[string]float64 `json:"waited_seconds,omitempty"`
+	MeanLatencyMs int64              `json:"mean_latency_ms"`
 }
 
 // KeyReport is one key, by label and last four characters only.
@@ -105,7 +111,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, w
 	if wall > 0 {
 		r.ThroughputRPM = float64(st.OK+st.Final+st.Transport) / wall.Minutes()
 	}
-	binding := map[string]int64{}
+	waited := map[string]time.Duration{}
 	for _, v := range lanes {
 		lr := LaneReport{
 			Org: v.Org, Pool: string(v.Pool), Attempts: v.Attempts, OK: v.OK,
@@ -121,22 +127,33 @@ func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, w
 			if i == int(budget.Granted) || n == 0 {
 				continue
 			}
-			name := budget.Refusal(i).String()
-			if name == "concurrency" && v.State.Limit >= v.State.Cap {
-				name = "etiquette cap"
-			} else if name == "concurrency" {
-				name = "concurrency (ramp/AIMD)"
+			lr.Refusals[budget.Refusal(i).String()] = n
+		}
+		for w, d := range v.State.Stats.Waited {
+			if d <= 0 {
+				continue
 			}
-			lr.Refusals[name] = n
-			binding[name] += n
+			name := lane.Wait(w).String()
+			if lr.WaitedSeconds == nil {
+				lr.WaitedSeconds = map[string]float64{}
+			}
+			lr.WaitedSeconds[name] = d.Seconds()
+			waited[name] += d
 		}
 		r.Lanes = append(r.Lanes, lr)
 	}
+	// The binding limit is the one work waited on longest, summed over
+	// the lanes (ties: the first name in sorted order, so it is stable).
 	r.BindingLimit = "none observed (the input ran out first)"
-	var best int64
-	for name, n := range binding {
-		if n > best {
-			best, r.BindingLimit = n, name
+	var best time.Duration
+	names := make([]string, 0, len(waited))
+	for name := range waited {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		if d := waited[name]; d > best {
+			best, r.BindingLimit = d, name
 		}
 	}
 	r.Cost = l.Snapshot()

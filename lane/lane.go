@@ -153,6 +153,9 @@ type Lane struct {
 	latency      float64 // EWMA of latency, seconds
 	lowHeadroom  bool    // a bucket fell under the reserve in the last headers
 	stats        Stats
+	waiting      bool // a Waited period is open: since waitSince, for waitWhy
+	waitWhy      Wait
+	waitSince    time.Time
 }
 
 // Stats counts a lane's life.
@@ -165,7 +168,31 @@ type Stats struct {
 	Pauses     int64
 	Refusals   [5]int64 // by budget.Refusal, counted when work was waiting
 	PausedTime time.Duration
+	// Waited is how long work waited on the lane, by what held it back:
+	// a period starts at a refusal and ends at the next admission, at a
+	// refusal for another reason, or when no work is left waiting (Idle).
+	// Unlike Refusals, which count how often the dispatcher asked, it
+	// says which limit bound the lane.
+	Waited [NumWaits]time.Duration
 }
+
+// Wait says what held work back on a lane.
+type Wait int
+
+// Waits.
+const (
+	WaitCap          Wait = iota // concurrency at the etiquette cap
+	WaitRamp                     // concurrency under the cap: the warm-up ramp or AIMD back-off
+	WaitRequests                 // the requests bucket (less the reserve)
+	WaitInputTokens              // the input-tokens bucket
+	WaitOutputTokens             // the output-tokens bucket
+	WaitPause                    // a pause after a 429 or 529 (retry-after)
+	NumWaits
+)
+
+var waitNames = [NumWaits]string{"etiquette cap", "concurrency (ramp/AIMD)", "requests", "input_tokens", "output_tokens", "retry-after pause"}
+
+func (w Wait) String() string { return waitNames[w] }
 
 // New returns a lane whose ramp starts at now.
 func New(cfg Config, b budget.Budget, now time.Time) *Lane {
@@ -215,15 +242,52 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if now.Before(l.pausedUntil) {
+		l.waitFor(now, WaitPause)
 		return Ticket{}, budget.ByRequests, l.pausedUntil.Sub(now)
 	}
-	taken, r, wait := l.budget.TryTake(now, l.limitLocked(now), l.cfg.Reserve, d)
+	limit := l.limitLocked(now)
+	taken, r, wait := l.budget.TryTake(now, limit, l.cfg.Reserve, d)
 	if r != budget.Granted {
 		l.stats.Refusals[r]++
+		why := WaitRequests + Wait(r-budget.ByRequests)
+		if r == budget.ByConcurrency {
+			why = WaitRamp
+			if limit >= l.cfg.Cap {
+				why = WaitCap
+			}
+		}
+		l.waitFor(now, why)
 		return Ticket{}, r, wait
 	}
+	l.endWait(now)
 	l.stats.Admitted++
 	return Ticket{charged: d, taken: taken, est: estInput, at: now}, budget.Granted, 0
+}
+
+// Idle says no work waits for the lane at now: an open Waited period
+// ends.
+func (l *Lane) Idle(now time.Time) {
+	l.mu.Lock()
+	l.endWait(now)
+	l.mu.Unlock()
+}
+
+// waitFor opens a Waited period for why at now, ending one for another
+// reason. Requires l.mu.
+func (l *Lane) waitFor(now time.Time, why Wait) {
+	if l.waiting && l.waitWhy == why {
+		return
+	}
+	l.endWait(now)
+	l.waiting, l.waitWhy, l.waitSince = true, why, now
+}
+
+// endWait ends the open Waited period, if any, at now. Requires l.mu.
+func (l *Lane) endWait(now time.Time) {
+	if l.waiting {
+		l.stats.Waited[l.waitWhy] += max(now.Sub(l.waitSince), 0)
+		l.waiting = false
+	}
 }
 
 // Done settles an admitted attempt with what came of it.
@@ -349,11 +413,15 @@ func (l *Lane) State(now time.Time) State {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	s := l.budget.Snapshot(now)
-	return State{
+	st := State{
 		Limit: l.limitLocked(now), Cap: l.cfg.Cap, InFlight: s.InUse,
 		Paused: now.Before(l.pausedUntil), LowHeadroom: l.lowHeadroom,
 		OutMean: l.outMean, InScale: l.inScale,
 		Latency: time.Duration(l.latency * float64(time.Second)),
 		Buckets: s.Buckets, Stats: l.stats,
 	}
+	if l.waiting { // the open period, up to now
+		st.Stats.Waited[l.waitWhy] += max(now.Sub(l.waitSince), 0)
+	}
+	return st
 }

@@ -182,3 +182,43 @@ func TestHeadroomPrefersEmptierLane(t *testing.T) {
 		t.Fatalf("headroom a=%v b=%v, want b (0.9) > a (0.5)", ha, hb)
 	}
 }
+
+// TestWaitedTimesWhatHeldWorkBack: a waiting period runs from a refusal to
+// the next admission, a refusal for another reason, or Idle; refusals of
+// one reason repeated inside it do not add time; concurrency is split by
+// whether the limit had reached the cap; State includes the open period.
+func TestWaitedTimesWhatHeldWorkBack(t *testing.T) {
+	l := newLane(Config{Cap: 2, Start: 1, RampDoubling: 10 * time.Second})
+	s := func(d int) time.Time { return at(time.Duration(d) * time.Second) }
+	a, _, _ := l.TryAcquire(s(0), one, 100) // limit 1 (ramp): taken
+	for _, d := range []int{1, 2, 3} {      // asked three times, one period
+		if _, r, _ := l.TryAcquire(s(d), one, 100); r != budget.ByConcurrency {
+			t.Fatalf("t=%ds: %v, want ByConcurrency", d, r)
+		}
+	}
+	l.Done(s(4), a, Result{Signal: Clean, Reached: true})
+	b, r, _ := l.TryAcquire(s(5), one, 100) // ramp period 1 s → 5 s: 4 s
+	if r != budget.Granted {
+		t.Fatal(r)
+	}
+	c, _, _ := l.TryAcquire(s(10), one, 100) // limit 2 (the cap) at 10 s
+	if _, r, _ := l.TryAcquire(s(10), one, 100); r != budget.ByConcurrency {
+		t.Fatalf("at the cap: %v", r)
+	}
+	l.Idle(s(13)) // cap period 10 s → 13 s: 3 s
+	l.Done(s(14), b, Result{Signal: Congested, RetryAfter: 6 * time.Second, Reached: true})
+	l.TryAcquire(s(15), one, 100) // paused 14 s → 20 s: open from 15 s
+	st := l.State(s(18))
+	want := [NumWaits]time.Duration{WaitRamp: 4 * time.Second, WaitCap: 3 * time.Second, WaitPause: 3 * time.Second}
+	if st.Stats.Waited != want {
+		t.Errorf("Waited at 18 s = %v, want %v", st.Stats.Waited, want)
+	}
+	l.Idle(s(16)) // a clock read out of order never subtracts
+	l.Done(s(20), c, Result{Signal: Clean, Reached: true})
+	if got := l.State(s(30)).Stats.Waited[WaitPause]; got != time.Second {
+		t.Errorf("pause waited %v after Idle at 16 s, want 1 s", got)
+	}
+	if got := l.State(s(30)).Stats.Refusals[budget.ByConcurrency]; got != 4 {
+		t.Errorf("concurrency refusals %d, want 4 (refusal counts unchanged)", got)
+	}
+}
