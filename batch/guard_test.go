@@ -648,7 +648,7 @@ func TestCancel(t *testing.T) {
 			}
 		})
 	})
-	t.Run("while a create is under way", func(t *testing.T) {
+	t.Run("after the intent is written", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			w := newWorld(t, slowBatches, "batch")
 			cfg := w.config()

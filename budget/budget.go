@@ -136,9 +136,9 @@ func (b *bucket) need(now time.Time, n, reserve float64) time.Duration {
 func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (Demand, Refusal, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.inUse >= limit {
-		return Demand{}, ByConcurrency, 0
-	}
+	// The buckets first: when a bucket and the permits both refuse, the
+	// bucket is what binds (a free permit would not let the request go),
+	// and its wait is the one worth waking for.
 	worst, wait := Granted, time.Duration(0)
 	for i := range l.buckets {
 		if w := l.buckets[i].need(now, d[i], reserve); w > wait {
@@ -147,6 +147,9 @@ func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (De
 	}
 	if worst != Granted {
 		return Demand{}, worst, wait
+	}
+	if l.inUse >= limit {
+		return Demand{}, ByConcurrency, 0
 	}
 	l.inUse++
 	var taken Demand

@@ -131,6 +131,7 @@ type Dispatcher struct {
 	byPool  map[api.Pool][]*laneState
 	queues  map[api.Pool]*fifo
 	retries retryHeap
+	backoff map[api.Pool]int // items of each pool in retries
 	queued  int
 	flying  int
 
@@ -229,7 +230,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		orgs:   map[string]*orgState{},
 		submit: make(chan *item), withdraw: make(chan *item), closed: make(chan struct{}), served: make(chan struct{}),
-		lanes: map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
+		lanes: map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{}, backoff: map[api.Pool]int{},
 	}
 	d.attemptCtx, d.abortAttempt = context.WithCancel(context.Background())
 	sumCap := 0
@@ -321,7 +322,7 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 	defer close(d.served)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
-	stopping := false
+	stopping, idled := false, false
 	accepting := true
 	for {
 		now := d.now()
@@ -337,6 +338,11 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 				d.err = ErrNoLiveKey
 				stopping = true
 			}
+		}
+		if stopping && !idled {
+			// Nothing is admitted any more: the drain is nobody's wait.
+			idle(d.laneList, now)
+			idled = true
 		}
 		if stopping && d.flying == 0 {
 			d.abortQueued()
@@ -449,6 +455,7 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 	// Retries whose time has come go to the front of their pool's queue.
 	for d.retries.Len() > 0 && !d.retries[0].due.After(now) {
 		it := heap.Pop(&d.retries).(*item)
+		d.backoff[it.pool]--
 		if it.where == atEnd {
 			continue // withdrawn while it waited
 		}
@@ -479,12 +486,11 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 			q.pop()
 			d.launch(it, ls, tk, now)
 		}
-		if q.len() == 0 {
-			// Nothing waits: a lane at its limit now is not holding
-			// work back (the report's binding limit counts waiting).
-			for _, ls := range lanes {
-				ls.l.Idle(now)
-			}
+		if q.len() == 0 && d.backoff[pool] == 0 {
+			// Nothing waits, not even in backoff: a lane at its limit
+			// now is not holding work back (the report's binding limit
+			// counts waiting).
+			idle(lanes, now)
 		}
 	}
 	return wake
@@ -501,6 +507,7 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (*laneSta
 	c := cs[:0]
 	for _, ls := range lanes {
 		if len(ls.org.keys) == 0 {
+			ls.l.Idle(now) // dead: holds nothing back from here on
 			continue
 		}
 		c = append(c, cand{ls, ls.l.Headroom(now)})
@@ -623,6 +630,7 @@ func (d *Dispatcher) finish(a *attempt) {
 	d.queued++
 	it.where = atRetry
 	heap.Push(&d.retries, it)
+	d.backoff[it.pool]++
 	if it.onWait != nil {
 		it.onWait()
 	}
@@ -753,7 +761,15 @@ func (d *Dispatcher) abortQueued() {
 	for d.retries.Len() > 0 {
 		abort(heap.Pop(&d.retries).(*item))
 	}
+	clear(d.backoff)
 	d.queued = 0
+}
+
+// idle tells each lane that no work waits for it at now.
+func idle(lanes []*laneState, now time.Time) {
+	for _, ls := range lanes {
+		ls.l.Idle(now)
+	}
 }
 
 // count updates the per-lane statistics.

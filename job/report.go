@@ -129,16 +129,16 @@ func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, w
 			}
 			lr.Refusals[budget.Refusal(i).String()] = n
 		}
-		for w, d := range v.State.Stats.Waited {
-			if d <= 0 {
+		for w, dur := range v.State.Stats.Waited {
+			if dur <= 0 {
 				continue
 			}
 			name := lane.Wait(w).String()
 			if lr.WaitedSeconds == nil {
 				lr.WaitedSeconds = map[string]float64{}
 			}
-			lr.WaitedSeconds[name] = d.Seconds()
-			waited[name] += d
+			lr.WaitedSeconds[name] = dur.Seconds()
+			waited[name] += dur
 		}
 		r.Lanes = append(r.Lanes, lr)
 	}

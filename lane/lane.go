@@ -170,9 +170,11 @@ type Stats struct {
 	PausedTime time.Duration
 	// Waited is how long work waited on the lane, by what held it back:
 	// a period starts at a refusal and ends at the next admission, at a
-	// refusal for another reason, or when no work is left waiting (Idle).
-	// Unlike Refusals, which count how often the dispatcher asked, it
-	// says which limit bound the lane.
+	// refusal for another reason, or at Idle (the dispatcher's: nothing of
+	// the lane's pool queued or in backoff, the lane dead, or the run
+	// stopping). Unlike Refusals, which count how often the dispatcher
+	// asked, it says which limit bound the lane. When a bucket and the
+	// concurrency limit both refuse, the budget names the bucket.
 	Waited [NumWaits]time.Duration
 }
 
@@ -249,12 +251,19 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	taken, r, wait := l.budget.TryTake(now, limit, l.cfg.Reserve, d)
 	if r != budget.Granted {
 		l.stats.Refusals[r]++
-		why := WaitRequests + Wait(r-budget.ByRequests)
-		if r == budget.ByConcurrency {
+		var why Wait
+		switch r {
+		case budget.ByConcurrency:
 			why = WaitRamp
 			if limit >= l.cfg.Cap {
 				why = WaitCap
 			}
+		case budget.ByRequests:
+			why = WaitRequests
+		case budget.ByInputTokens:
+			why = WaitInputTokens
+		default:
+			why = WaitOutputTokens
 		}
 		l.waitFor(now, why)
 		return Ticket{}, r, wait

@@ -213,12 +213,29 @@ func TestWaitedTimesWhatHeldWorkBack(t *testing.T) {
 	if st.Stats.Waited != want {
 		t.Errorf("Waited at 18 s = %v, want %v", st.Stats.Waited, want)
 	}
-	l.Idle(s(16)) // a clock read out of order never subtracts
+	l.Idle(s(16))
 	l.Done(s(20), c, Result{Signal: Clean, Reached: true})
 	if got := l.State(s(30)).Stats.Waited[WaitPause]; got != time.Second {
 		t.Errorf("pause waited %v after Idle at 16 s, want 1 s", got)
 	}
-	if got := l.State(s(30)).Stats.Refusals[budget.ByConcurrency]; got != 4 {
+	// A clock read out of order never subtracts.
+	l.Done(s(30), tkAt(t, l, s(30)), Result{Signal: Congested, RetryAfter: 10 * time.Second, Reached: true})
+	l.TryAcquire(s(35), one, 100) // a pause period opens at 35 s
+	l.Idle(s(34))
+	if got := l.State(s(40)).Stats.Waited[WaitPause]; got != time.Second {
+		t.Errorf("pause waited %v after an Idle read before its start, want still 1 s", got)
+	}
+	if got := l.State(s(40)).Stats.Refusals[budget.ByConcurrency]; got != 4 {
 		t.Errorf("concurrency refusals %d, want 4 (refusal counts unchanged)", got)
 	}
+}
+
+// tkAt acquires a ticket at now, failing the test if it is refused.
+func tkAt(t *testing.T, l *Lane, now time.Time) Ticket {
+	t.Helper()
+	tk, r, _ := l.TryAcquire(now, one, 100)
+	if r != budget.Granted {
+		t.Fatalf("acquire at %v: %v", now.Sub(t0), r)
+	}
+	return tk
 }

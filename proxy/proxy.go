@@ -58,7 +58,7 @@ type Config struct {
 	// hold its lane slot for as long as it keeps the connection open: the
 	// dispatcher's idle cut counts upstream silence, not a slow reader.
 	// Past it the caller is treated as gone: its stream is cut and the
-	// slot freed. Negative: no bound.
+	// slot freed. Zero: 60 s; negative: no bound.
 	StreamWriteTimeout time.Duration
 	// StateDir keeps virtual batches across restarts; empty keeps them in
 	// memory only.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/leakcheck"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/keys"
@@ -36,12 +37,14 @@ var (
 	buildErr  error
 )
 
+// TestMain removes the binary the end-to-end tests built, and fails the
+// package if its tests leave goroutines running.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
+	leakcheck.Main(m, func() {
+		if buildDir != "" {
+			os.RemoveAll(buildDir)
+		}
+	})
 }
 
 // sluiceBin returns the path of the sluice binary, building it on first

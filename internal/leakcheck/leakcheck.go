@@ -17,11 +17,15 @@ import (
 // more than goleak's own half second.
 const grace = 10 * time.Second
 
-// Main runs the tests (call it from TestMain), then exits non-zero if
-// goroutines other than the runtime's and the testing package's are still
-// running grace after they passed.
-func Main(m *testing.M) {
+// Main runs the tests (call it from TestMain), then the package's own
+// clean-ups, then exits non-zero if goroutines other than the runtime's
+// and the testing package's are still running grace after the tests
+// passed.
+func Main(m *testing.M, cleanups ...func()) {
 	code := m.Run()
+	for _, c := range cleanups {
+		c()
+	}
 	if code == 0 {
 		if err := settle(grace, func() error { return goleak.Find() }); err != nil {
 			fmt.Fprintf(os.Stderr, "leakcheck: goroutines outlived the tests: %v\n", err)
@@ -37,7 +41,7 @@ func settle(wait time.Duration, find func() error) error {
 	deadline := time.Now().Add(wait)
 	for {
 		err := find()
-		if err == nil || time.Now().After(deadline) {
+		if err == nil || !time.Now().Before(deadline) {
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)
