@@ -59,7 +59,8 @@ type Budget interface {
 	// demand's tokens, if every known bucket holds them above its reserve
 	// (a fraction of its capacity left for colleagues). It returns what it
 	// deducted (zero for buckets not known yet), to hand back to Settle. On
-	// refusal it says why and, for a bucket, how long until it would fit.
+	// refusal it says why and, for a bucket, how long until it would fit;
+	// which reason wins when several hold is the implementation's.
 	TryTake(now time.Time, limit int, reserve float64, d Demand) (Demand, Refusal, time.Duration)
 	// Settle returns the permit of a grant that deducted taken and trues
 	// the buckets up to actual (zero when nothing reached the server).

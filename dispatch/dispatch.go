@@ -131,11 +131,10 @@ type Dispatcher struct {
 	byPool  map[api.Pool][]*laneState
 	queues  map[api.Pool]*fifo
 	retries retryHeap
-	backoff map[api.Pool]int // items of each pool in retries
 	queued  int
 	flying  int
 
-	mu       sync.Mutex // guards stats and laneList, read by Snapshot
+	mu       sync.Mutex // guards stats, and laneList for Snapshot (the loop, its only writer, reads it without)
 	stats    Stats
 	laneList []*laneState
 }
@@ -230,7 +229,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		orgs:   map[string]*orgState{},
 		submit: make(chan *item), withdraw: make(chan *item), closed: make(chan struct{}), served: make(chan struct{}),
-		lanes: map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{}, backoff: map[api.Pool]int{},
+		lanes: map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
 	}
 	d.attemptCtx, d.abortAttempt = context.WithCancel(context.Background())
 	sumCap := 0
@@ -455,7 +454,6 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 	// Retries whose time has come go to the front of their pool's queue.
 	for d.retries.Len() > 0 && !d.retries[0].due.After(now) {
 		it := heap.Pop(&d.retries).(*item)
-		d.backoff[it.pool]--
 		if it.where == atEnd {
 			continue // withdrawn while it waited
 		}
@@ -486,10 +484,11 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 			q.pop()
 			d.launch(it, ls, tk, now)
 		}
-		if q.len() == 0 && d.backoff[pool] == 0 {
-			// Nothing waits, not even in backoff: a lane at its limit
-			// now is not holding work back (the report's binding limit
-			// counts waiting).
+		if q.len() == 0 {
+			// Nothing waits: a lane at its limit now is not holding work
+			// back (the report's binding limit counts waiting). Time a
+			// request spends only in retry backoff is not counted: a
+			// lane's pause would hold it, but so would its own backoff.
 			idle(lanes, now)
 		}
 	}
@@ -630,7 +629,6 @@ func (d *Dispatcher) finish(a *attempt) {
 	d.queued++
 	it.where = atRetry
 	heap.Push(&d.retries, it)
-	d.backoff[it.pool]++
 	if it.onWait != nil {
 		it.onWait()
 	}
@@ -761,7 +759,6 @@ func (d *Dispatcher) abortQueued() {
 	for d.retries.Len() > 0 {
 		abort(heap.Pop(&d.retries).(*item))
 	}
-	clear(d.backoff)
 	d.queued = 0
 }
 

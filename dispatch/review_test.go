@@ -30,6 +30,13 @@ import (
 // its client.
 func pipeDispatcher(t *testing.T, h http.Handler, cfg dispatch.Config, orgs map[string]string) (*dispatch.Dispatcher, *client.Client, *keys.Pool) {
 	t.Helper()
+	return pipeDispatcherCtx(t, context.Background(), h, cfg, orgs)
+}
+
+// pipeDispatcherCtx is pipeDispatcher with Serve's context derived from
+// parent: cancelling parent stops the dispatcher.
+func pipeDispatcherCtx(t *testing.T, parent context.Context, h http.Handler, cfg dispatch.Config, orgs map[string]string) (*dispatch.Dispatcher, *client.Client, *keys.Pool) {
+	t.Helper()
 	ln := pipenet.Listen()
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
@@ -59,7 +66,7 @@ func pipeDispatcher(t *testing.T, h http.Handler, cfg dispatch.Config, orgs map[
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(parent)
 	go d.Serve(ctx)
 	t.Cleanup(func() {
 		d.Close()

@@ -107,3 +107,33 @@ func TestWaitedStopsWhenALaneDies(t *testing.T) {
 		}
 	})
 }
+
+// TestWaitedStopsWhenTheRunStops: once the dispatcher stops admitting,
+// the drain of the requests in flight is nobody's wait.
+func TestWaitedStopsWhenTheRunStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		serve, stop := context.WithCancel(context.Background())
+		d, _, _ := pipeDispatcherCtx(t, serve, gate(release, nil, "none"), dispatch.Config{Caps: map[api.Family]int{api.FamilySonnet: 1},
+			Lane: lane.Config{Start: 1}}, map[string]string{"high_prio": "org-a"})
+		reqs := requests(2, "claude-sonnet-4-5")
+		results := make(chan dispatch.Result, 2)
+		for _, q := range reqs {
+			if err := d.SubmitSend(t.Context(), q, nil, func(r dispatch.Result) { results <- r }); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait() // reqs[0] takes the slot, reqs[1] waits on the cap
+		}
+		time.Sleep(10 * time.Second)
+		stop() // an interrupt: reqs[0] may finish, reqs[1] never goes
+		synctest.Wait()
+		time.Sleep(20 * time.Second)
+		if got := waitedOf(d)["high_prio"][lane.WaitCap]; got != 10*time.Second {
+			t.Errorf("waited on the cap %v, want 10 s (the stop ends the wait)", got)
+		}
+		close(release)
+		for range 2 {
+			<-results
+		}
+	})
+}

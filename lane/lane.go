@@ -21,6 +21,7 @@
 package lane
 
 import (
+	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -171,10 +172,11 @@ type Stats struct {
 	// Waited is how long work waited on the lane, by what held it back:
 	// a period starts at a refusal and ends at the next admission, at a
 	// refusal for another reason, or at Idle (the dispatcher's: nothing of
-	// the lane's pool queued or in backoff, the lane dead, or the run
-	// stopping). Unlike Refusals, which count how often the dispatcher
-	// asked, it says which limit bound the lane. When a bucket and the
-	// concurrency limit both refuse, the budget names the bucket.
+	// the lane's pool queued, the lane dead, or the run stopping). Unlike
+	// Refusals, which count how often the dispatcher asked, it says which
+	// limit bound the lane. When a bucket and the concurrency limit both
+	// refuse, the in-process budget names the bucket; the fleet's names
+	// its permits.
 	Waited [NumWaits]time.Duration
 }
 
@@ -262,8 +264,10 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 			why = WaitRequests
 		case budget.ByInputTokens:
 			why = WaitInputTokens
-		default:
+		case budget.ByOutputTokens:
 			why = WaitOutputTokens
+		default:
+			panic(fmt.Sprintf("lane: refusal %d has no wait kind", r))
 		}
 		l.waitFor(now, why)
 		return Ticket{}, r, wait

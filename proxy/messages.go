@@ -335,7 +335,7 @@ type streamSink struct {
 	rc           *http.ResponseController
 	c            *call
 	redact       func(string) string
-	writeTimeout time.Duration // of one write; 0 (Config negative): none
+	writeTimeout time.Duration // of one write; ≤ 0: none
 
 	mu     sync.Mutex
 	closed bool
