@@ -28,7 +28,8 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 func suiteBudgets(url string) func(t *testing.T) budget.Budget {
 	var n atomic.Int64
 	return func(t *testing.T) budget.Budget {
-		f := join(t, Config{URL: url, Clock: CallerClock, Now: func() time.Time { return t0 }, Caps: map[api.Family]int{api.FamilySonnet: 1000}})
+		f := join(t, Config{URL: url, Clock: CallerClock, Now: func() time.Time { return t0 }, Caps: map[api.Family]int{api.FamilySonnet: 1000},
+			Timeout: time.Minute}) // no refusal for a slow call on a loaded machine
 		return f.NewBudget(fmt.Sprintf("org-suite-%d", n.Add(1)), api.PoolSonnet4)
 	}
 }
@@ -80,10 +81,13 @@ func (w *world) advance(d time.Duration) {
 	w.mr.SetTime(w.now)
 }
 
-// member joins the world's fleet on Redis's clock with a Sonnet cap.
+// member joins the world's fleet on Redis's clock with a Sonnet cap. Its
+// Redis calls may take long (a loaded CI machine): a call past the 250 ms
+// default would count as Redis failing and refuse a permit the test
+// expects (tests of slow or failing Redis use memberVia).
 func (w *world) member(capSonnet int, log *slog.Logger) *Fleet {
 	return join(w.t, Config{URL: w.url(), Caps: map[api.Family]int{api.FamilySonnet: capSonnet},
-		Now: func() time.Time { return w.now }, Logger: log})
+		Now: func() time.Time { return w.now }, Logger: log, Timeout: time.Minute})
 }
 
 var unit = budget.Demand{1, 10, 10}
