@@ -1,7 +1,9 @@
 package api
 
 import (
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 )
@@ -92,5 +94,28 @@ func TestPoolOf(t *testing.T) {
 		if got := PoolOf(model); got != want {
 			t.Errorf("PoolOf(%q) = %s want %s", model, got, want)
 		}
+	}
+}
+
+// TestParseBatchCreate: a create body is refused with the API's words for
+// each way it can be wrong, and read whole when it is right.
+func TestParseBatchCreate(t *testing.T) {
+	for _, tc := range []struct{ body, want string }{
+		{`{"requests":`, "Request body is not valid JSON"},
+		{`{"requests":[]}`, "at least 1 item"},
+		{`{"requests":[{"params":{}}]}`, "requests.0.custom_id: Field required"},
+		{`{"requests":[{"custom_id":"a b","params":{}}]}`, "requests.0.custom_id: String should match pattern"},
+		{`{"requests":[{"custom_id":"a","params":{}},{"custom_id":"a","params":{}}]}`, `requests.1.custom_id: custom_id "a" is already used by requests.0`},
+		{`{"requests":[{"custom_id":"a","params":[]}]}`, "requests.0.params: Input should be an object"},
+	} {
+		_, err := ParseBatchCreate([]byte(tc.body))
+		var ir InvalidRequest
+		if !errors.As(err, &ir) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an InvalidRequest with %q", tc.body, err, tc.want)
+		}
+	}
+	reqs, err := ParseBatchCreate([]byte(`{"requests":[{"custom_id":"a","params":{"x":1}},{"custom_id":"b","params":{}}]}`))
+	if err != nil || len(reqs) != 2 || reqs[0].CustomID != "a" || string(reqs[0].Params) != `{"x":1}` || reqs[1].CustomID != "b" {
+		t.Errorf("a valid body: %+v, %v", reqs, err)
 	}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -40,6 +41,57 @@ type BatchRequest struct {
 type BatchCreate struct {
 	Requests []BatchRequest `json:"requests"`
 }
+
+// ParseBatchCreate reads a create body and checks it as the API does at
+// create: valid JSON, 1 to MaxBatchRequests requests, each with a unique
+// custom_id of the right pattern and an object as params. The error is an
+// InvalidRequest; params are not looked into (the API checks them row by
+// row, in the results).
+func ParseBatchCreate(body []byte) ([]BatchRequest, error) {
+	var in struct {
+		Requests []struct {
+			CustomID *string         `json:"custom_id"`
+			Params   json.RawMessage `json:"params"`
+		} `json:"requests"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil {
+		return nil, invalid("Request body is not valid JSON: %v", err)
+	}
+	switch n := len(in.Requests); {
+	case n == 0:
+		return nil, invalid("requests: List should have at least 1 item after validation, not 0")
+	case n > MaxBatchRequests:
+		return nil, invalid("requests: List should have at most %d items after validation, not %d", MaxBatchRequests, n)
+	}
+	out := make([]BatchRequest, len(in.Requests))
+	seen := make(map[string]int, len(in.Requests))
+	for i, rq := range in.Requests {
+		if rq.CustomID == nil {
+			return nil, invalid("requests.%d.custom_id: Field required", i)
+		}
+		id := *rq.CustomID
+		if !ValidCustomID(id) {
+			return nil, invalid("requests.%d.custom_id: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'", i)
+		}
+		if j, dup := seen[id]; dup {
+			return nil, invalid("requests.%d.custom_id: custom_id %q is already used by requests.%d; custom_id must be unique within a batch", i, id, j)
+		}
+		seen[id] = i
+		if len(rq.Params) == 0 || rq.Params[0] != '{' {
+			return nil, invalid("requests.%d.params: Input should be an object", i)
+		}
+		out[i] = BatchRequest{CustomID: id, Params: rq.Params}
+	}
+	return out, nil
+}
+
+// InvalidRequest is an error whose text is the API's message for an
+// invalid_request_error (HTTP 400), worded as the API words it.
+type InvalidRequest string
+
+func (e InvalidRequest) Error() string { return string(e) }
+
+func invalid(format string, args ...any) error { return InvalidRequest(fmt.Sprintf(format, args...)) }
 
 // Batch processing statuses.
 const (

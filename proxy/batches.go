@@ -435,50 +435,19 @@ func (p *Proxy) handleBatchCreate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var in struct {
-		Requests []struct {
-			CustomID *string         `json:"custom_id"`
-			Params   json.RawMessage `json:"params"`
-		} `json:"requests"`
-	}
-	if err := json.Unmarshal(body, &in); err != nil {
-		p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("Request body is not valid JSON: %v", err))
+	reqs, err := api.ParseBatchCreate(body)
+	if err != nil {
+		p.fail(w, 400, api.ErrInvalidRequest, err.Error())
 		return
 	}
-	n := len(in.Requests)
-	switch {
-	case n == 0:
-		p.fail(w, 400, api.ErrInvalidRequest, "requests: List should have at least 1 item after validation, not 0")
-		return
-	case n > api.MaxBatchRequests:
-		p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests: List should have at most %d items after validation, not %d", api.MaxBatchRequests, n))
-		return
-	}
+	body = nil
+	n := len(reqs)
 	ids := make([]string, n)
 	rows := make([]json.RawMessage, n)
-	seen := make(map[string]int, n)
-	for i, rq := range in.Requests {
-		if rq.CustomID == nil {
-			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests.%d.custom_id: Field required", i))
-			return
-		}
-		id := *rq.CustomID
-		if !api.ValidCustomID(id) {
-			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests.%d.custom_id: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'", i))
-			return
-		}
-		if j, dup := seen[id]; dup {
-			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests.%d.custom_id: custom_id %q is already used by requests.%d; custom_id must be unique within a batch", i, id, j))
-			return
-		}
-		seen[id] = i
-		if len(rq.Params) == 0 || rq.Params[0] != '{' {
-			p.fail(w, 400, api.ErrInvalidRequest, fmt.Sprintf("requests.%d.params: Input should be an object", i))
-			return
-		}
-		ids[i], rows[i] = id, rq.Params
+	for i, rq := range reqs {
+		ids[i], rows[i] = rq.CustomID, rq.Params
 	}
-	in.Requests, body = nil, nil
+	reqs = nil
 
 	s := &p.batches
 	now := p.now().UTC()

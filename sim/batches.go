@@ -262,46 +262,14 @@ func (s *Server) handleBatchCreate(rw http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var in struct {
-		Requests []struct {
-			CustomID *string         `json:"custom_id"`
-			Params   json.RawMessage `json:"params"`
-		} `json:"requests"`
-	}
-	if err := json.Unmarshal(body, &in); err != nil {
-		c.fail(badRequest("Request body is not valid JSON: %v", err))
+	reqs, err := api.ParseBatchCreate(body)
+	if err != nil {
+		c.fail(badRequest("%s", err))
 		return
 	}
-	switch n := len(in.Requests); {
-	case n == 0:
-		c.fail(badRequest("requests: List should have at least 1 item after validation, not 0"))
-		return
-	case n > api.MaxBatchRequests:
-		c.fail(badRequest("requests: List should have at most %d items after validation, not %d", api.MaxBatchRequests, n))
-		return
-	}
-	rows := make([]batchRow, len(in.Requests))
-	seen := make(map[string]int, len(in.Requests))
-	for i, rq := range in.Requests {
-		if rq.CustomID == nil {
-			c.fail(badRequest("requests.%d.custom_id: Field required", i))
-			return
-		}
-		id := *rq.CustomID
-		if !api.ValidCustomID(id) {
-			c.fail(badRequest("requests.%d.custom_id: String should match pattern '^[a-zA-Z0-9_-]{1,64}$'", i))
-			return
-		}
-		if j, dup := seen[id]; dup {
-			c.fail(badRequest("requests.%d.custom_id: custom_id %q is already used by requests.%d; custom_id must be unique within a batch", i, id, j))
-			return
-		}
-		seen[id] = i
-		if len(rq.Params) == 0 || rq.Params[0] != '{' {
-			c.fail(badRequest("requests.%d.params: Input should be an object", i))
-			return
-		}
-		row := batchRow{customID: id, hash: BodyHash(rq.Params)}
+	rows := make([]batchRow, len(reqs))
+	for i, rq := range reqs {
+		row := batchRow{customID: rq.CustomID, hash: BodyHash(rq.Params)}
 		if p, rerr := readPrompt(&s.cfg, rq.Params, true); rerr != nil {
 			row.invalid = rerr
 		} else {
