@@ -4,12 +4,10 @@
 package client
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -149,67 +147,10 @@ func (c *Client) BaseURL() string { return c.cfg.BaseURL }
 const maxBody = 256 << 20
 
 // Do sends one attempt of method path with body, authenticated by key, and
-// classifies the outcome. body is sent byte for byte.
+// classifies the outcome. body is sent byte for byte. It is Send with no
+// extra headers, not streamed.
 func (c *Client) Do(ctx context.Context, key *keys.Key, method, path string, body []byte) Outcome {
-	start := time.Now()
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.cfg.BaseURL+path, rd)
-	if err != nil {
-		return Outcome{Class: Invalid, ShouldRetry: -1, Err: fmt.Errorf("client: %w", err)}
-	}
-	if body != nil {
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	}
-	h := req.Header
-	h.Set(api.HeaderVersion, c.cfg.Version)
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json")
-	h.Set("User-Agent", c.cfg.UserAgent)
-	key.Apply(h, c.cfg.Auth)
-
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return failed(ctx, err, start)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	if err != nil {
-		// The status arrived but the body did not: no usable answer.
-		o := failed(ctx, err, start)
-		o.Status, o.Header = resp.StatusCode, resp.Header
-		return o
-	}
-	o := Outcome{Status: resp.StatusCode, Body: b, Header: resp.Header, Latency: time.Since(start), ShouldRetry: -1}
-	o.Limits = api.ParseRateLimitHeaders(resp.Header)
-	o.OrgID = resp.Header.Get(api.HeaderOrganizationID)
-	o.RequestID = resp.Header.Get(api.HeaderRequestID)
-	o.RetryAfter, o.HasRetryAfter = api.ParseRetryAfter(resp.Header, time.Now())
-	switch resp.Header.Get(api.HeaderShouldRetry) {
-	case "true":
-		o.ShouldRetry = 1
-	case "false":
-		o.ShouldRetry = 0
-	}
-	o.Class = Classify(resp.StatusCode, resp.Header, b)
-	if o.Class == OK {
-		var m struct {
-			Usage      api.Usage `json:"usage"`
-			StopReason string    `json:"stop_reason"`
-		}
-		if err := json.Unmarshal(b, &m); err != nil {
-			// A 2xx that is not a Message is not an answer.
-			o.Class, o.Err = Transport, fmt.Errorf("client: HTTP %d with a body that is not JSON: %w", resp.StatusCode, err)
-		} else {
-			o.Usage, o.StopReason = m.Usage, m.StopReason
-		}
-	} else {
-		o.Err = statusError(resp.StatusCode, b)
-	}
+	o, _ := c.Send(ctx, key, method, path, body, nil, false)
 	return o
 }
 

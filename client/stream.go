@@ -88,6 +88,7 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	if err != nil {
+		// The status arrived but the body did not: no usable answer.
 		o := failed(ctx, err, start)
 		o.Status, o.Header = resp.StatusCode, resp.Header
 		return o, nil
@@ -104,6 +105,7 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 		StopReason string    `json:"stop_reason"`
 	}
 	if err := json.Unmarshal(b, &m); err != nil {
+		// A 2xx that is not a Message is not an answer.
 		o.Class, o.Err = Transport, fmt.Errorf("client: HTTP %d with a body that is not JSON: %w", resp.StatusCode, err)
 	} else {
 		o.Usage, o.StopReason = m.Usage, m.StopReason
