@@ -2,11 +2,9 @@ package proxy_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/logbuf"
+	"github.com/sluice-dev/sluice/internal/proxytest"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/lane"
@@ -35,7 +34,6 @@ type env struct {
 	pool  *keys.Pool
 	d     *dispatch.Dispatcher
 	px    *proxy.Proxy
-	srv   *httptest.Server
 	url   string
 	base  string // the upstream's URL
 	logs  *logbuf.Buffer
@@ -60,7 +58,7 @@ func newEnv(t *testing.T, o options) *env {
 	if o.scale == 0 {
 		o.scale = 1000
 	}
-	e := &env{t: t, logs: &logbuf.Buffer{}, seen: &responses{}}
+	e := &env{t: t, seen: &responses{}}
 	var base string
 	cfg := sim.Default()
 	switch {
@@ -102,43 +100,9 @@ func newEnv(t *testing.T, o options) *env {
 	} else if _, err := dispatch.Discover(t.Context(), c, pool.Keys(), sonnet); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	dcfg := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log, Lane: lane.ForTimeScale(o.scale),
-		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}}
-	if o.dispatch != nil {
-		o.dispatch(&dcfg)
-	}
-	d, err := dispatch.New(dcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.d = d
-	ctx, cancel := context.WithCancel(context.Background())
-	go d.Serve(ctx)
-	pcfg := proxy.Config{Dispatcher: d, Client: c, Pool: pool, Logger: log}
-	if o.proxy != nil {
-		o.proxy(&pcfg)
-	}
-	px, err := proxy.New(pcfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.px = px
-	e.srv = httptest.NewServer(px)
-	e.url = e.srv.URL
-	var once sync.Once
-	e.close = func() {
-		once.Do(func() {
-			e.srv.Close()
-			px.Drain()
-			d.Close()
-			cancel()
-			d.Abort()
-			<-d.Done()
-			px.Wait()
-		})
-	}
-	t.Cleanup(e.close)
+	st := proxytest.Serve(t, pool, dispatch.Config{Client: c, Keys: pool.Keys(), Lane: lane.ForTimeScale(o.scale),
+		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}}, o.dispatch, o.proxy)
+	e.d, e.px, e.logs, e.url, e.close = st.Dispatcher, st.Proxy, st.Logs, st.Server.URL, st.Close
 	return e
 }
 

@@ -6,6 +6,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/logbuf"
 	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/sim"
@@ -53,12 +55,34 @@ func Start(t testing.TB, o Options) *Env {
 	if _, err := dispatch.Discover(context.Background(), c, pool.Keys(), "claude-sonnet-4-5"); err != nil {
 		t.Fatal(err)
 	}
+	st := Serve(t, pool, dispatch.Config{Client: c, Keys: pool.Keys(), Lane: lane.ForTimeScale(s.Config().TimeScale),
+		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond}}, o.Dispatch, o.Proxy)
+	return &Env{Sim: s, Dispatcher: st.Dispatcher, Proxy: st.Proxy, URL: st.Server.URL, Logs: st.Logs}
+}
+
+// Stack is a serving dispatcher and a proxy over it on loopback HTTP.
+type Stack struct {
+	Dispatcher *dispatch.Dispatcher
+	Proxy      *proxy.Proxy
+	Server     *httptest.Server
+	Logs       *logbuf.Buffer // the dispatcher's and the proxy's log, at debug level
+	// Close stops it all in the order a server shuts down: no new
+	// connections, drain, the dispatcher's end, the proxy's background
+	// work. It runs at the end of the test; calling it earlier is a stop
+	// (a restart test serves a new Stack after it).
+	Close func()
+}
+
+// Serve starts a dispatcher on dcfg (its Logger set to the Stack's log;
+// dispatchOpt, if set, changes dcfg then) and a proxy over it with pool's
+// keys (proxyOpt changes its Config), until the test ends.
+func Serve(t testing.TB, pool *keys.Pool, dcfg dispatch.Config, dispatchOpt func(*dispatch.Config), proxyOpt func(*proxy.Config)) *Stack {
+	t.Helper()
 	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	dcfg := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log, Lane: lane.ForTimeScale(s.Config().TimeScale),
-		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond}}
-	if o.Dispatch != nil {
-		o.Dispatch(&dcfg)
+	dcfg.Logger = log
+	if dispatchOpt != nil {
+		dispatchOpt(&dcfg)
 	}
 	d, err := dispatch.New(dcfg)
 	if err != nil {
@@ -66,26 +90,30 @@ func Start(t testing.TB, o Options) *Env {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go d.Serve(ctx)
-	pcfg := proxy.Config{Dispatcher: d, Client: c, Pool: pool, Logger: log}
-	if o.Proxy != nil {
-		o.Proxy(&pcfg)
+	pcfg := proxy.Config{Dispatcher: d, Client: dcfg.Client, Pool: pool, Logger: log}
+	if proxyOpt != nil {
+		proxyOpt(&pcfg)
 	}
 	px, err := proxy.New(pcfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(px)
-	t.Cleanup(func() {
-		ts.Close()
-		px.Drain()
-		d.Close()
-		cancel()
-		d.Abort()
-		<-d.Done()
-		px.Wait()
-	})
-	return &Env{Sim: s, Dispatcher: d, Proxy: px, URL: ts.URL, Logs: logs}
+	st := &Stack{Dispatcher: d, Proxy: px, Server: httptest.NewServer(px), Logs: logs}
+	var once sync.Once
+	st.Close = func() {
+		once.Do(func() {
+			st.Server.Close()
+			px.Drain()
+			d.Close()
+			cancel()
+			d.Abort()
+			<-d.Done()
+			px.Wait()
+		})
+	}
+	t.Cleanup(st.Close)
+	return st
 }
 
 // InFlight is the number of attempts in flight on every lane.
