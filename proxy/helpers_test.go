@@ -247,9 +247,11 @@ func onlyHighPrio(m map[string]string) {
 	delete(m, keys.EnvLowPrio)
 }
 
-// pollBatch retrieves a batch until it has ended.
+// pollBatch retrieves a batch until it has ended (failing the test if it
+// has not after 20 s).
 func (e *env) pollBatch(id string) api.MessageBatch {
 	e.t.Helper()
+	deadline := time.Now().Add(20 * time.Second) // a guard against a hang, as within
 	for {
 		resp, b := e.do("GET", "/v1/messages/batches/"+id, nil)
 		if resp.StatusCode != 200 {
@@ -262,9 +264,25 @@ func (e *env) pollBatch(id string) api.MessageBatch {
 		if m.ProcessingStatus == api.BatchEnded {
 			return m
 		}
-		if e.t.Context().Err() != nil {
-			e.t.Fatalf("batch %s did not end", id)
+		if time.Now().After(deadline) {
+			e.t.Fatalf("batch %s did not end after 20 s", id)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// createBatch creates a virtual batch of n rows, custom_ids tag0 …
+// tag(n-1), each a distinct message, and returns it.
+func (e *env) createBatch(n int, tag string) api.MessageBatch {
+	e.t.Helper()
+	rows := make([]map[string]any, n)
+	for i := range rows {
+		rows[i] = map[string]any{"custom_id": fmt.Sprintf("%s%d", tag, i), "params": message(fmt.Sprintf("%s row %d", tag, i))}
+	}
+	resp, b := e.do("POST", "/v1/messages/batches", map[string]any{"requests": rows})
+	var created api.MessageBatch
+	if err := json.Unmarshal(b, &created); resp.StatusCode != 200 || err != nil {
+		e.t.Fatalf("create: %d %s", resp.StatusCode, b)
+	}
+	return created
 }

@@ -207,13 +207,7 @@ func TestBatchRowsNeverBlockTheDispatcher(t *testing.T) {
 	})
 	defer close(stuck)
 	const n = 1500
-	rows := make([]map[string]any, n)
-	for i := range rows {
-		rows[i] = map[string]any{"custom_id": fmt.Sprintf("r%d", i), "params": message(fmt.Sprintf("row %d", i))}
-	}
-	if resp, b := e.do("POST", "/v1/messages/batches", map[string]any{"requests": rows}); resp.StatusCode != 200 {
-		t.Fatalf("create: %d %s", resp.StatusCode, b)
-	}
+	e.createBatch(n, "r")
 	within(t, entered, "the collector")
 	answered := make(chan int, 1)
 	go func() {
@@ -247,9 +241,7 @@ func TestBatchEndsWhenEveryKeyIsDead(t *testing.T) {
 	}})
 	var created api.MessageBatch
 	json.Unmarshal(b, &created)
-	done := make(chan api.MessageBatch, 1)
-	go func() { done <- e.pollBatch(created.ID) }()
-	m := within(t, done, "the batch ending")
+	m := e.pollBatch(created.ID)
 	if want := (api.RequestCounts{Errored: 2}); m.RequestCounts != want {
 		t.Errorf("counts %+v, want %+v", m.RequestCounts, want)
 	}
@@ -504,9 +496,7 @@ func TestBatchRunsOnTheBatchPath(t *testing.T) {
 	_, b := e.do("POST", "/v1/messages/batches", map[string]any{"requests": rows})
 	var created api.MessageBatch
 	json.Unmarshal(b, &created)
-	done := make(chan api.MessageBatch, 1)
-	go func() { done <- e.pollBatch(created.ID) }()
-	m := within(t, done, "the batch ending")
+	m := e.pollBatch(created.ID)
 	if want := (api.RequestCounts{Succeeded: 3, Errored: 1}); m.RequestCounts != want {
 		t.Errorf("counts %+v, want %+v", m.RequestCounts, want)
 	}
@@ -550,16 +540,7 @@ func TestPlannerRoutesVirtualBatches(t *testing.T) {
 	}})
 	world = plan.FromSim(e.sim.Config(), nil)
 	run := func(n int, tag string) api.MessageBatch {
-		rows := make([]map[string]any, n)
-		for i := range rows {
-			rows[i] = map[string]any{"custom_id": fmt.Sprintf("%s%d", tag, i), "params": message(fmt.Sprintf("%s row %d", tag, i))}
-		}
-		_, b := e.do("POST", "/v1/messages/batches", map[string]any{"requests": rows})
-		var created api.MessageBatch
-		json.Unmarshal(b, &created)
-		done := make(chan api.MessageBatch, 1)
-		go func() { done <- e.pollBatch(created.ID) }()
-		return within(t, done, "a batch ending")
+		return e.pollBatch(e.createBatch(n, tag).ID)
 	}
 	if m := run(3, "small"); m.RequestCounts.Succeeded != 3 {
 		t.Fatalf("small batch: %+v", m.RequestCounts)
@@ -585,30 +566,12 @@ func TestRestartAdoptsUpstreamBatches(t *testing.T) {
 		c.Batch.AdmissionBase = sim.Duration(20 * time.Minute) // 1.2 s real at time scale 1000
 	}
 	e := newEnv(t, options{world: slow, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Plan = batchRouting }})
-	rows := make([]map[string]any, 8)
-	for i := range rows {
-		rows[i] = map[string]any{"custom_id": fmt.Sprintf("r%d", i), "params": message(fmt.Sprintf("row %d", i))}
-	}
-	_, b := e.do("POST", "/v1/messages/batches", map[string]any{"requests": rows})
-	var created api.MessageBatch
-	json.Unmarshal(b, &created)
-	upstream := make(chan struct{})
-	go func() {
-		for {
-			if c, _, _ := simBatches(e.sim); c > 0 {
-				close(upstream)
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
-	within(t, upstream, "the upstream batch")
+	created := e.createBatch(8, "r")
+	waitUntil(t, func() bool { c, _, _ := simBatches(e.sim); return c > 0 }, "the upstream batch")
 	e.close() // a shutdown while the upstream batch runs
 
 	e2 := newEnv(t, options{simOf: e, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Plan = batchRouting }})
-	done := make(chan api.MessageBatch, 1)
-	go func() { done <- e2.pollBatch(created.ID) }()
-	m := within(t, done, "the resumed batch ending")
+	m := e2.pollBatch(created.ID)
 	if want := (api.RequestCounts{Succeeded: 8}); m.RequestCounts != want {
 		t.Errorf("counts %+v, want %+v", m.RequestCounts, want)
 	}
@@ -635,13 +598,7 @@ func TestCancelStopsUpstreamBatches(t *testing.T) {
 			}
 			opts := options{world: slow, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Plan = batchRouting }}
 			e := newEnv(t, opts)
-			rows := make([]map[string]any, 8)
-			for i := range rows {
-				rows[i] = map[string]any{"custom_id": fmt.Sprintf("r%d", i), "params": message(fmt.Sprintf("row %d", i))}
-			}
-			_, b := e.do("POST", "/v1/messages/batches", map[string]any{"requests": rows})
-			var created api.MessageBatch
-			json.Unmarshal(b, &created)
+			created := e.createBatch(8, "r")
 			waitUntil(t, func() bool { c, _, _ := simBatches(e.sim); return c > 0 }, "the upstream batch")
 			served := e
 			if restart {
@@ -674,9 +631,7 @@ func TestCancelStopsUpstreamBatches(t *testing.T) {
 			} else if resp, b := e.do("POST", "/v1/messages/batches/"+created.ID+"/cancel", nil); resp.StatusCode != 200 {
 				t.Fatalf("cancel: %d %s", resp.StatusCode, b)
 			}
-			done := make(chan api.MessageBatch, 1)
-			go func() { done <- served.pollBatch(created.ID) }()
-			m := within(t, done, "the cancelled batch ending")
+			m := served.pollBatch(created.ID)
 			if want := (api.RequestCounts{Canceled: 8}); m.RequestCounts != want {
 				t.Errorf("counts %+v, want %+v", m.RequestCounts, want)
 			}
