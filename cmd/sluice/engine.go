@@ -70,6 +70,20 @@ func (f *engineFlags) loadKeys(log *slog.Logger) (*keys.Pool, error) {
 	return p, nil
 }
 
+// keysAndClient loads the key pool and builds a client with enough
+// connections for every key's lanes at their caps (run, judge, proxy).
+func (f *engineFlags) keysAndClient(log *slog.Logger) (*keys.Pool, *client.Client, error) {
+	pool, err := f.loadKeys(log)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := f.client(f.totalConns(len(pool.Keys())))
+	if err != nil {
+		return nil, nil, err
+	}
+	return pool, c, nil
+}
+
 // client builds the tuned client.
 func (f *engineFlags) client(maxConns int) (*client.Client, error) {
 	style, err := keys.ParseAuthStyle(f.auth)

@@ -84,11 +84,7 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 				return err
 			}
 			log := newLogger()
-			pool, err := eng.loadKeys(log)
-			if err != nil {
-				return err
-			}
-			c, err := eng.client(eng.totalConns(len(pool.Keys())))
+			pool, c, err := eng.keysAndClient(log)
 			if err != nil {
 				return err
 			}

@@ -84,11 +84,7 @@ aborts them. See docs/proxy.md.`,
 				return fmt.Errorf("proxy: %s listens on %s, which is not a loopback address: set %s, and give callers the token as their API key", listen, ln.Addr(), envProxyToken)
 			}
 			log := newLogger()
-			pool, err := eng.loadKeys(log)
-			if err != nil {
-				return err
-			}
-			c, err := eng.client(eng.totalConns(len(pool.Keys())))
+			pool, c, err := eng.keysAndClient(log)
 			if err != nil {
 				return err
 			}

@@ -61,11 +61,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 				return errors.New("run: -o RESULTS.jsonl is required")
 			}
 			log := newLogger()
-			pool, err := eng.loadKeys(log)
-			if err != nil {
-				return err
-			}
-			c, err := eng.client(eng.totalConns(len(pool.Keys())))
+			pool, c, err := eng.keysAndClient(log)
 			if err != nil {
 				return err
 			}
