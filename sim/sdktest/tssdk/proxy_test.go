@@ -1,9 +1,6 @@
 package tssdk_test
 
 import (
-	"context"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
@@ -43,25 +40,11 @@ func TestTypeScriptSDKThroughProxy(t *testing.T) {
 		Proxy:    func(c *proxy.Config) { c.MaxWait = 20 * time.Millisecond },
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	const jsProxyTest = "proxy.test.mjs"
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", jsProxyTest)
-	cmd.Dir = jsDir
-	cmd.Env = append(os.Environ(),
+	runNodeTest(t, node, "proxy.test.mjs",
 		"PROXY_URL="+fast.URL,
 		"PROXY_GUARDED_URL="+guarded.URL,
 		"PROXY_TOKEN="+proxyToken,
 		"PROXY_SLOW_URL="+slow.URL,
 		"SIM_MODEL="+model,
-		"NO_COLOR=1",
-		"FORCE_COLOR=0",
 	)
-	cmd.WaitDelay = 5 * time.Second
-	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node --test %s failed after %v: %v\n%s", jsProxyTest, time.Since(start).Round(time.Millisecond), err, out)
-	}
-	t.Logf("node --test %s passed in %v:\n%s", jsProxyTest, time.Since(start).Round(time.Millisecond), out)
 }

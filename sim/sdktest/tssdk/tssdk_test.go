@@ -40,28 +40,33 @@ func TestTypeScriptSDK(t *testing.T) {
 
 	ensureNodeModules(t, npm)
 
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", jsTest)
-	cmd.Dir = jsDir
-	cmd.Env = append(os.Environ(),
+	runNodeTest(t, node, jsTest,
 		"SIM_BASE_URL="+base,
 		"SIM_LIMITED_URL="+limited,
 		"SIM_KEY="+sim.FakeKeyHighPrio,
 		"SIM_MODEL="+model,
 		"SIM_LIMITED_REFILL_SECONDS="+strconv.Itoa(int(refill/time.Second)),
-		"NO_COLOR=1",
-		"FORCE_COLOR=0",
 	)
+}
+
+// runNodeTest runs `node --test file` in js/ with env added to this
+// process's environment, failing the test with node's output if it fails.
+func runNodeTest(t *testing.T, node, file string, env ...string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-reporter=spec", file)
+	cmd.Dir = jsDir
+	cmd.Env = append(append(os.Environ(), env...), "NO_COLOR=1", "FORCE_COLOR=0")
 	// node --test runs the file in a child process: if the context kills the
 	// parent, do not wait forever for the child's copy of the pipes.
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("node --test %s failed after %v: %v\n%s", jsTest, time.Since(start).Round(time.Millisecond), err, out)
+		t.Fatalf("node --test %s failed after %v: %v\n%s", file, time.Since(start).Round(time.Millisecond), err, out)
 	}
-	t.Logf("node --test %s passed in %v:\n%s", jsTest, time.Since(start).Round(time.Millisecond), out)
+	t.Logf("node --test %s passed in %v:\n%s", file, time.Since(start).Round(time.Millisecond), out)
 }
 
 // requireTools finds node and npm, skipping (or failing, under

@@ -14,12 +14,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
-
-function env(name) {
-  const v = process.env[name];
-  assert.ok(v, `${name} must be set (this file is run by go test ./sim/sdktest/tssdk)`);
-  return v;
-}
+import { env, sleep, textOf, paramsFor } from './helpers.mjs';
 
 const baseURL = env('PROXY_URL');
 const guardedURL = env('PROXY_GUARDED_URL');
@@ -28,18 +23,7 @@ const slowURL = env('PROXY_SLOW_URL');
 const model = env('SIM_MODEL');
 const callerKey = 'sk-ant-the-programs-own-key';
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-function textOf(message) {
-  return message.content
-    .filter((b) => b.type === 'text')
-    .map((b) => b.text)
-    .join('');
-}
-
-function params(prompt, extra = {}) {
-  return { model, max_tokens: 64, messages: [{ role: 'user', content: prompt }], ...extra };
-}
+const params = paramsFor(model);
 
 test('messages.create through the proxy', { timeout: 20_000 }, async () => {
   const client = new Anthropic({ apiKey: callerKey, baseURL, maxRetries: 0 });

@@ -16,12 +16,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import Anthropic from '@anthropic-ai/sdk';
-
-function env(name) {
-  const v = process.env[name];
-  assert.ok(v, `${name} must be set (this file is run by go test ./sim/sdktest/tssdk)`);
-  return v;
-}
+import { env, sleep, textOf, paramsFor } from './helpers.mjs';
 
 const baseURL = env('SIM_BASE_URL');
 const limitedURL = env('SIM_LIMITED_URL');
@@ -29,18 +24,7 @@ const apiKey = env('SIM_KEY');
 const model = env('SIM_MODEL');
 const refillSeconds = Number(env('SIM_LIMITED_REFILL_SECONDS'));
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-function textOf(message) {
-  return message.content
-    .filter((b) => b.type === 'text')
-    .map((b) => b.text)
-    .join('');
-}
-
-function params(prompt, extra = {}) {
-  return { model, max_tokens: 64, messages: [{ role: 'user', content: prompt }], ...extra };
-}
+const params = paramsFor(model);
 
 test('messages.create: sim text, usage and response headers', { timeout: 20_000 }, async () => {
   const client = new Anthropic({ apiKey, baseURL, maxRetries: 0 });
