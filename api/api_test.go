@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,6 +26,11 @@ func TestParseRetryAfter(t *testing.T) {
 		{"http date", map[string]string{"retry-after": "Sun, 29 Nov 2026 12:00:30 GMT"}, 30 * time.Second, true},
 		{"past date clamps", map[string]string{"retry-after": "Sun, 29 Nov 2026 11:00:00 GMT"}, 0, true},
 		{"garbage", map[string]string{"retry-after": "soon"}, 0, false},
+		{"a day", map[string]string{"retry-after": "86400"}, 24 * time.Hour, true},
+		{"huge saturates, never wraps", map[string]string{"retry-after": "1e300"}, time.Duration(math.MaxInt64), true},
+		{"huge ms saturates", map[string]string{"retry-after-ms": "1e300"}, time.Duration(math.MaxInt64), true},
+		{"infinite saturates", map[string]string{"retry-after": "+Inf"}, time.Duration(math.MaxInt64), true},
+		{"NaN", map[string]string{"retry-after": "NaN"}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -64,6 +70,60 @@ func TestParseRateLimitHeaders(t *testing.T) {
 	}
 	if f := r.InputTokens.Fraction(); f != 1 {
 		t.Errorf("absent fraction %v want 1", f)
+	}
+}
+
+func TestResetPrecision(t *testing.T) {
+	h := http.Header{}
+	for _, l := range Limiters {
+		h.Set(LimitHeaderName(l, "limit"), "1000")
+		h.Set(LimitHeaderName(l, "remaining"), "10")
+	}
+	h.Set(LimitHeaderName(LimiterRequests, "reset"), "2026-11-29T12:00:03Z")
+	h.Set(LimitHeaderName(LimiterInputTokens, "reset"), "2026-11-29T12:00:03.250Z")
+	h.Set(LimitHeaderName(LimiterOutputTokens, "reset"), "2026-11-29T12:00:03.250+00:00")
+	r := ParseRateLimitHeaders(h)
+	if !r.Requests.Present || r.Requests.ResetFine {
+		t.Errorf("whole-second reset: %+v, want present and not fine", r.Requests)
+	}
+	if !r.InputTokens.ResetFine || r.InputTokens.Reset.Nanosecond() != 250e6 {
+		t.Errorf("millisecond reset: %+v", r.InputTokens)
+	}
+	if !r.OutputTokens.Present || !r.OutputTokens.ResetFine {
+		t.Errorf("offset reset: %+v", r.OutputTokens)
+	}
+	if r.Tokens.Present {
+		t.Errorf("tokens without a reset header: %+v, want absent", r.Tokens)
+	}
+}
+
+func TestParseNamedLimit(t *testing.T) {
+	for _, tt := range []struct {
+		msg  string
+		want NamedLimit
+	}{
+		{"This request would exceed your organization's rate limit of 2,000,000 input tokens per minute (org: x, model: y).", NamedLimit{LimiterInputTokens, 2_000_000}},
+		{"This request would exceed the rate limit for your organization (abc) of 400,000 output tokens per minute. For details…", NamedLimit{LimiterOutputTokens, 400_000}},
+		{"rate limit of 50 requests per minute", NamedLimit{LimiterRequests, 50}},
+		{"Workspace limit: 90,000 tokens per minute exceeded", NamedLimit{LimiterTokens, 90_000}},
+		{"This request was rate limited because your organization's usage increased too sharply.", NamedLimit{}},
+		{"Number of request tokens has exceeded your per-minute rate limit", NamedLimit{}},
+		{"", NamedLimit{}},
+	} {
+		if got := ParseNamedLimit(tt.msg); got != tt.want {
+			t.Errorf("ParseNamedLimit(%q) = %+v want %+v", tt.msg, got, tt.want)
+		}
+	}
+}
+
+func TestParseDate(t *testing.T) {
+	h := http.Header{}
+	if !ParseDate(h).IsZero() {
+		t.Error("absent Date must be zero")
+	}
+	h.Set("Date", "Sun, 29 Nov 2026 12:00:30 GMT")
+	if got := ParseDate(h); !got.Equal(time.Date(2026, 11, 29, 12, 0, 30, 0, time.UTC)) {
+		t.Errorf("ParseDate = %v", got)
 	}
 }
 

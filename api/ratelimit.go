@@ -3,7 +3,9 @@ package api
 import (
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -55,6 +57,9 @@ type LimitState struct {
 	Limit     int64     // per-minute limit
 	Remaining int64     // left now (tokens rounded to the nearest thousand by the API)
 	Reset     time.Time // when the bucket is full again
+	// ResetFine says the reset had a fractional second; a whole-second
+	// reset may be rounded either way.
+	ResetFine bool
 }
 
 // Fraction returns Remaining/Limit clamped to [0,1], or 1 when absent.
@@ -94,9 +99,10 @@ func ParseRateLimitHeaders(h http.Header) RateLimitHeaders {
 		s := r.Get(l)
 		lim, err1 := strconv.ParseInt(h.Get(LimitHeaderName(l, "limit")), 10, 64)
 		rem, err2 := strconv.ParseInt(h.Get(LimitHeaderName(l, "remaining")), 10, 64)
-		reset, err3 := time.Parse(time.RFC3339, h.Get(LimitHeaderName(l, "reset")))
+		rv := h.Get(LimitHeaderName(l, "reset"))
+		reset, err3 := time.Parse(time.RFC3339, rv)
 		if err1 == nil && err2 == nil && err3 == nil {
-			*s = LimitState{Present: true, Limit: lim, Remaining: rem, Reset: reset}
+			*s = LimitState{Present: true, Limit: lim, Remaining: rem, Reset: reset, ResetFine: strings.Contains(rv, ".")}
 		}
 	}
 	return r
@@ -104,11 +110,13 @@ func ParseRateLimitHeaders(h http.Header) RateLimitHeaders {
 
 // ParseRetryAfter returns the server's requested delay: retry-after-ms
 // (milliseconds) first, then retry-after as float seconds or an HTTP date
-// relative to now. Negative or malformed values are rejected (ok false).
+// relative to now. Negative or malformed values are rejected (ok false); a
+// value too large for a Duration is the largest Duration (never a wrapped,
+// negative one), for the caller to cap.
 func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 	if v := h.Get(HeaderRetryAfterMs); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && !math.IsInf(ms, 0) {
-			return time.Duration(ms * float64(time.Millisecond)), true
+		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && !math.IsNaN(ms) {
+			return seconds(ms / 1000), true
 		}
 	}
 	v := h.Get(HeaderRetryAfter)
@@ -116,10 +124,10 @@ func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 		return 0, false
 	}
 	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s < 0 || math.IsNaN(s) || math.IsInf(s, 0) {
+		if s < 0 || math.IsNaN(s) {
 			return 0, false
 		}
-		return time.Duration(s * float64(time.Second)), true
+		return seconds(s), true
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		d := t.Sub(now)
@@ -129,6 +137,58 @@ func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 		return d, true
 	}
 	return 0, false
+}
+
+// seconds converts s ≥ 0 to a Duration, saturating instead of overflowing.
+func seconds(s float64) time.Duration {
+	if s >= float64(math.MaxInt64)/float64(time.Second) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(s * float64(time.Second))
+}
+
+// ParseDate returns the Date header of an answer (whole seconds), zero when
+// absent or malformed.
+func ParseDate(h http.Header) time.Time {
+	t, err := http.ParseTime(h.Get("Date"))
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// NamedLimit is the limit a 429's message names, when the text gives it:
+// the docs say a 429 describes "which rate limit was exceeded", and the
+// API's wording is "... rate limit of 2,000,000 input tokens per minute".
+type NamedLimit struct {
+	Limiter   Limiter // "" when the message names none
+	PerMinute int64
+}
+
+var namedLimitRE = regexp.MustCompile(`(?i)\b([0-9][0-9,]*)\s+(requests|input tokens|output tokens|tokens)\s+per\s+minute`)
+
+// ParseNamedLimit reads the limit a rate-limit error message names.
+func ParseNamedLimit(message string) NamedLimit {
+	m := namedLimitRE.FindStringSubmatch(message)
+	if m == nil {
+		return NamedLimit{}
+	}
+	n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64)
+	if err != nil || n <= 0 {
+		return NamedLimit{}
+	}
+	var l Limiter
+	switch strings.ToLower(m[2]) {
+	case "requests":
+		l = LimiterRequests
+	case "input tokens":
+		l = LimiterInputTokens
+	case "output tokens":
+		l = LimiterOutputTokens
+	default:
+		l = LimiterTokens
+	}
+	return NamedLimit{Limiter: l, PerMinute: n}
 }
 
 // RoundThousand rounds n to the nearest thousand, the precision the API

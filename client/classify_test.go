@@ -12,29 +12,34 @@ func TestClassify(t *testing.T) {
 		status int
 		body   string
 		want   Class
+		scope  Scope
 	}{
-		{"ok", 200, `{}`, OK},
-		{"rate limit", 429, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, RateLimited},
-		{"spend cap", 429, spend, KeyDead},
-		{"overloaded", 529, `{}`, Overloaded},
-		{"server error", 500, `{}`, ServerError},
-		{"gateway", 502, `not json`, ServerError},
-		{"timeout", 504, `{}`, ServerError},
-		{"request timeout", 408, `{}`, ServerError},
-		{"conflict", 409, `{}`, ServerError},
-		{"unauthorized", 401, `{}`, KeyDead},
-		{"forbidden", 403, `{}`, KeyDead},
-		{"billing", 402, `{}`, KeyDead},
-		{"self-set limit", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"You have reached your specified API usage limits."}}`, KeyDead},
-		{"credit", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the API."}}`, KeyDead},
-		{"bad request", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"messages: required"}}`, Invalid},
-		{"not found", 404, `{}`, Invalid},
-		{"too large", 413, `{}`, Invalid},
+		{"ok", 200, `{}`, OK, ScopeNone},
+		{"rate limit", 429, `{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}`, RateLimited, ScopeLane},
+		{"spend cap", 429, spend, KeyDead, ScopeOrg},
+		{"overloaded", 529, `{}`, Overloaded, ScopeAPI},
+		{"server error", 500, `{}`, ServerError, ScopeAPI},
+		{"gateway", 502, `not json`, ServerError, ScopeAPI},
+		{"timeout", 504, `{}`, ServerError, ScopeAPI},
+		{"request timeout", 408, `{}`, ServerError, ScopeAPI},
+		{"conflict", 409, `{}`, ServerError, ScopeAPI},
+		{"unauthorized", 401, `{}`, KeyDead, ScopeKey},
+		{"forbidden", 403, `{}`, KeyDead, ScopeKey},
+		{"billing", 402, `{}`, KeyDead, ScopeOrg},
+		{"self-set limit", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"You have reached your specified API usage limits."}}`, KeyDead, ScopeOrg},
+		{"credit", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the API."}}`, KeyDead, ScopeOrg},
+		{"bad request", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"messages: required"}}`, Invalid, ScopeRequest},
+		{"not found", 404, `{}`, Invalid, ScopeRequest},
+		{"too large", 413, `{}`, Invalid, ScopeRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := Classify(tt.status, http.Header{}, []byte(tt.body)); got != tt.want {
+			got := Classify(tt.status, http.Header{}, []byte(tt.body))
+			if got != tt.want {
 				t.Errorf("Classify(%d, %s) = %v want %v", tt.status, tt.body, got, tt.want)
+			}
+			if sc := ScopeOf(got, tt.status); sc != tt.scope {
+				t.Errorf("ScopeOf(%v, %d) = %v want %v", got, tt.status, sc, tt.scope)
 			}
 		})
 	}

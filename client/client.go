@@ -47,6 +47,51 @@ const (
 
 var classNames = [...]string{"ok", "rate_limited", "overloaded", "server_error", "transport", "key_dead", "invalid", "canceled"}
 
+// Scope is what an outcome says something about: the retry owner acts on
+// the scope, never on a status code of its own reading.
+type Scope int
+
+// Scopes.
+const (
+	// ScopeNone: an answer, or an attempt cut by the caller.
+	ScopeNone Scope = iota
+	// ScopeRequest: the request itself is wrong; any key would fail it.
+	ScopeRequest
+	// ScopeKey: this key (401, 403): other keys of its org are fine.
+	ScopeKey
+	// ScopeOrg: the key's organization (402, the spend cap, an exhausted
+	// credit balance or self-set usage limit): every key of it.
+	ScopeOrg
+	// ScopeLane: the org × model pool's rate limits (429 rate_limit_error):
+	// the lane's congestion, or a bucket the headers already showed empty.
+	ScopeLane
+	// ScopeAPI: the API itself (529 overloaded, 5xx, no answer): busy or
+	// failing for everyone, not a sign of this lane's rate.
+	ScopeAPI
+)
+
+var scopeNames = [...]string{"none", "request", "key", "organization", "lane", "api"}
+
+func (s Scope) String() string { return scopeNames[s] }
+
+// ScopeOf returns the scope of an attempt of class c answered with status.
+func ScopeOf(c Class, status int) Scope {
+	switch c {
+	case Invalid:
+		return ScopeRequest
+	case KeyDead:
+		if status == 401 || status == 403 {
+			return ScopeKey
+		}
+		return ScopeOrg
+	case RateLimited:
+		return ScopeLane
+	case Overloaded, ServerError, Transport:
+		return ScopeAPI
+	}
+	return ScopeNone
+}
+
 func (c Class) String() string {
 	if int(c) < len(classNames) {
 		return classNames[c]
@@ -76,7 +121,15 @@ type Outcome struct {
 	// Usage and StopReason are parsed from an OK Messages body.
 	Usage      api.Usage
 	StopReason string
+	// Date is the answer's Date header (whole seconds), zero if absent: the
+	// server's clock, for reading the rate-limit resets without skew.
+	Date time.Time
+	// Named is the limit a RateLimited answer's message names, if it does.
+	Named api.NamedLimit
 }
+
+// Scope returns the scope of the outcome.
+func (o *Outcome) Scope() Scope { return ScopeOf(o.Class, o.Status) }
 
 // Config configures a Client.
 type Config struct {
@@ -212,6 +265,15 @@ func isSpendCap(body []byte) bool {
 		return true
 	}
 	return false
+}
+
+// namedLimit is the limit a 429 error body's message names, if any.
+func namedLimit(body []byte) api.NamedLimit {
+	var eb api.ErrorBody
+	if json.Unmarshal(body, &eb) != nil {
+		return api.NamedLimit{}
+	}
+	return api.ParseNamedLimit(eb.Err.Message)
 }
 
 // isUsageLimit recognises the 400s that mean the organization cannot spend:

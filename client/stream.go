@@ -98,6 +98,9 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	o.Class = Classify(resp.StatusCode, resp.Header, b)
 	if o.Class != OK {
 		o.Err = statusError(resp.StatusCode, b)
+		if o.Class == RateLimited {
+			o.Named = namedLimit(b)
+		}
 		return o, nil
 	}
 	var m struct {
@@ -119,6 +122,7 @@ func readHeaders(o *Outcome, h http.Header) {
 	o.OrgID = h.Get(api.HeaderOrganizationID)
 	o.RequestID = h.Get(api.HeaderRequestID)
 	o.RetryAfter, o.HasRetryAfter = api.ParseRetryAfter(h, time.Now())
+	o.Date = api.ParseDate(h)
 	switch h.Get(api.HeaderShouldRetry) {
 	case "true":
 		o.ShouldRetry = 1
