@@ -75,6 +75,15 @@ func (b *bucket) wait(n float64, now time.Time) time.Duration {
 	return time.Duration(need / b.rate * float64(time.Second))
 }
 
+// levelAt returns the level at now (0 for an unlimited bucket).
+func (b *bucket) levelAt(now time.Time) float64 {
+	if b.unlimited() {
+		return 0
+	}
+	b.advance(now)
+	return b.level
+}
+
 // remaining returns the whole tokens left now, floored at zero.
 func (b *bucket) remaining(now time.Time) int64 {
 	b.advance(now)

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"strings"
 	"time"
@@ -58,7 +59,8 @@ const (
 
 // Config is the whole simulated world. Every duration and per-minute limit is
 // in simulated time; TimeScale K turns it into real time (delays ÷ K, rates
-// × K). The zero value is not usable: start from a preset or Default.
+// × K). BucketWindow is the exception: see its comment. The zero value is
+// not usable: start from a preset or Default.
 type Config struct {
 	// Seed makes answers, latency jitter and faults reproducible.
 	Seed uint64 `json:"seed"`
@@ -69,11 +71,27 @@ type Config struct {
 	OTPMMode string `json:"otpm_mode"`
 	// BucketWindow is how much of a per-minute limit a full bucket holds:
 	// 60s means a bucket of the whole limit. Smaller windows model "60 RPM
-	// might be enforced as 1 request per second".
+	// might be enforced as 1 request per second". Unlike other durations it
+	// is not divided by TimeScale: a full bucket holds the scaled limit ×
+	// BucketWindow / 60s, the capacity the headers' limit implies.
 	BucketWindow Duration `json:"bucket_window"`
+	// BucketsStartEmpty starts every Messages bucket empty instead of full:
+	// an organization whose limits were just spent (by a colleague, an
+	// earlier job), so a job runs at the refill rate from its first request
+	// and its steady state is not hidden by a full bucket's burst.
+	BucketsStartEmpty bool `json:"buckets_start_empty,omitempty"`
 	// RetryAfterMs adds a retry-after-ms header to 429s (the API is not
 	// documented to send it; SDKs read it).
 	RetryAfterMs bool `json:"retry_after_ms,omitempty"`
+	// OmitHeaders names limiters ("requests", "tokens", "input-tokens",
+	// "output-tokens") whose anthropic-ratelimit-<name>-* headers every
+	// Messages answer leaves out, as some models and gateways do. The
+	// limits are still enforced.
+	OmitHeaders []string `json:"omit_headers,omitempty"`
+	// CoarseHeaders keeps the K = 1 header precision in a time-scaled
+	// world: resets in whole seconds rounded up, retry-after in whole
+	// seconds (at least 1), instead of milliseconds.
+	CoarseHeaders bool `json:"coarse_headers,omitempty"`
 	// PromptCache enables the prompt-cache model.
 	PromptCache bool `json:"prompt_cache"`
 	// Pools maps extra model ids to pools, or overrides the catalog.
@@ -91,6 +109,22 @@ type Config struct {
 	// Batch is the default batch processing model of every org.
 	Batch BatchModel  `json:"batch"`
 	Orgs  []OrgConfig `json:"orgs"`
+	// Colleagues are other users of an org: open-loop load that spends the
+	// same lane budgets as sluice's requests.
+	Colleagues []Colleague `json:"colleagues,omitempty"`
+}
+
+// Colleague is open-loop traffic from another user of an org into one
+// org × pool lane: Poisson arrivals at Share × the lane's configured RPM,
+// each charged 1 request, InputTokens toward ITPM and OutputTokens toward
+// OTPM at admission, or refused (and dropped: no retry) when it does not
+// fit, as a 429 would refuse it.
+type Colleague struct {
+	Org          string  `json:"org"`   // org name
+	Model        string  `json:"model"` // a model id; its pool is the lane
+	Share        float64 `json:"share"` // in (0, 1]: requests per minute = Share × RPM
+	InputTokens  int64   `json:"input_tokens"`
+	OutputTokens int64   `json:"output_tokens"`
 }
 
 // OrgConfig is one organization: its keys, limits and batch model.
@@ -171,6 +205,17 @@ type Faults struct {
 	PSlow  float64 `json:"pslow"`  // latency multiplied by SlowFactor
 	// SlowFactor multiplies the latency of a slow answer (default 20).
 	SlowFactor float64 `json:"slow_factor"`
+	// Storms are windows of extra 529s.
+	Storms []Storm `json:"storms,omitempty"`
+}
+
+// Storm is a window of overload: from Start to Start+Length after the world
+// started (simulated time), a Messages call that escaped the other faults
+// gets 529 overloaded_error with probability P529, before admission.
+type Storm struct {
+	Start  Duration `json:"start"`
+	Length Duration `json:"length"`
+	P529   float64  `json:"p529"`
 }
 
 // Acceleration refuses an org × pool whose admitted rate over Window rises
@@ -212,6 +257,10 @@ func LoadConfig(path string, base Config) (Config, error) {
 		return Config{}, fmt.Errorf("sim: %w", err)
 	}
 	cfg := base
+	// The maps are the base's: decoding merges into them, so copy them
+	// first, or the caller's base would change too.
+	cfg.Latency = maps.Clone(base.Latency)
+	cfg.Pools = maps.Clone(base.Pools)
 	// Lists are replaced whole: decoding into a slice would otherwise keep
 	// the base's fields in elements the file only partly spells out.
 	var top map[string]json.RawMessage
@@ -220,6 +269,17 @@ func LoadConfig(path string, base Config) (Config, error) {
 	}
 	if _, ok := top["orgs"]; ok {
 		cfg.Orgs = nil
+	}
+	if _, ok := top["colleagues"]; ok {
+		cfg.Colleagues = nil
+	}
+	if raw, ok := top["faults"]; ok {
+		var faults map[string]json.RawMessage
+		if json.Unmarshal(raw, &faults) == nil {
+			if _, ok := faults["storms"]; ok {
+				cfg.Faults.Storms = nil
+			}
+		}
 	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
@@ -261,6 +321,16 @@ func (c *Config) Validate() error {
 	}
 	if f.P500+f.P529 > 1 {
 		return fmt.Errorf("sim: p500 + p529 must not exceed 1")
+	}
+	for i, st := range f.Storms {
+		if !(st.P529 >= 0 && st.P529 <= 1) || st.Length <= 0 || st.Start < 0 {
+			return fmt.Errorf("sim: faults.storms[%d] needs p529 in [0,1], length > 0, start >= 0", i)
+		}
+	}
+	for _, name := range c.OmitHeaders {
+		if !knownLimiter(name) {
+			return fmt.Errorf("sim: omit_headers: unknown limiter %q (want requests, tokens, input-tokens or output-tokens)", name)
+		}
 	}
 	if r := c.Verdicts.RefusalRate; r < 0 || r > 1 {
 		return fmt.Errorf("sim: verdicts.refusal_rate must be in [0,1], got %v", r)
@@ -308,7 +378,54 @@ func (c *Config) Validate() error {
 			}
 		}
 	}
+	for i, cl := range c.Colleagues {
+		where := fmt.Sprintf("sim: colleagues[%d]", i)
+		var o *OrgConfig
+		for j := range c.Orgs {
+			if c.Orgs[j].Name == cl.Org {
+				o = &c.Orgs[j]
+			}
+		}
+		if o == nil {
+			return fmt.Errorf("%s: no org named %q", where, cl.Org)
+		}
+		p, ok := c.poolOf(cl.Model)
+		if !ok {
+			return fmt.Errorf("%s: unknown model %q", where, cl.Model)
+		}
+		if !(cl.Share > 0 && cl.Share <= 1) {
+			return fmt.Errorf("%s: share must be in (0, 1], got %v", where, cl.Share)
+		}
+		if cl.InputTokens < 0 || cl.OutputTokens < 0 {
+			return fmt.Errorf("%s: input_tokens and output_tokens must be >= 0", where)
+		}
+		if o.limitsFor(p).RPM <= 0 {
+			return fmt.Errorf("%s: org %q has no RPM limit for pool %s, so share has nothing to be a share of", where, cl.Org, p)
+		}
+	}
 	return nil
+}
+
+// knownLimiter reports whether name is one of api.Limiters.
+func knownLimiter(name string) bool {
+	for _, l := range api.Limiters {
+		if string(l) == name {
+			return true
+		}
+	}
+	return false
+}
+
+// limitsFor returns the org's limits for pool p: its own entry, else
+// DefaultLimits, else none (unlimited).
+func (o *OrgConfig) limitsFor(p api.Pool) Limits {
+	if lim, ok := o.Limits[p]; ok {
+		return lim
+	}
+	if o.DefaultLimits != nil {
+		return *o.DefaultLimits
+	}
+	return Limits{}
 }
 
 func (b BatchModel) validate(where string) error {

@@ -13,7 +13,12 @@ import (
 
 // lane is the simulated server-side rate limiting of one organization ×
 // model pool: RPM, ITPM and OTPM buckets, the optional acceleration limit,
-// the in-flight count and the lane's statistics. All fields are guarded by mu.
+// the in-flight count, the colleagues that share the buckets and the lane's
+// statistics. All fields are guarded by mu.
+//
+// Colleague arrivals are processed lazily: every method that reads or
+// charges a bucket first calls catchUp(now), so each arrival is admitted at
+// its own time against buckets last touched no later than it.
 type lane struct {
 	mu    sync.Mutex
 	org   *org
@@ -22,6 +27,11 @@ type lane struct {
 	// per-minute limits in real time (configured × scale); 0 = unlimited.
 	rpm, itpm, otpm int64
 	req, in, out    bucket
+
+	omit   map[api.Limiter]bool // limiters whose headers are left out
+	coarse bool                 // whole-second resets even when time-scaled
+
+	colleagues []*colleague
 
 	accel              Acceleration
 	accelFast, accelSl float64 // decayed admission counts
@@ -42,11 +52,21 @@ const (
 
 func newLane(o *org, p api.Pool, lim Limits, cfg *Config, now time.Time) *lane {
 	k := cfg.TimeScale
-	l := &lane{org: o, pool: p, scale: k, accel: cfg.Acceleration, epoch: now, accelLast: now}
+	l := &lane{org: o, pool: p, scale: k, accel: cfg.Acceleration, epoch: now, accelLast: now, coarse: cfg.CoarseHeaders}
+	for _, name := range cfg.OmitHeaders {
+		if l.omit == nil {
+			l.omit = map[api.Limiter]bool{}
+		}
+		l.omit[api.Limiter(name)] = true
+	}
 	l.rpm, l.itpm, l.otpm = scaleLimit(lim.RPM, k), scaleLimit(lim.ITPM, k), scaleLimit(lim.OTPM, k)
 	window := cfg.BucketWindow.D().Seconds() / 60 // fraction of a minute a full bucket holds
 	mk := func(perMin int64) bucket {
-		return newBucket(float64(perMin)*window, float64(perMin)/60, now)
+		b := newBucket(float64(perMin)*window, float64(perMin)/60, now)
+		if cfg.BucketsStartEmpty {
+			b.level = 0
+		}
+		return b
 	}
 	l.req, l.in, l.out = mk(l.rpm), mk(l.itpm), mk(l.otpm)
 	l.stats.LimitedBy = map[string]int64{}
@@ -73,6 +93,7 @@ type admission struct {
 func (l *lane) admit(now time.Time, in, outCharge int64) admission {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.catchUp(now)
 	var refused admission
 	refuse := func(why string, b *bucket, n float64) {
 		if w := b.wait(n, now); !refused.ok && (refused.limitedBy == "" || w > refused.retryAfter) {
@@ -151,6 +172,7 @@ func (l *lane) accelerationRefuses(now time.Time) (time.Duration, bool) {
 func (l *lane) finish(now time.Time, refund int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.catchUp(now)
 	l.inFlight--
 	if refund > 0 {
 		l.out.give(float64(refund), now)
@@ -168,8 +190,14 @@ func (l *lane) count(f func(s *LaneStats)) {
 func (l *lane) setHeaders(h http.Header, now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fine := l.scale != 1 // sub-second resets only matter in a time-scaled world
+	l.catchUp(now)
+	// Sub-second resets only matter in a time-scaled world, unless the
+	// world models an API whose precision does not follow the scale.
+	fine := l.scale != 1 && !l.coarse
 	put := func(name api.Limiter, limit, remaining int64, reset time.Time) {
+		if l.omit[name] {
+			return
+		}
 		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "limit"))] = []string{strconv.FormatInt(limit, 10)}
 		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "remaining"))] = []string{strconv.FormatInt(remaining, 10)}
 		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "reset"))] = []string{formatReset(reset, now, fine)}
@@ -190,6 +218,74 @@ func (l *lane) setHeaders(h http.Header, now time.Time) {
 		}
 		put(api.LimiterTokens, l.itpm+l.otpm, api.RoundThousand(l.in.remaining(now)+l.out.remaining(now)), reset)
 	}
+}
+
+// colleague is one Colleague's Poisson arrival process on a lane.
+type colleague struct {
+	cfg  *Colleague
+	rng  *rng
+	rate float64   // arrivals per real second
+	next time.Time // the first arrival not yet processed
+}
+
+// addColleague starts cl's arrivals on the lane at now. Its rate is
+// Share × the lane's RPM, which is already × K.
+func (l *lane) addColleague(cl *Colleague, r *rng, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c := &colleague{cfg: cl, rng: r, rate: cl.Share * float64(l.rpm) / 60}
+	if c.rate <= 0 {
+		return // Validate refuses a colleague on a lane without an RPM limit
+	}
+	c.next = now.Add(c.gap())
+	l.colleagues = append(l.colleagues, c)
+}
+
+// maxGap bounds an inter-arrival time (about 146 years): a tiny share's
+// gap would overflow time.Duration, and a negative one would never end
+// catchUp.
+const maxGap = time.Duration(1 << 62)
+
+// gap draws an exponential inter-arrival time.
+func (c *colleague) gap() time.Duration {
+	g := -math.Log(1-c.rng.float()) / c.rate * float64(time.Second)
+	if g >= float64(maxGap) {
+		return maxGap
+	}
+	return time.Duration(g)
+}
+
+// catchUp processes every colleague arrival due by now, earliest first,
+// each at its own arrival time. Requires l.mu.
+func (l *lane) catchUp(now time.Time) {
+	for len(l.colleagues) > 0 {
+		c := l.colleagues[0]
+		for _, x := range l.colleagues[1:] {
+			if x.next.Before(c.next) {
+				c = x
+			}
+		}
+		if c.next.After(now) {
+			return
+		}
+		l.colleagueArrives(c.cfg, c.next)
+		c.next = c.next.Add(c.gap())
+	}
+}
+
+// colleagueArrives admits one colleague request at its arrival time against
+// the lane's buckets, or drops it as a 429 would refuse it (open loop: it is
+// not retried). Only the colleague counters record it. Requires l.mu.
+func (l *lane) colleagueArrives(cl *Colleague, at time.Time) {
+	in, out := float64(cl.InputTokens), float64(cl.OutputTokens)
+	if l.org.cfg.SpendCapReached || !l.req.fits(1, at) || !l.in.fits(in, at) || !l.out.fits(out, at) {
+		l.stats.ColleagueLimited++
+		return
+	}
+	l.req.take(1, at)
+	l.in.take(in, at)
+	l.out.take(out, at)
+	l.stats.ColleagueAdmitted++
 }
 
 // formatReset renders a reset instant in RFC 3339: whole seconds rounded up,

@@ -115,6 +115,21 @@ func TestLaneBucketWindowLimitsBurst(t *testing.T) {
 	}
 }
 
+// TestLaneBucketsStartEmpty: a drained world admits at the refill rate
+// from its first request.
+func TestLaneBucketsStartEmpty(t *testing.T) {
+	l := testLane(t, Limits{RPM: 600}, func(c *Config) { c.BucketsStartEmpty = true })
+	if a := l.admit(t0, 0, 0); a.ok || a.retryAfter != 100*time.Millisecond {
+		t.Fatalf("an empty 600 RPM bucket: %+v, want refused for 0.1 s", a)
+	}
+	if !l.admit(t0.Add(100*time.Millisecond), 0, 0).ok {
+		t.Fatal("after 0.1 s one request fits")
+	}
+	if a := l.admit(t0.Add(100*time.Millisecond), 0, 0); a.ok {
+		t.Fatal("and only one")
+	}
+}
+
 func TestLaneReserveRefund(t *testing.T) {
 	l := testLane(t, Limits{RPM: 1e6, ITPM: 1e9, OTPM: 1000}, nil)
 	if !l.admit(t0, 1, 1000).ok { // max_tokens 1000 reserved

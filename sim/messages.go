@@ -11,8 +11,9 @@ import (
 )
 
 // handleMessages serves POST /v1/messages. The order of checks: size,
-// auth, version, body, spend cap, injected 500/529, org capacity (529), rate
-// limits and acceleration (429); then the answer, after its latency.
+// auth, version, body, spend cap, injected 500/529, storm 529s, org capacity
+// (529), rate limits and acceleration (429); then the answer, after its
+// latency.
 func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 	c := s.begin(rw, r)
 	if c == nil {
@@ -47,6 +48,13 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 		c.fail(&requestError{500, api.ErrAPI, "Internal server error"})
 		return
 	} else if u < f.P500+f.P529 {
+		ln.count(func(st *LaneStats) { st.Overloaded++ })
+		ln.setHeaders(h, c.now)
+		c.fail(&requestError{api.StatusOverloaded, api.ErrOverloaded, "Overloaded"})
+		return
+	}
+	// Drawn only inside a storm, so a world without storms keeps its draws.
+	if p := c.w.stormP529(c.now); p > 0 && c.w.rng.float() < p {
 		ln.count(func(st *LaneStats) { st.Overloaded++ })
 		ln.setHeaders(h, c.now)
 		c.fail(&requestError{api.StatusOverloaded, api.ErrOverloaded, "Overloaded"})

@@ -169,7 +169,45 @@ func newOrg(w *world, cfg *OrgConfig, now time.Time) *org {
 	}
 	o.tokenCount, o.batchRPM = perMin(cfg.TokenCountRPM), perMin(cfg.BatchRPM)
 	o.batches.init(o, now)
+	// A colleague's lane exists from the world's start, so it spends before
+	// sluice's first request and GET /_sim/stats advances it.
+	for i := range w.cfg.Colleagues {
+		cl := &w.cfg.Colleagues[i]
+		if cl.Org != cfg.Name {
+			continue
+		}
+		p, _ := w.cfg.poolOf(cl.Model)
+		o.lane(p, now).addColleague(cl, colleagueRNG(w.cfg.Seed, i), now)
+	}
 	return o
+}
+
+// colleagueRNG is colleague i's own random source, derived from the seed:
+// its arrival times depend on the seed alone, not on how sluice's requests
+// interleave with it, and drawing them does not shift the world's draws.
+func colleagueRNG(seed uint64, i int) *rng {
+	return newRNG(mix(seed^0x636f6c6c65616775) + uint64(i)*0x9e3779b97f4a7c15)
+}
+
+// stormP529 is the probability that a Messages call at now is a storm's
+// 529: 1 − Π(1 − p529) over the storms whose window, ÷ K from the world's
+// start, holds now. 0 outside every storm.
+func (w *world) stormP529(now time.Time) float64 {
+	storms := w.cfg.Faults.Storms
+	if len(storms) == 0 {
+		return 0
+	}
+	k := w.cfg.TimeScale
+	el := float64(now.Sub(w.started))
+	pass := 1.0
+	for _, st := range storms {
+		from := float64(st.Start) / k
+		to := (float64(st.Start) + float64(st.Length)) / k
+		if el >= from && el < to {
+			pass *= 1 - st.P529
+		}
+	}
+	return 1 - pass
 }
 
 // lane returns the org's lane for pool p, creating it on first use.
@@ -179,11 +217,7 @@ func (o *org) lane(p api.Pool, now time.Time) *lane {
 	if l, ok := o.lanes[p]; ok {
 		return l
 	}
-	lim, ok := o.cfg.Limits[p]
-	if !ok && o.cfg.DefaultLimits != nil {
-		lim = *o.cfg.DefaultLimits
-	}
-	l := newLane(o, p, lim, o.w.cfg, now)
+	l := newLane(o, p, o.cfg.limitsFor(p), o.w.cfg, now)
 	o.lanes[p] = l
 	return l
 }
@@ -207,7 +241,7 @@ func (o *org) surfaceHeaders(h http.Header, b *bucket, now time.Time) {
 	if b.unlimited() {
 		return
 	}
-	fine := o.w.cfg.TimeScale != 1
+	fine := o.w.cfg.TimeScale != 1 && !o.w.cfg.CoarseHeaders
 	h.Set(api.LimitHeaderName(api.LimiterRequests, "limit"), strconv.FormatInt(int64(b.capacity), 10))
 	h.Set(api.LimitHeaderName(api.LimiterRequests, "remaining"), strconv.FormatInt(b.remaining(now), 10))
 	h.Set(api.LimitHeaderName(api.LimiterRequests, "reset"), formatReset(b.resetAt(now), now, fine))
@@ -380,10 +414,11 @@ func (c *call) failWith(status int, body api.ErrorBody) {
 	c.rw.Write(body.Marshal())
 }
 
-// rateLimited writes a 429 with retry-after (whole seconds, at least 1).
+// rateLimited writes a 429 with retry-after: whole seconds, at least 1, at
+// K = 1 or with CoarseHeaders; milliseconds when time-scaled.
 func (c *call) rateLimited(wait time.Duration, msg string) {
 	h := c.rw.Header()
-	if k := c.s.cfg.TimeScale; k == 1 {
+	if k := c.s.cfg.TimeScale; k == 1 || c.s.cfg.CoarseHeaders {
 		// Whole seconds, at least 1, as the API sends.
 		h["Retry-After"] = []string{strconv.FormatInt(max(1, int64((wait+time.Second-1)/time.Second)), 10)}
 	} else {

@@ -28,8 +28,15 @@ type LaneStats struct {
 	PeakConcurrency  int   `json:"peak_concurrency"`
 	InFlight         int   `json:"in_flight"`
 	// AdmittedPerSecond[i] counts admissions in real second i since the
-	// world started.
+	// lane was created (its first request, or the world's start for a lane
+	// with colleagues).
 	AdmittedPerSecond []int64 `json:"admitted_per_second"`
+	// Colleague traffic (Config.Colleagues), counted only here: arrivals
+	// admitted into the lane's buckets, and arrivals refused and dropped.
+	ColleagueAdmitted int64 `json:"colleague_admitted"`
+	ColleagueLimited  int64 `json:"colleague_limited"`
+	// Levels are the buckets' levels at the stats' time.
+	Levels *Levels `json:"levels,omitempty"`
 }
 
 func (s *LaneStats) bill(u api.Usage) {
@@ -37,6 +44,16 @@ func (s *LaneStats) bill(u api.Usage) {
 	s.OutputTokens += u.OutputTokens
 	s.CacheReadTokens += u.CacheReadInputTokens
 	s.CacheWriteTokens += u.CacheCreationInputTokens
+}
+
+// Levels are a lane's bucket levels at the stats' time (unrounded; 0 for
+// an unlimited dimension): a benchmark subtracts what a job spent of a
+// bucket's initial level from the rate it measured, so a burst is not
+// taken for pacing.
+type Levels struct {
+	Requests     float64 `json:"requests"`
+	InputTokens  float64 `json:"input_tokens"`
+	OutputTokens float64 `json:"output_tokens"`
 }
 
 // OrgCounters are org-level counts outside the Messages lanes.
@@ -114,6 +131,7 @@ func (s *Server) Stats() Stats {
 		o.mu.Unlock()
 		for _, l := range lanes {
 			l.mu.Lock()
+			l.catchUp(now) // colleagues spend whether or not sluice calls
 			ls := l.stats
 			ls.InFlight = l.inFlight
 			ls.LimitedBy = make(map[string]int64, len(l.stats.LimitedBy))
@@ -121,6 +139,7 @@ func (s *Server) Stats() Stats {
 				ls.LimitedBy[k] = v
 			}
 			ls.AdmittedPerSecond = append([]int64(nil), l.stats.AdmittedPerSecond...)
+			ls.Levels = &Levels{Requests: l.req.levelAt(now), InputTokens: l.in.levelAt(now), OutputTokens: l.out.levelAt(now)}
 			l.mu.Unlock()
 			os.Pools[l.pool] = ls
 		}
