@@ -16,7 +16,6 @@ import (
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
-	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
 )
@@ -133,7 +132,6 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 	if err != nil {
 		return res, err
 	}
-	k := e.Sim.TimeScale
 	conns := 0
 	for _, c := range e.capsOrDefault() {
 		conns = max(conns, c)
@@ -147,8 +145,7 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 	start := time.Now()
 	opts := job.Options{
 		Input: in, Output: out, Logger: slog.New(slog.NewTextHandler(logw, nil)),
-		Dispatch: dispatch.Config{Client: c, Keys: pool.Keys(), Caps: e.Caps,
-			Lane: lane.ForTimeScale(k)},
+		Dispatch:  dispatch.Config{Client: c, Keys: pool.Keys(), Caps: e.Caps},
 		OnDurable: steady.observe,
 	}
 	rep, err := job.Run(ctx, opts)
@@ -196,6 +193,30 @@ func (e EngineRun) capsOrDefault() map[api.Family]int {
 // cap ÷ mean latency, RPM, ITPM ÷ mean input and OTPM ÷ mean output — all
 // per second and time-scaled — and the name of what binds most often.
 func BindingLimit(cfg sim.Config, caps map[api.Family]int, p api.Pool, maxTokens int, meanIn, meanOut float64) (float64, string) {
+	total := 0.0
+	votes := map[string]float64{}
+	for _, b := range orgBindings(cfg, caps, p, maxTokens, meanIn, meanOut) {
+		total += b.rate
+		votes[b.what] += b.rate
+	}
+	binding, most := "", -1.0
+	for n, v := range votes {
+		if v > most {
+			binding, most = n, v
+		}
+	}
+	return total, binding
+}
+
+// orgBinding is what binds one org and its rate, requests per real second.
+type orgBinding struct {
+	org  string
+	what string // "etiquette cap", "RPM", "ITPM", "OTPM"
+	rate float64
+}
+
+// orgBindings is BindingLimit per org.
+func orgBindings(cfg sim.Config, caps map[api.Family]int, p api.Pool, maxTokens int, meanIn, meanOut float64) []orgBinding {
 	k := cfg.TimeScale
 	lat := cfg.Latency["default"]
 	if l, ok := cfg.Latency[string(p)]; ok {
@@ -211,8 +232,7 @@ func BindingLimit(cfg sim.Config, caps map[api.Family]int, p api.Pool, maxTokens
 			break
 		}
 	}
-	total := 0.0
-	votes := map[string]float64{}
+	var out []orgBinding
 	for _, o := range cfg.Orgs {
 		lim, ok := o.Limits[p]
 		if !ok && o.DefaultLimits != nil {
@@ -231,16 +251,9 @@ func BindingLimit(cfg sim.Config, caps map[api.Family]int, p api.Pool, maxTokens
 				best, why = c.v, c.name
 			}
 		}
-		total += best
-		votes[why] += best
+		out = append(out, orgBinding{org: o.Name, what: why, rate: best})
 	}
-	binding, most := "", -1.0
-	for n, v := range votes {
-		if v > most {
-			binding, most = n, v
-		}
-	}
-	return total, binding
+	return out
 }
 
 // meanCapped is E[min(U, c)] for U uniform on the integers [a, b].

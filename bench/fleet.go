@@ -146,8 +146,7 @@ func (fr FleetRun) Run(ctx context.Context) (FleetResult, error) {
 	for k, v := range simtest.KeyEnv(fr.Sim) {
 		env = append(env, k+"="+v)
 	}
-	args := []string{"--route", "sync", "--no-dotenv", "--no-progress",
-		"--ramp-doubling", (time.Duration(float64(5*time.Second) / fr.Sim.TimeScale)).String()}
+	args := []string{"--route", "sync", "--no-dotenv", "--no-progress"}
 	caps := fr.capsOrDefault()
 	for fam, c := range caps {
 		if fam == api.FamilyFable { // no flag: it follows --cap-unknown

@@ -28,7 +28,6 @@ import (
 	"github.com/sluice-dev/sluice/judge"
 	"github.com/sluice-dev/sluice/judgejob"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
@@ -384,7 +383,7 @@ func (b *Judge658) runArm(ctx context.Context, name, items string, k float64) (A
 		rep := sr.Report
 		r.Done = sr.Summary.Groups[0].Classes[judge.OK]
 		r.SyncUSD, r.BatchUSD = rep.Cost.Total.SyncUSD, rep.Cost.Total.BatchUSD
-		r.Retries = rep.Retries.RateLimited + rep.Retries.Failed
+		r.Retries = rep.Retries.RateLimited + rep.Retries.Overloaded + rep.Retries.Failed
 		r.Route, r.Binding = rep.Route, rep.BindingLimit
 		// The planner saw the scaled world: its wall-clock × K is in the
 		// simulated API's time (it models sending, not preparation).
@@ -831,15 +830,13 @@ func (a SluiceArm) Run(ctx context.Context) (*SluiceArmResult, error) {
 	}
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	k := a.Sim.TimeScale
-	lc := lane.ForTimeScale(k)
 	world := plan.FromSim(a.Sim, nil)
 	world.Name = "three-org"
-	world.Ramp.Doubling = lc.RampDoubling
 	var predicted time.Duration
 	cfg := judgejob.Config{Output: a.Output, Engine: job.Options{
 		Logger: log, Redact: pool.Redact, OnDurable: a.OnDurable,
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: a.Base, MaxConns: 100*len(a.Sim.Orgs) + 64}),
-			Keys: pool.Keys(), Lane: lc, Logger: log},
+			Keys: pool.Keys(), Logger: log},
 		Plan: route.Planner(route.Options{Route: "auto", Prefer: a.Prefer, TimeScale: k, Log: log,
 			World: func() (plan.World, error) { return world, nil },
 			OnDecision: func(d plan.Decision) {

@@ -20,7 +20,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
-	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
@@ -119,13 +118,10 @@ func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, e
 		logw = io.Discard
 	}
 	log := slog.New(slog.NewTextHandler(logw, nil))
-	// The engine runs on the simulator's clock, as `sluice bench
-	// efficiency` and the demo configure it; the planner's world gets the
-	// same ramp.
-	lc := lane.ForTimeScale(k)
+	// The engine's clocks are its own latency, so nothing is configured
+	// for the time scale: the planner models the same.
 	world := plan.FromSim(cfg, nil)
 	world.Name = "three-org"
-	world.Ramp.Doubling = lc.RampDoubling
 
 	// The client's own transport, timed.
 	conns := 100*len(cfg.Orgs) + 64
@@ -142,7 +138,7 @@ func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, e
 	opts := job.Options{
 		Input: in, Output: out, Logger: log,
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: sp.Base, Transport: tt}),
-			Keys: pool.Keys(), Lane: lc},
+			Keys: pool.Keys()},
 		OnDurable: steady.observe,
 		Plan: func(s jsonl.Summary, pending int) (job.Routing, error) {
 			mu.Lock()

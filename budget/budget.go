@@ -1,19 +1,23 @@
 // Package budget holds what one lane (organization × model pool) may spend:
-// concurrency permits and the RPM, ITPM and OTPM token buckets, kept level
-// with the server's view from the rate-limit headers. Local is the
-// in-process implementation; a fleet-wide one shared by several processes
-// implements the same interface.
+// concurrency permits and the token buckets of the API's limits — requests,
+// input tokens, output tokens and the combined (or workspace) token limit —
+// kept level with the server's view from the rate-limit headers. Local is
+// the in-process implementation; a fleet-wide one shared by several
+// processes implements the same interface.
+//
+// A bucket refills at its per-minute limit ÷ 60 per second up to its depth,
+// which the lane learns from the headers (the API may enforce a limit over
+// a shorter interval than a minute, so a bucket can hold much less than
+// its limit). docs/control.md gives the rules and why.
 package budget
 
 import (
 	"math"
 	"sync"
 	"time"
-
-	"github.com/sluice-dev/sluice/api"
 )
 
-// Dim indexes the three rate-limited dimensions.
+// Dim indexes the rate-limited dimensions.
 type Dim int
 
 // The dimensions, in header order.
@@ -21,15 +25,18 @@ const (
 	Requests Dim = iota
 	InputTokens
 	OutputTokens
+	// Tokens is the anthropic-ratelimit-tokens-* family: input plus output,
+	// or the most restrictive (workspace) token limit when one applies.
+	Tokens
 	NumDims
 )
 
-var dimNames = [NumDims]string{"requests", "input_tokens", "output_tokens"}
+var dimNames = [NumDims]string{"requests", "input_tokens", "output_tokens", "tokens"}
 
 func (d Dim) String() string { return dimNames[d] }
 
 // Demand is what one request is charged: one request, its estimated input
-// tokens, its expected output tokens.
+// tokens, its expected output tokens, and their sum.
 type Demand [NumDims]float64
 
 // Refusal says why TryTake said no.
@@ -41,33 +48,62 @@ const (
 	Granted Refusal = iota
 	// ByConcurrency: every permit is in use; wait for a release.
 	ByConcurrency
-	// ByRequests, ByInputTokens, ByOutputTokens: a bucket (less the reserve)
-	// cannot hold the demand yet; the wait says how long until it can.
+	// ByRequests … ByTokens: a bucket (less the reserve) cannot hold the
+	// demand yet; the wait says how long until it can.
 	ByRequests
 	ByInputTokens
 	ByOutputTokens
+	ByTokens
+	NumRefusals
 )
 
-var refusalNames = [...]string{"granted", "concurrency", "requests", "input_tokens", "output_tokens"}
+var refusalNames = [NumRefusals]string{"granted", "concurrency", "requests", "input_tokens", "output_tokens", "tokens"}
 
 func (r Refusal) String() string { return refusalNames[r] }
+
+// ByDim returns the refusal of bucket d.
+func ByDim(d Dim) Refusal { return ByRequests + Refusal(d) }
+
+// DimView is what the lane knows of one dimension after an answer: the
+// server's per-minute limit and remaining, and the learned depth.
+type DimView struct {
+	Known     bool
+	Limit     float64 // per minute; the refill is Limit/60 per second
+	Depth     float64 // what a full bucket holds; ≤ 0 means Limit
+	Remaining float64 // the server's remaining at the answer
+}
+
+// View is one answer's view of every dimension; an unknown dimension is
+// left as it was.
+type View [NumDims]DimView
+
+// Any reports whether the view knows a dimension.
+func (v *View) Any() bool {
+	for _, d := range v {
+		if d.Known {
+			return true
+		}
+	}
+	return false
+}
 
 // Budget is what a lane spends through. Every method takes the time; none
 // blocks. Implementations are safe for concurrent use.
 type Budget interface {
 	// TryTake takes one permit, if fewer than limit are in use, and the
 	// demand's tokens, if every known bucket holds them above its reserve
-	// (a fraction of its capacity left for colleagues). It returns what it
-	// deducted (zero for buckets not known yet), to hand back to Settle. On
-	// refusal it says why and, for a bucket, how long until it would fit;
-	// which reason wins when several hold is the implementation's.
+	// (a fraction of the bucket left for colleagues, see
+	// BucketState.Reserve). It returns what it deducted (zero for buckets
+	// not known yet), to hand back to Settle. On refusal it says why and,
+	// for a bucket, how long until it would fit; which reason wins when
+	// several hold is the implementation's.
 	TryTake(now time.Time, limit int, reserve float64, d Demand) (Demand, Refusal, time.Duration)
 	// Settle returns the permit of a grant that deducted taken and trues
-	// the buckets up to actual (zero when nothing reached the server).
+	// the buckets up to actual (zero when the server charged nothing).
 	Settle(now time.Time, taken, actual Demand)
-	// Observe corrects the buckets from the rate-limit headers of a
-	// response: the server's remaining is the truth when it is lower.
-	Observe(now time.Time, h api.RateLimitHeaders)
+	// Observe corrects the buckets from one answer: limit and depth are
+	// set, and the server's remaining is the truth when it is lower.
+	Observe(now time.Time, v View)
 	// Snapshot reports permits in use and bucket levels.
 	Snapshot(now time.Time) Snapshot
 }
@@ -80,10 +116,31 @@ type Snapshot struct {
 
 // BucketState is one bucket. Known is false until headers gave a limit.
 type BucketState struct {
-	Known    bool
-	Limit    float64 // per minute
-	Level    float64
-	Fraction float64 // Level / Limit, 1 when unknown
+	Known bool
+	Limit float64 // per minute
+	Depth float64 // capacity
+	Level float64
+	// Seen is the most the server has shown remaining since the limit last
+	// changed: the bucket surely holds that much (the lane's lower bound
+	// on the depth).
+	Seen     float64
+	Fraction float64 // Level / Depth, 1 when unknown
+}
+
+// Reserve is how much of the bucket is left for colleagues at the share
+// reserve: a share of the depth. (Not of Seen: an organization whose
+// buckets a colleague keeps drained never shows them full, and that is
+// exactly when the reserve matters.)
+func (b BucketState) Reserve(reserve float64) float64 {
+	return reserve * b.Depth
+}
+
+// Headroom is the share of the depth above the reserve (1 when unknown).
+func (b BucketState) Headroom(reserve float64) float64 {
+	if !b.Known || b.Depth <= 0 {
+		return 1
+	}
+	return (b.Level - b.Reserve(reserve)) / b.Depth
 }
 
 // Local is the in-process Budget. The zero value is not usable; call
@@ -98,11 +155,13 @@ type Local struct {
 // (unlimited until the first headers arrive).
 func NewLocal() *Local { return &Local{} }
 
-// bucket is a continuous-refill bucket whose capacity and rate follow the
-// server's per-minute limit. Requires the owner's lock.
+// bucket is a continuous-refill bucket: limit/60 per second up to depth.
+// Requires the owner's lock.
 type bucket struct {
 	known bool
-	limit float64 // per minute = capacity
+	limit float64 // per minute
+	depth float64
+	seen  float64
 	level float64
 	last  time.Time
 }
@@ -112,25 +171,63 @@ func (b *bucket) advance(now time.Time) {
 		return
 	}
 	if dt := now.Sub(b.last).Seconds(); dt > 0 {
-		b.level = math.Min(b.limit, b.level+dt*b.limit/60)
+		if b.level < b.depth {
+			b.level = math.Min(b.depth, b.level+dt*b.limit/60)
+		}
 		b.last = now
 	}
 }
 
-// need returns how long until n tokens fit above the reserve; 0 if now.
-// A demand larger than the usable bucket fits once the bucket is full, so
-// an oversized request is slow, never stuck.
-func (b *bucket) need(now time.Time, n, reserve float64) time.Duration {
-	if !b.known || n <= 0 {
+func (b *bucket) state() BucketState {
+	st := BucketState{Known: b.known, Limit: b.limit, Depth: b.depth, Level: b.level, Seen: b.seen, Fraction: 1}
+	if b.known && b.depth > 0 {
+		st.Fraction = math.Max(0, b.level/b.depth)
+	}
+	return st
+}
+
+// Wait returns how long until a bucket in state b, refilling at its
+// limit, holds n above the reserve; 0 if now. A demand larger than the
+// usable bucket fits once the bucket is full, so an oversized request is
+// slow, never stuck. It is the one rule of admission: the fleet's Redis
+// script computes the same.
+func (b BucketState) Wait(n, reserve float64) time.Duration {
+	if !b.Known || n <= 0 || b.Limit <= 0 {
 		return 0
 	}
-	b.advance(now)
-	usable := b.level - reserve*b.limit
-	want := math.Min(n, (1-reserve)*b.limit)
+	res := b.Reserve(reserve)
+	usable := b.Level - res
+	want := math.Min(n, b.Depth-res)
 	if usable >= want {
 		return 0
 	}
-	return time.Duration((want - usable) / (b.limit / 60) * float64(time.Second))
+	return time.Duration((want - usable) / (b.Limit / 60) * float64(time.Second))
+}
+
+// observe applies one dimension of a view. Requires the owner's lock.
+func (b *bucket) observe(now time.Time, v DimView) {
+	if !v.Known || v.Limit <= 0 {
+		return
+	}
+	depth := v.Depth
+	if depth <= 0 || depth > v.Limit {
+		depth = v.Limit
+	}
+	rem := math.Max(0, v.Remaining)
+	if !b.known {
+		*b = bucket{known: true, limit: v.Limit, depth: depth, seen: rem, level: math.Min(rem, depth), last: now}
+		return
+	}
+	b.advance(now)
+	if b.limit != v.Limit {
+		// A new limit (a tier change, another workspace): the old bucket's
+		// evidence no longer holds, but the level keeps the deductions of
+		// requests still in flight.
+		b.limit, b.seen = v.Limit, 0
+	}
+	b.depth = depth
+	b.seen = math.Max(b.seen, rem)
+	b.level = math.Min(b.level, math.Min(depth, rem))
 }
 
 // TryTake implements Budget.
@@ -142,8 +239,10 @@ func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (De
 	// and its wait is the one worth waking for.
 	worst, wait := Granted, time.Duration(0)
 	for i := range l.buckets {
-		if w := l.buckets[i].need(now, d[i], reserve); w > wait {
-			worst, wait = ByRequests+Refusal(i), w
+		b := &l.buckets[i]
+		b.advance(now)
+		if w := b.state().Wait(d[i], reserve); w > wait {
+			worst, wait = ByDim(Dim(i)), w
 		}
 	}
 	if worst != Granted {
@@ -172,27 +271,17 @@ func (l *Local) Settle(now time.Time, taken, actual Demand) {
 		b := &l.buckets[i]
 		if b.known {
 			b.advance(now)
-			b.level = math.Min(b.limit, b.level+taken[i]-actual[i])
+			b.level = math.Min(b.depth, b.level+taken[i]-actual[i])
 		}
 	}
 }
 
 // Observe implements Budget.
-func (l *Local) Observe(now time.Time, h api.RateLimitHeaders) {
+func (l *Local) Observe(now time.Time, v View) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for i, s := range [NumDims]api.LimitState{h.Requests, h.InputTokens, h.OutputTokens} {
-		if !s.Present || s.Limit <= 0 {
-			continue
-		}
-		b := &l.buckets[i]
-		rem := math.Max(0, float64(s.Remaining))
-		if !b.known || b.limit != float64(s.Limit) {
-			*b = bucket{known: true, limit: float64(s.Limit), level: math.Min(rem, float64(s.Limit)), last: now}
-			continue
-		}
-		b.advance(now)
-		b.level = math.Min(b.level, rem)
+	for i := range l.buckets {
+		l.buckets[i].observe(now, v[i])
 	}
 }
 
@@ -204,11 +293,7 @@ func (l *Local) Snapshot(now time.Time) Snapshot {
 	for i := range l.buckets {
 		b := &l.buckets[i]
 		b.advance(now)
-		st := BucketState{Known: b.known, Limit: b.limit, Level: b.level, Fraction: 1}
-		if b.known && b.limit > 0 {
-			st.Fraction = math.Max(0, b.level/b.limit)
-		}
-		s.Buckets[i] = st
+		s.Buckets[i] = b.state()
 	}
 	return s
 }

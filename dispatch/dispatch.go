@@ -76,6 +76,11 @@ type Config struct {
 	Lane lane.Config
 	// Retry bounds attempts.
 	Retry RetryPolicy
+	// MaxRetryAfter caps a server's retry-after (default
+	// DefaultMaxRetryAfter): a longer one is logged, once per lane, and
+	// honoured only up to the cap — a retry-after of a day must not stop a
+	// lane silently for a day, nor an overflowing one be ignored.
+	MaxRetryAfter time.Duration
 	// NewBudget makes the budget of one lane (default budget.NewLocal);
 	// org is the organization id, never a key.
 	NewBudget func(org string, pool api.Pool) budget.Budget
@@ -95,6 +100,9 @@ type Config struct {
 	// DefaultStreamIdle; negative disables it.
 	StreamIdle time.Duration
 }
+
+// DefaultMaxRetryAfter is Config.MaxRetryAfter's default.
+const DefaultMaxRetryAfter = 10 * time.Minute
 
 // DefaultStreamIdle is Config.StreamIdle's default: the API keeps a
 // healthy stream busy with ping events between content, so a minute of
@@ -134,9 +142,10 @@ type Dispatcher struct {
 	queued  int
 	flying  int
 
-	mu       sync.Mutex // guards stats, and laneList for Snapshot (the loop, its only writer, reads it without)
+	mu       sync.Mutex // guards stats, meters, and laneList for Snapshot (the loop, its only writer, reads it without)
 	stats    Stats
 	laneList []*laneState
+	meters   map[api.Pool]*poolMeter
 }
 
 type laneKey struct {
@@ -153,9 +162,12 @@ type orgState struct {
 }
 
 type laneState struct {
-	org  *orgState
-	pool api.Pool
-	l    *lane.Lane
+	org   *orgState
+	pool  api.Pool
+	l     *lane.Lane
+	meter *poolMeter
+	// cappedLogged: a retry-after above the cap was logged (loop-owned).
+	cappedLogged bool
 }
 
 type item struct {
@@ -224,12 +236,16 @@ func New(cfg Config) (*Dispatcher, error) {
 	if cfg.StreamIdle == 0 {
 		cfg.StreamIdle = DefaultStreamIdle
 	}
+	if cfg.MaxRetryAfter <= 0 {
+		cfg.MaxRetryAfter = DefaultMaxRetryAfter
+	}
 	d := &Dispatcher{
 		cfg: cfg, now: cfg.Now, log: cfg.Logger,
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		orgs:   map[string]*orgState{},
 		submit: make(chan *item), withdraw: make(chan *item), closed: make(chan struct{}), served: make(chan struct{}),
 		lanes: map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
+		meters: map[api.Pool]*poolMeter{},
 	}
 	d.attemptCtx, d.abortAttempt = context.WithCancel(context.Background())
 	sumCap := 0
@@ -423,7 +439,7 @@ func (d *Dispatcher) ensureLanes(pool api.Pool, now time.Time) {
 		o := d.orgs[id]
 		cfg := d.cfg.Lane
 		cfg.Cap = d.capFor(fam)
-		s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.id, pool), now)}
+		s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.id, pool), now), meter: d.meter(pool)}
 		d.lanes[laneKey{o.id, pool}] = s
 		ls = append(ls, s)
 	}
@@ -484,6 +500,9 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 			q.pop()
 			d.launch(it, ls, tk, now)
 		}
+		if len(lanes) > 0 {
+			lanes[0].meter.setWaiting(q.len())
+		}
 		if q.len() == 0 {
 			// Nothing waits: a lane at its limit now is not holding work
 			// back (the report's binding limit counts waiting). Time a
@@ -534,6 +553,7 @@ func (d *Dispatcher) launch(it *item, ls *laneState, tk lane.Ticket, now time.Ti
 	if it.first.IsZero() {
 		it.first = now
 	}
+	ls.meter.admitted(now)
 	o := ls.org
 	key := o.keys[o.rr%len(o.keys)]
 	o.rr++
@@ -551,32 +571,8 @@ func (d *Dispatcher) finish(a *attempt) {
 	now := d.now()
 	o, it := &a.out, a.it
 	it.last = o
-	// A canceled attempt reached the server if its request was written
-	// whole (or answered): the API may have done the work, so its budget
-	// is not refunded.
-	lr := lane.Result{Limits: o.Limits, Latency: o.Latency, Reached: o.Class != client.Canceled || a.sent || o.Status != 0}
-	switch o.Class {
-	case client.OK:
-		lr.Signal = lane.Clean
-		lr.InputTokens = float64(o.Usage.InputTokens + o.Usage.CacheCreationInputTokens)
-		lr.OutputTokens = float64(o.Usage.OutputTokens)
-	case client.Invalid:
-		// Refused before the model ran: one request, no tokens, no
-		// signal about congestion.
-		lr.Signal = lane.Neutral
-	case client.RateLimited, client.Overloaded:
-		lr.Signal = lane.Congested
-		if o.HasRetryAfter {
-			lr.RetryAfter = o.RetryAfter
-		}
-	case client.ServerError, client.Transport:
-		lr.Signal = lane.Failed
-	case client.KeyDead:
-		lr.Signal, lr.Reached = lane.Neutral, false
-	case client.Canceled:
-		lr.Signal = lane.Aborted
-	}
-	a.ls.l.Done(now, a.ticket, lr)
+	d.capRetryAfter(a.ls, o)
+	a.ls.l.Done(now, a.ticket, laneResult(a, o))
 	d.count(a, o)
 
 	retry := false
@@ -625,13 +621,61 @@ func (d *Dispatcher) finish(a *attempt) {
 		return
 	}
 	n := it.congested + it.failed
-	it.due = now.Add(d.cfg.Retry.Backoff(n, o.RetryAfter, o.HasRetryAfter, d.rng.Float64()))
+	it.due = now.Add(d.cfg.Retry.Backoff(n, a.ls.l.MeanLatency(), o.RetryAfter, o.HasRetryAfter, d.rng.Float64()))
 	d.queued++
 	it.where = atRetry
 	heap.Push(&d.retries, it)
 	if it.onWait != nil {
 		it.onWait()
 	}
+}
+
+// laneResult is what an attempt's outcome tells its lane: the one mapping
+// from the client's classes to the lane's signals.
+func laneResult(a *attempt, o *client.Outcome) lane.Result {
+	// A canceled attempt reached the server if its request was written
+	// whole (or answered): the API may have done the work, so its budget
+	// is not refunded.
+	lr := lane.Result{Limits: o.Limits, Date: o.Date, Latency: o.Latency,
+		Reached: o.Class != client.Canceled || a.sent || o.Status != 0}
+	switch o.Class {
+	case client.OK:
+		lr.Signal = lane.Clean
+		lr.InputTokens = float64(o.Usage.InputTokens + o.Usage.CacheCreationInputTokens)
+		lr.OutputTokens = float64(o.Usage.OutputTokens)
+	case client.Invalid:
+		// Refused before the model ran: one request, no tokens, no
+		// signal about capacity.
+		lr.Signal = lane.Neutral
+	case client.RateLimited:
+		lr.Signal, lr.Named = lane.RateLimited, o.Named
+		if o.HasRetryAfter {
+			lr.RetryAfter = o.RetryAfter
+		}
+	case client.Overloaded:
+		lr.Signal = lane.Overloaded
+	case client.ServerError, client.Transport:
+		lr.Signal = lane.Failed
+	case client.KeyDead:
+		lr.Signal, lr.Reached = lane.Neutral, false
+	case client.Canceled:
+		lr.Signal = lane.Aborted
+	}
+	return lr
+}
+
+// capRetryAfter caps the outcome's retry-after at MaxRetryAfter, logging
+// the first capped one of each lane. Loop-owned.
+func (d *Dispatcher) capRetryAfter(ls *laneState, o *client.Outcome) {
+	if !o.HasRetryAfter || o.RetryAfter <= d.cfg.MaxRetryAfter {
+		return
+	}
+	if !ls.cappedLogged {
+		ls.cappedLogged = true
+		d.log.Warn("the API asked for a retry-after longer than the cap; waiting only up to the cap (--max-retry-after)",
+			"org", ls.org.label, "pool", ls.pool, "retry_after", o.RetryAfter.String(), "cap", d.cfg.MaxRetryAfter.String())
+	}
+	o.RetryAfter = d.cfg.MaxRetryAfter
 }
 
 // endWithdrawn ends it (Aborted) if its request was withdrawn, and
@@ -666,7 +710,7 @@ func (d *Dispatcher) killKey(k *keys.Key, o *client.Outcome) {
 	}
 	// A spend cap, billing or credit problem belongs to the organization:
 	// every key of it is dead. 401/403 belong to the key alone.
-	orgWide := o.Status == 402 || o.Status == 429 || o.Status == 400
+	orgWide := o.Scope() == client.ScopeOrg
 	for _, org := range d.orgs {
 		var victims []*keys.Key
 		for _, x := range org.keys {
@@ -790,7 +834,7 @@ func (d *Dispatcher) count(a *attempt, o *client.Outcome) {
 		d.stats.Retries429++
 	case client.Overloaded:
 		ls.Overloaded++
-		d.stats.Retries429++
+		d.stats.Retries529++
 	case client.ServerError, client.Transport:
 		ls.Failed++
 		d.stats.RetriesFailed++

@@ -8,6 +8,7 @@ import (
 func TestBackoff(t *testing.T) {
 	p := RetryPolicy{}
 	p.defaults()
+	const lat = 2 * time.Second // a quarter: the 500 ms base
 	tests := []struct {
 		name    string
 		n       int
@@ -26,9 +27,29 @@ func TestBackoff(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := p.Backoff(tt.n, tt.hint, tt.hasHint, tt.u); got != tt.want {
+			if got := p.Backoff(tt.n, lat, tt.hint, tt.hasHint, tt.u); got != tt.want {
 				t.Errorf("Backoff(%d, %v, %v, %v) = %v want %v", tt.n, tt.hint, tt.hasHint, tt.u, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBackoffFollowsLatency: the default base is a quarter of the lane's
+// latency, within [MinBase, MaxBase]; an explicit base is kept.
+func TestBackoffFollowsLatency(t *testing.T) {
+	p := RetryPolicy{}
+	p.defaults()
+	for _, tt := range []struct{ lat, want time.Duration }{
+		{280 * time.Millisecond, 70 * time.Millisecond},
+		{2800 * time.Millisecond, MaxBase},
+		{time.Millisecond, MinBase},
+	} {
+		if got := p.Backoff(1, tt.lat, 0, false, 0.999999999); got < tt.want*99/100 || got > tt.want {
+			t.Errorf("lat %v: first backoff ceiling %v, want %v", tt.lat, got, tt.want)
+		}
+	}
+	p.BaseBackoff = 3 * time.Millisecond
+	if got := p.Backoff(2, time.Hour, 0, false, 0.5); got != 3*time.Millisecond {
+		t.Errorf("explicit base: %v", got)
 	}
 }

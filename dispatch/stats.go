@@ -11,7 +11,8 @@ type Stats struct {
 	OK            int64
 	Final         int64
 	Transport     int64
-	Retries429    int64 // 429 and 529 answers
+	Retries429    int64 // 429 answers
+	Retries529    int64 // 529 answers
 	RetriesFailed int64 // 5xx answers and lost connections
 	Lanes         map[string]*LaneStats
 }

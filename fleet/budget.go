@@ -80,7 +80,9 @@ type reply struct {
 	ackHeld int
 }
 
-func fnum(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+// fnum formats x for a script: exact, and without an exponent (the Lua of
+// some Redis implementations reads "1e+06" as nothing).
+func fnum(x float64) string { return strconv.FormatFloat(x, 'f', -1, 64) }
 
 func replyStrings(v any, n int) ([]string, error) {
 	a, ok := v.([]any)
@@ -98,7 +100,8 @@ func replyStrings(v any, n int) ([]string, error) {
 
 func parseReply(v any) (reply, error) {
 	var r reply
-	s, err := replyStrings(v, 15)
+	const n = int(budget.NumDims)
+	s, err := replyStrings(v, 2+n+4*n+4)
 	if err != nil {
 		return r, err
 	}
@@ -106,17 +109,17 @@ func parseReply(v any) (reply, error) {
 	code, _ := strconv.Atoi(s[0])
 	r.code = budget.Refusal(code)
 	r.wait = time.Duration(f(1))
-	for i := range budget.NumDims {
-		r.taken[i] = f(2 + int(i))
-		if s[5+2*int(i)] != "" {
-			lim, lvl := f(5+2*int(i)), f(6+2*int(i))
-			r.buckets[i] = budget.BucketState{Known: true, Limit: lim, Level: lvl}
+	for i := range n {
+		r.taken[i] = f(2 + i)
+		if o := 2 + n + 4*i; s[o] != "" {
+			r.buckets[i] = budget.BucketState{Known: true, Limit: f(o), Depth: f(o + 1), Level: f(o + 2), Seen: f(o + 3)}
 		}
 	}
-	r.members, _ = strconv.ParseInt(s[11], 10, 64)
-	r.lost = s[12] == "1"
-	r.ackSeq = int64(f(13))
-	r.ackHeld = int(f(14))
+	tail := 2 + n + 4*n
+	r.members, _ = strconv.ParseInt(s[tail], 10, 64)
+	r.lost = s[tail+1] == "1"
+	r.ackSeq = int64(f(tail + 2))
+	r.ackHeld = int(f(tail + 3))
 	return r, nil
 }
 
@@ -149,8 +152,11 @@ func (b *laneBudget) failed(seq int64, sent int) {
 func (b *laneBudget) common(now time.Time) []any {
 	f := b.f
 	b.seq++
-	return []any{f.at(now), f.id, f.ttlMicros(), f.expect(), b.seq, b.inUse,
-		fnum(b.refund[0]), fnum(b.refund[1]), fnum(b.refund[2])}
+	args := []any{f.at(now), f.id, f.ttlMicros(), f.expect(), b.seq, b.inUse}
+	for _, x := range b.refund {
+		args = append(args, fnum(x))
+	}
+	return args
 }
 
 // script runs a lane script and takes in its state. Requires b.mu.
@@ -223,8 +229,12 @@ func (b *laneBudget) tryTake(now time.Time, limit int, reserve float64, d budget
 		}
 		local = t
 	}
-	r, err := b.script(now, takeScript, b.cap, fnum(reserve), fnum(d[0]), fnum(d[1]), fnum(d[2]),
-		f.cfg.ActiveWindow.Microseconds(), b.name, f.job, lim)
+	args := []any{b.cap, fnum(reserve)}
+	for _, x := range d {
+		args = append(args, fnum(x))
+	}
+	args = append(args, f.cfg.ActiveWindow.Microseconds(), b.name, f.job, lim)
+	r, err := b.script(now, takeScript, args...)
 	if err != nil || r.code != budget.Granted {
 		b.localAdjust(now, local) // give the local buckets back
 	}
@@ -352,29 +362,30 @@ func (b *laneBudget) Settle(now time.Time, taken, actual budget.Demand) {
 }
 
 // Observe implements budget.Budget. The fallback's buckets learn the
-// headers too, divided by the members, so they are warm when needed.
-func (b *laneBudget) Observe(now time.Time, h api.RateLimitHeaders) {
+// view too, divided by the members, so they are warm when needed.
+func (b *laneBudget) Observe(now time.Time, v budget.View) {
 	b.mu.Lock()
 	var err error
 	if !b.provisional && !b.f.degraded.Load() && !b.f.suspected.Load() {
 		var args []any
-		for _, s := range [budget.NumDims]api.LimitState{h.Requests, h.InputTokens, h.OutputTokens} {
-			present := "0"
-			if s.Present {
-				present = "1"
+		for _, d := range v {
+			known := "0"
+			if d.Known {
+				known = "1"
 			}
-			args = append(args, present, s.Limit, s.Remaining)
+			args = append(args, known, fnum(d.Limit), fnum(d.Depth), fnum(d.Remaining))
 		}
 		_, err = b.script(now, observeScript, args...)
 	}
-	n := b.f.assumed() // as the script just counted them
-	scale := func(s api.LimitState) api.LimitState {
-		if s.Present && s.Limit > 0 {
-			s.Limit, s.Remaining = max(1, s.Limit/n), s.Remaining/n
+	n := float64(b.f.assumed()) // as the script just counted them
+	var scaled budget.View
+	for i, d := range v {
+		if d.Known && d.Limit > 0 {
+			d.Limit, d.Depth, d.Remaining = math.Max(1, d.Limit/n), d.Depth/n, d.Remaining/n
 		}
-		return s
+		scaled[i] = d
 	}
-	b.local.Observe(now, api.RateLimitHeaders{Requests: scale(h.Requests), InputTokens: scale(h.InputTokens), OutputTokens: scale(h.OutputTokens)})
+	b.local.Observe(now, scaled)
 	b.mu.Unlock()
 	if err != nil {
 		b.f.suspect(err)
@@ -395,15 +406,16 @@ func (b *laneBudget) Snapshot(now time.Time) budget.Snapshot {
 	s := budget.Snapshot{InUse: b.inUse}
 	dt := now.Sub(b.cacheAt).Seconds()
 	for i, c := range b.cache {
-		st := budget.BucketState{Known: c.Known, Limit: c.Limit, Level: c.Level, Fraction: 1}
-		if c.Known && c.Limit > 0 {
-			if dt > 0 {
-				st.Level = math.Min(c.Limit, c.Level+dt*c.Limit/60)
+		st := c
+		st.Fraction = 1
+		if c.Known && c.Limit > 0 && c.Depth > 0 {
+			if dt > 0 && st.Level < c.Depth {
+				st.Level = math.Min(c.Depth, c.Level+dt*c.Limit/60)
 			}
 			if p := b.refund[i] - b.applied[i]; p != 0 {
-				st.Level = math.Min(c.Limit, st.Level+p)
+				st.Level = math.Min(c.Depth, st.Level+p)
 			}
-			st.Fraction = math.Max(0, st.Level/c.Limit)
+			st.Fraction = math.Max(0, st.Level/c.Depth)
 		}
 		s.Buckets[i] = st
 	}

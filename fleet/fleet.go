@@ -528,7 +528,10 @@ func (f *Fleet) heartbeat(ctx context.Context) (hbReply, error) {
 		b.mu.Unlock()
 		posts[i] = p
 		keys = append(keys, b.keys[kState], b.keys[kHeld], b.keys[kAcks])
-		args = append(args, p.seq, p.held, fnum(p.refund[0]), fnum(p.refund[1]), fnum(p.refund[2]))
+		args = append(args, p.seq, p.held)
+		for _, x := range p.refund {
+			args = append(args, fnum(x))
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.cfg.Timeout)
 	defer cancel()

@@ -200,7 +200,7 @@ func TestFallbackScalesDownAndRecovers(t *testing.T) {
 	}
 	a, _, _ := join(t, cfg(log)), join(t, cfg(nil)), join(t, cfg(nil))
 	la := a.NewBudget("org-1", api.PoolSonnet4)
-	la.Observe(w.now, api.RateLimitHeaders{Requests: api.LimitState{Present: true, Limit: 6000, Remaining: 6000}})
+	la.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 6000, Depth: 6000, Remaining: 6000}})
 	if n := takeN(la, w.now, 10); n != 10 || a.Members() != 3 {
 		t.Fatalf("before the outage: took %d (want 10), %d members known (want 3)", n, a.Members())
 	}
@@ -293,7 +293,7 @@ func TestBucketsRunOnRedisClock(t *testing.T) {
 	w := newWorld(t)
 	a := w.member(100, nil)
 	l := a.NewBudget("org-1", api.PoolSonnet4)
-	l.Observe(w.now, api.RateLimitHeaders{Requests: api.LimitState{Present: true, Limit: 60, Remaining: 0}})
+	l.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 60, Depth: 60, Remaining: 0}})
 	// The caller's clock says an hour has passed; Redis's says none.
 	if _, r, wait := l.TryTake(w.now.Add(time.Hour), 100, 0, unit); r != budget.ByRequests || wait != time.Second {
 		t.Fatalf("empty 60 RPM bucket: %v wait %v, want ByRequests 1s on Redis's clock", r, wait)
@@ -308,7 +308,7 @@ func TestSharedBucketsAndObserve(t *testing.T) {
 	w := newWorld(t)
 	a, b := w.member(100, nil), w.member(100, nil)
 	la, lb := a.NewBudget("org-1", api.PoolSonnet4), b.NewBudget("org-1", api.PoolSonnet4)
-	la.Observe(w.now, api.RateLimitHeaders{OutputTokens: api.LimitState{Present: true, Limit: 6000, Remaining: 6000}})
+	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 6000}})
 	// b never saw a header: a's observation governs b too.
 	taken, r, _ := lb.TryTake(w.now, 100, 0, budget.Demand{1, 0, 4000})
 	if r != budget.Granted || taken[budget.OutputTokens] != 4000 {
@@ -328,7 +328,7 @@ func TestSharedBucketsAndObserve(t *testing.T) {
 		t.Fatalf("a after b's refund: %v", r)
 	}
 	// A colleague outside the fleet spent: b's headers lower everyone's level.
-	lb.Observe(w.now, api.RateLimitHeaders{OutputTokens: api.LimitState{Present: true, Limit: 6000, Remaining: 500}})
+	lb.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 500}})
 	rep, err := ReadStatus(t.Context(), w.url())
 	if err != nil {
 		t.Fatal(err)
@@ -401,7 +401,7 @@ func TestNeverExceedsCap(t *testing.T) {
 }
 
 func TestSettleRidesOnTheNextScript(t *testing.T) {
-	h := api.RateLimitHeaders{Requests: api.LimitState{Present: true, Limit: 6000, Remaining: 5000}}
+	h := budget.View{budget.Requests: {Known: true, Limit: 6000, Depth: 6000, Remaining: 5000}}
 	for _, tc := range []struct {
 		name string
 		send func(t *testing.T, a *Fleet, la budget.Budget, now time.Time)
@@ -439,7 +439,7 @@ func BenchmarkRequest(b *testing.B) {
 	}
 	defer f.Close()
 	l := f.NewBudget("org-bench", api.PoolSonnet4)
-	h := api.RateLimitHeaders{Requests: api.LimitState{Present: true, Limit: 1e9, Remaining: 1e9}}
+	h := budget.View{budget.Requests: {Known: true, Limit: 1e9, Depth: 1e9, Remaining: 1e9}}
 	b.ReportAllocs()
 	for b.Loop() {
 		now := time.Now()

@@ -183,8 +183,8 @@ func TestLostReplyAppliesOnce(t *testing.T) {
 	a := w.memberVia(p, Config{Caps: sonnet(10)})
 	lane := laneName("org-1", api.PoolSonnet4)
 	la := a.NewBudget("org-1", api.PoolSonnet4)
-	otpm := func(rem int64) api.RateLimitHeaders {
-		return api.RateLimitHeaders{OutputTokens: api.LimitState{Present: true, Limit: 10000, Remaining: rem}}
+	otpm := func(rem float64) budget.View {
+		return budget.View{budget.OutputTokens: {Known: true, Limit: 10000, Depth: 10000, Remaining: rem}}
 	}
 	level := func() float64 {
 		rep, err := ReadStatus(t.Context(), w.url())
@@ -232,7 +232,7 @@ func TestRefundsNotCrossedInFallbackAndProbation(t *testing.T) {
 	a := w.memberVia(p, Config{Caps: sonnet(10)})
 	la := a.NewBudget("org-1", api.PoolSonnet4)
 	lb := la.(*laneBudget)
-	la.Observe(w.now, api.RateLimitHeaders{OutputTokens: api.LimitState{Present: true, Limit: 6000, Remaining: 3000}})
+	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 3000}})
 	d := budget.Demand{1, 0, 500}
 	var tk [4]budget.Demand
 	for i := range tk {
@@ -295,7 +295,7 @@ func TestRedisRestartNoticedWithoutFailedCall(t *testing.T) {
 	la := a.NewBudget("org-1", api.PoolSonnet4)
 	// The headers: 45 requests left of 600 RPM; the fallback's buckets
 	// hold a third: 15 of 200.
-	la.Observe(w.now, api.RateLimitHeaders{Requests: api.LimitState{Present: true, Limit: 600, Remaining: 45}})
+	la.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 600, Depth: 600, Remaining: 45}})
 	if n := takeN(la, w.now, 10); n != 10 || a.Members() != 3 {
 		t.Fatalf("took %d (want 10) with %d members (want 3)", n, a.Members())
 	}
@@ -470,7 +470,7 @@ func fallbackRefundNeverReachesRedis(t *testing.T, redisFirst bool) {
 	p := newFaultProxy(t, w.mr.Addr())
 	a := w.memberVia(p, Config{Caps: sonnet(10)})
 	la := a.NewBudget("org-1", api.PoolSonnet4)
-	la.Observe(w.now, api.RateLimitHeaders{OutputTokens: api.LimitState{Present: true, Limit: 6000, Remaining: 3000}})
+	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 3000}})
 	d := budget.Demand{1, 0, 500}
 	p.setDown(true)
 	la.TryTake(w.now, 10, 0, d) // the failed call refuses and wakes the heartbeat

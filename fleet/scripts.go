@@ -12,9 +12,15 @@ import "github.com/redis/go-redis/v9"
 //
 // Lane scripts take KEYS = members, lane state, lane held, lane active,
 // lanes, lane limits, lane acks, member-job (laneKeys), and after the four
-// common ARGV: seq, mine, refunds ×3 (cumulative); their reply is {code,
-// wait ns, taken ×3, (limit, level) ×3, members, lost, stored seq, stored
-// permits}, a bucket's pair empty while it is unknown.
+// common ARGV: seq, mine, refunds ×4 (cumulative, one per dimension:
+// requests, input, output, combined tokens); their reply is {code, wait
+// ns, taken ×4, (limit, depth, level, seen) ×4, members, lost, stored seq,
+// stored permits}, a bucket's four empty while it is unknown.
+//
+// The bucket model is budget.Local's (docs/control.md): refill at limit/60
+// per second up to the learned depth; the reserve a share of the depth;
+// Observe sets limit and depth, lowers the level to the server's
+// remaining, and a changed limit keeps the level.
 
 // prelude is shared by every script.
 const prelude = `
@@ -48,28 +54,35 @@ local function post(kHeld, kAcks, seq, mine, r)
     local f = {}
     for x in string.gmatch(rec, '%S+') do f[#f + 1] = tonumber(x) end
     if seq <= f[1] then
-      return false, {0, 0, 0}, f[1], tonumber(redis.call('HGET', kHeld, me)) or 0
+      return false, {0, 0, 0, 0}, f[1], tonumber(redis.call('HGET', kHeld, me)) or 0
     end
-    base = {f[2], f[3], f[4]}
+    base = {f[2], f[3], f[4], f[5] or 0}
   end
-  redis.call('HSET', kAcks, me, num(seq) .. ' ' .. num(r[1]) .. ' ' .. num(r[2]) .. ' ' .. num(r[3]))
+  redis.call('HSET', kAcks, me, num(seq) .. ' ' .. num(r[1]) .. ' ' .. num(r[2]) .. ' ' .. num(r[3]) .. ' ' .. num(r[4]))
   if mine > 0 then redis.call('HSET', kHeld, me, num(mine)) else redis.call('HDEL', kHeld, me) end
-  return true, {r[1] - base[1], r[2] - base[2], r[3] - base[3]}, seq, mine
+  return true, {r[1] - base[1], r[2] - base[2], r[3] - base[3], r[4] - base[4]}, seq, mine
 end
-local dims = {'r', 'i', 'o'}
--- load reads a lane's buckets refilled to now (false: unknown).
+local N = 4
+local dims = {'r', 'i', 'o', 'k'}
+-- load reads a lane's buckets refilled to now (false: unknown). Each has
+-- limit l (per minute), depth d, seen s, level v at time t.
 local function load(kState)
-  local raw = redis.call('HMGET', kState, 'rl', 'rv', 'rt', 'il', 'iv', 'it', 'ol', 'ov', 'ot')
+  local fields = {}
+  for k = 1, N do
+    for _, f in ipairs({'l', 'd', 's', 'v', 't'}) do fields[#fields + 1] = dims[k] .. f end
+  end
+  local raw = redis.call('HMGET', kState, unpack(fields))
   local b = {}
-  for k = 1, 3 do
-    local l = tonumber(raw[3 * k - 2])
+  for k = 1, N do
+    local o = 5 * (k - 1)
+    local l = tonumber(raw[o + 1])
     if l then
-      local v, t = tonumber(raw[3 * k - 1]), tonumber(raw[3 * k])
+      local d, s, v, t = tonumber(raw[o + 2]) or l, tonumber(raw[o + 3]) or 0, tonumber(raw[o + 4]), tonumber(raw[o + 5])
       if now > t then
-        v = math.min(l, v + (now - t) / 1000000 * l / 60)
+        if v < d then v = math.min(d, v + (now - t) / 1000000 * l / 60) end
         t = now
       end
-      b[k] = {l = l, v = v, t = t}
+      b[k] = {l = l, d = d, s = s, v = v, t = t}
     else
       b[k] = false
     end
@@ -77,37 +90,42 @@ local function load(kState)
   return b
 end
 local function save(kState, b)
-  for k = 1, 3 do
+  for k = 1, N do
     if b[k] then
-      local d = dims[k]
-      redis.call('HSET', kState, d .. 'l', num(b[k].l), d .. 'v', num(b[k].v), d .. 't', num(b[k].t))
+      local x = dims[k]
+      redis.call('HSET', kState, x .. 'l', num(b[k].l), x .. 'd', num(b[k].d), x .. 's', num(b[k].s),
+        x .. 'v', num(b[k].v), x .. 't', num(b[k].t))
     end
   end
 end
 -- refund adds token deltas (taken − actual) to the known buckets.
 local function refund(b, delta)
   local any = false
-  for k = 1, 3 do
+  for k = 1, N do
     if b[k] and delta[k] ~= 0 then
-      b[k].v = math.min(b[k].l, b[k].v + delta[k])
+      b[k].v = math.min(b[k].d, b[k].v + delta[k])
       any = true
     end
   end
   return any
 end
-local function args5(i)
-  return tonumber(ARGV[i]), tonumber(ARGV[i + 1]), {tonumber(ARGV[i + 2]), tonumber(ARGV[i + 3]), tonumber(ARGV[i + 4])}
+-- argsLane reads seq, mine and the refunds from ARGV[i ..].
+local function argsLane(i)
+  local r = {}
+  for k = 1, N do r[k] = tonumber(ARGV[i + 1 + k]) end
+  return tonumber(ARGV[i]), tonumber(ARGV[i + 1]), r
 end
 local function reply(code, wait, taken, b, members, lost, aseq, aheld)
   local out = {tostring(code), num(wait)}
-  for k = 1, 3 do out[#out + 1] = num(taken[k] or 0) end
-  for k = 1, 3 do
+  for k = 1, N do out[#out + 1] = num(taken[k] or 0) end
+  for k = 1, N do
     if b[k] then
       out[#out + 1] = num(b[k].l)
+      out[#out + 1] = num(b[k].d)
       out[#out + 1] = num(b[k].v)
+      out[#out + 1] = num(b[k].s)
     else
-      out[#out + 1] = ''
-      out[#out + 1] = ''
+      for _ = 1, 4 do out[#out + 1] = '' end
     end
   end
   out[#out + 1] = tostring(members)
@@ -118,8 +136,8 @@ local function reply(code, wait, taken, b, members, lost, aseq, aheld)
 end
 `
 
-// takeScript: ARGV 5–9 seq, mine, refunds ×3; then cap, reserve, demand
-// ×3, active window, lane name, job, limit (the member's own lane limit).
+// takeScript: ARGV 5–10 seq, mine, refunds ×4; then cap, reserve, demand
+// ×4, active window, lane name, job, limit (the member's own lane limit).
 //
 // Fair share is per job: a job's permits are the sum over its live
 // members, its limit the sum of its active members' limits. A job below
@@ -127,13 +145,13 @@ end
 // take what leaves every other active job room for what it is owed (up to
 // that share, and up to its limit).
 var takeScript = redis.NewScript(prelude + `
-local seq, mine, r = args5(5)
-local cap, reserve = tonumber(ARGV[10]), tonumber(ARGV[11])
-local d = {tonumber(ARGV[12]), tonumber(ARGV[13]), tonumber(ARGV[14])}
-local window, job, limit = tonumber(ARGV[15]), ARGV[17], tonumber(ARGV[18])
+local seq, mine, r = argsLane(5)
+local cap, reserve = tonumber(ARGV[11]), tonumber(ARGV[12])
+local d = {tonumber(ARGV[13]), tonumber(ARGV[14]), tonumber(ARGV[15]), tonumber(ARGV[16])}
+local window, job, limit = tonumber(ARGV[17]), ARGV[19], tonumber(ARGV[20])
 local members, lost = renew(KEYS[1])
-redis.call('SADD', KEYS[5], ARGV[16])
-redis.call('HSET', KEYS[2], 'cap', ARGV[10], 'window', ARGV[15])
+redis.call('SADD', KEYS[5], ARGV[18])
+redis.call('HSET', KEYS[2], 'cap', ARGV[11], 'window', ARGV[17])
 redis.call('HSET', KEYS[8], me, job)
 local applied, delta, aseq, aheld = post(KEYS[3], KEYS[7], seq, mine, r)
 local b = load(KEYS[2])
@@ -161,7 +179,7 @@ end
 -- active jobs: a live member of theirs asked within the window
 redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. num(now - window))
 redis.call('ZADD', KEYS[4], num(now), me)
-redis.call('HSET', KEYS[6], me, ARGV[18])
+redis.call('HSET', KEYS[6], me, ARGV[20])
 local function jobOf(m) return redis.call('HGET', KEYS[8], m) or m end
 local jobs, n = {}, 0
 for _, m in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
@@ -199,10 +217,11 @@ if jobs[job].held >= fair then
   end
 end
 local worst, wait = 0, 0
-for k = 1, 3 do
+for k = 1, N do
   if b[k] and d[k] > 0 then
-    local usable = b[k].v - reserve * b[k].l
-    local want = math.min(d[k], (1 - reserve) * b[k].l)
+    local res = reserve * b[k].d
+    local usable = b[k].v - res
+    local want = math.min(d[k], b[k].d - res)
     if usable < want then
       local w = (want - usable) / (b[k].l / 60) * 1e9
       if w > wait then worst, wait = k + 1, w end
@@ -214,7 +233,7 @@ if worst > 0 then
   return reply(worst, wait, {}, b, members, false, aseq, aheld)
 end
 local taken = {}
-for k = 1, 3 do
+for k = 1, N do
   if b[k] then
     b[k].v = b[k].v - d[k]
     taken[k] = d[k]
@@ -225,21 +244,30 @@ redis.call('HSET', KEYS[3], me, num(mine + 1))
 return reply(0, 0, taken, b, members, false, seq, mine + 1)
 `)
 
-// observeScript: ARGV 5–9 seq, mine, refunds ×3; then (present, limit,
-// remaining) ×3. Permits and refunds first, then the headers.
+// observeScript: ARGV 5–10 seq, mine, refunds ×4; then (known, limit,
+// depth, remaining) ×4. Permits and refunds first, then the view.
 var observeScript = redis.NewScript(prelude + `
-local seq, mine, r = args5(5)
+local seq, mine, r = argsLane(5)
 local members, lost = renew(KEYS[1])
 local applied, delta, aseq, aheld = post(KEYS[3], KEYS[7], seq, mine, r)
 local b = load(KEYS[2])
 refund(b, delta)
-for k = 1, 3 do
-  local present, l, rem = ARGV[7 + 3 * k], tonumber(ARGV[8 + 3 * k]), math.max(0, tonumber(ARGV[9 + 3 * k]))
-  if present == '1' and l > 0 then
-    if not b[k] or b[k].l ~= l then
-      b[k] = {l = l, v = math.min(rem, l), t = now}
+for k = 1, N do
+  local o = 7 + 4 * k
+  local known, l, dep, rem = ARGV[o], tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), math.max(0, tonumber(ARGV[o + 3]))
+  if known == '1' and l > 0 then
+    if dep <= 0 or dep > l then dep = l end
+    if not b[k] then
+      b[k] = {l = l, d = dep, s = rem, v = math.min(rem, dep), t = now}
     else
-      b[k].v = math.min(b[k].v, rem)
+      if b[k].l ~= l then
+        -- a new limit: the old bucket's evidence goes, the level (what is
+        -- in flight) stays
+        b[k].l, b[k].s = l, 0
+      end
+      b[k].d = dep
+      b[k].s = math.max(b[k].s, rem)
+      b[k].v = math.min(b[k].v, math.min(dep, rem))
     end
   end
 end
@@ -250,7 +278,7 @@ return reply(0, 0, {}, b, members, lost, aseq, aheld)
 // heartbeatScript renews the member's lease, records its info and job, and
 // posts its permits and refunds on every lane it has. KEYS = members,
 // member-info, member-job, then per lane: state, held, acks; ARGV after
-// the common four: info, job, then per lane: seq, mine, refunds ×3.
+// the common four: info, job, then per lane: seq, mine, refunds ×4.
 // Returns {members, lost, rank (live members whose id sorts before this
 // one's), then per lane: stored seq, stored permits}.
 var heartbeatScript = redis.NewScript(prelude + `
@@ -269,7 +297,7 @@ end
 local out = {tostring(members), lost and '1' or '0', tostring(rank)}
 for i = 0, (#KEYS - 3) / 3 - 1 do
   local k = 4 + 3 * i
-  local seq, mine, r = args5(7 + 5 * i)
+  local seq, mine, r = argsLane(7 + 6 * i)
   local applied, delta, aseq, aheld = post(KEYS[k + 1], KEYS[k + 2], seq, mine, r)
   if applied then
     local b = load(KEYS[k])

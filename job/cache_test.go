@@ -56,7 +56,7 @@ func TestCacheAnswersASecondRunWithoutACall(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkExactlyOnce()
-	if rep.Cache.Stored != 1000 || rep.Cache.Hits != 0 || rep.Retries.RateLimited == 0 {
+	if rep.Cache.Stored != 1000 || rep.Cache.Hits != 0 || rep.Retries.Overloaded == 0 {
 		t.Fatalf("first run: cache %+v, retries %+v", rep.Cache, rep.Retries)
 	}
 	first := e.readResults()

@@ -21,7 +21,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
-	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/results"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
@@ -66,7 +65,6 @@ func (e *env) options() job.Options {
 		Input: e.in, Output: e.out, SyncOff: true,
 		Logger: slog.New(slog.NewTextHandler(e.logBuf, nil)),
 		Dispatch: dispatch.Config{Client: c, Keys: pool.Keys(),
-			Lane:  lane.Config{RampDoubling: 50 * time.Millisecond, Window: 20 * time.Millisecond},
 			Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}},
 	}
 }
@@ -268,14 +266,16 @@ func TestChangedRequestRefused(t *testing.T) {
 }
 
 func TestTransportFailuresAreRedrivenOnResume(t *testing.T) {
-	e := newEnv(t, 100, func(c *sim.Config) { c.Faults.P500 = 1 })
+	// An API that fails every call: each lane's breaker opens, and the
+	// requests spend their failure budgets one probe at a time.
+	e := newEnv(t, 20, func(c *sim.Config) { c.Faults.P500 = 1 })
 	o := e.options()
 	o.Dispatch.Retry.MaxFailed = 2
 	rep, err := e.run(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Errored.Transport != 100 {
+	if rep.Errored.Transport != 20 {
 		t.Fatalf("report %+v", rep)
 	}
 	for _, r := range e.readResults() {
@@ -287,7 +287,7 @@ func TestTransportFailuresAreRedrivenOnResume(t *testing.T) {
 	healthy := newEnv(t, 0, nil)
 	e.sim, e.base = healthy.sim, healthy.base
 	rep, err = e.run(e.options())
-	if err != nil || rep.Requests.Redriven != 100 || rep.Succeeded != 100 {
+	if err != nil || rep.Requests.Redriven != 20 || rep.Succeeded != 20 {
 		t.Fatalf("resume: %v %+v", err, rep)
 	}
 	e.checkExactlyOnce()
@@ -591,10 +591,11 @@ func TestReportNamesTheBindingLimit(t *testing.T) {
 		want  string
 	}{
 		{"output tokens", func(c *sim.Config) {
-			// A third of a minute's tokens in the bucket, so the job
-			// (about 48,000 output tokens per org) outruns it: 200,000
-			// per real minute at time scale 200, 66,667 of them at once.
-			c.BucketWindow = sim.Duration(20 * time.Second)
+			// Two seconds of the limit in the bucket, so the job (about
+			// 48,000 output tokens per org) outruns it by far: 1,000,000
+			// per real minute at time scale 1000, 33,333 of them at once.
+			c.TimeScale = 1000
+			c.BucketWindow = sim.Duration(2 * time.Second)
 			for i := range c.Orgs {
 				l := c.Orgs[i].Limits[api.PoolSonnet4]
 				l.OTPM = 1_000

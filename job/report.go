@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/batch"
@@ -45,7 +46,8 @@ type Report struct {
 	} `json:"errored"`
 	ThroughputRPM float64 `json:"throughput_rpm"`
 	Retries       struct {
-		RateLimited int64 `json:"rate_limited"` // 429 and 529 answers
+		RateLimited int64 `json:"rate_limited"` // 429 answers
+		Overloaded  int64 `json:"overloaded"`   // 529 answers
 		Failed      int64 `json:"failed"`       // 5xx answers, lost connections
 	} `json:"retries"`
 	Lanes        []LaneReport  `json:"lanes"`
@@ -90,6 +92,25 @@ type LaneReport struct {
 	// largest sum over lanes.
 	WaitedSeconds map[string]float64 `json:"waited_seconds,omitempty"`
 	MeanLatencyMs int64              `json:"mean_latency_ms"`
+	// Explained429 counts the 429s the headers (or the message) put on a
+	// bucket, which cut nothing; the rest were congestion episodes.
+	Explained429 int64 `json:"explained_429s"`
+	Breaker      int64 `json:"breaker_opens,omitempty"`
+	// Buckets are the rate-limit dimensions the lane paced by, each with
+	// its per-minute limit and the depth learned from the headers.
+	Buckets []BucketReport `json:"buckets,omitempty"`
+	// NotVisible names the dimensions whose headers never came: they were
+	// governed by 429 feedback alone (a limit a 429's message named is
+	// paced at 97 % of it and listed in Buckets as "named").
+	NotVisible []string `json:"not_visible,omitempty"`
+}
+
+// BucketReport is one rate-limit dimension of a lane.
+type BucketReport struct {
+	Dim          string  `json:"dim"`
+	LimitPerMin  float64 `json:"limit_per_minute"`
+	DepthSeconds float64 `json:"depth_seconds"` // the learned depth, in seconds of refill
+	From         string  `json:"from"`          // "headers" or "named" (a 429's message only)
 }
 
 // KeyReport is one key, by label and last four characters only.
@@ -107,7 +128,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, w
 	st, lanes := d.Snapshot()
 	r.Succeeded = st.OK
 	r.Errored.Final, r.Errored.Transport = st.Final, st.Transport
-	r.Retries.RateLimited, r.Retries.Failed = st.Retries429, st.RetriesFailed
+	r.Retries.RateLimited, r.Retries.Overloaded, r.Retries.Failed = st.Retries429, st.Retries529, st.RetriesFailed
 	if wall > 0 {
 		r.ThroughputRPM = float64(st.OK+st.Final+st.Transport) / wall.Minutes()
 	}
@@ -122,6 +143,20 @@ func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, w
 		}
 		if st.OK > 0 {
 			lr.Share = float64(v.OK) / float64(st.OK)
+		}
+		lr.Explained429, lr.Breaker = v.State.Stats.Explained, v.State.Stats.Breaker
+		for i, b := range v.State.Buckets {
+			switch {
+			case b.Known && b.Limit > 0:
+				from := "headers"
+				if v.State.Named[i] {
+					from = "named"
+				}
+				lr.Buckets = append(lr.Buckets, BucketReport{Dim: budget.Dim(i).String(), LimitPerMin: b.Limit,
+					DepthSeconds: b.Depth / (b.Limit / 60), From: from})
+			case v.Attempts > 0 && !v.State.Visible[i]:
+				lr.NotVisible = append(lr.NotVisible, budget.Dim(i).String())
+			}
 		}
 		for i, n := range v.State.Stats.Refusals {
 			if i == int(budget.Granted) || n == 0 {
@@ -179,8 +214,8 @@ func (r *Report) Summary(w io.Writer) {
 	if r.Requests.Invalid > 0 {
 		fmt.Fprintf(w, "; %d invalid lines", r.Requests.Invalid)
 	}
-	fmt.Fprintf(w, "\n  wall %s, %.0f requests/min, retries: %d rate-limited, %d failed\n",
-		fmtDur(time.Duration(r.WallSeconds*float64(time.Second))), r.ThroughputRPM, r.Retries.RateLimited, r.Retries.Failed)
+	fmt.Fprintf(w, "\n  wall %s, %.0f requests/min, retries: %d rate-limited (429), %d overloaded (529), %d failed\n",
+		fmtDur(time.Duration(r.WallSeconds*float64(time.Second))), r.ThroughputRPM, r.Retries.RateLimited, r.Retries.Overloaded, r.Retries.Failed)
 	fmt.Fprintf(w, "  binding limit: %s\n", r.BindingLimit)
 	if r.Route != "" {
 		fmt.Fprintf(w, "  route: %s", r.Route)
@@ -202,16 +237,27 @@ func (r *Report) Summary(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	sort.Slice(r.Lanes, func(i, j int) bool { return r.Lanes[i].Org+r.Lanes[i].Pool < r.Lanes[j].Org+r.Lanes[j].Pool })
-	fmt.Fprintf(w, "  %-12s %-10s %8s %7s %6s %6s %6s %9s\n", "org", "pool", "ok", "share", "429", "529", "5xx", "limit/cap")
+	fmt.Fprintf(w, "  %-12s %-10s %8s %7s %6s %6s %6s %9s  %s\n", "org", "pool", "ok", "share", "429", "529", "5xx", "limit/cap", "buckets (depth)")
 	for _, l := range r.Lanes {
 		if l.Attempts == 0 {
 			continue
+		}
+		var bs []string
+		for _, b := range l.Buckets {
+			note := ""
+			if b.From == "named" {
+				note = ", from a 429's message"
+			}
+			bs = append(bs, fmt.Sprintf("%s %.0f/min (%.1f s%s)", b.Dim, b.LimitPerMin, b.DepthSeconds, note))
+		}
+		if len(l.NotVisible) > 0 {
+			bs = append(bs, "not visible: "+strings.Join(l.NotVisible, ", "))
 		}
 		dead := ""
 		if l.Dead {
 			dead = "  (dead)"
 		}
-		fmt.Fprintf(w, "  %-12s %-10s %8d %6.1f%% %6d %6d %6d %4d/%-4d%s\n", l.Org, l.Pool, l.OK, 100*l.Share, l.RateLimited, l.Overloaded, l.Failed, l.FinalLimit, l.Cap, dead)
+		fmt.Fprintf(w, "  %-12s %-10s %8d %6.1f%% %6d %6d %6d %4d/%-4d  %s%s\n", l.Org, l.Pool, l.OK, 100*l.Share, l.RateLimited, l.Overloaded, l.Failed, l.FinalLimit, l.Cap, strings.Join(bs, "; "), dead)
 	}
 	if r.Stopped != "" {
 		fmt.Fprintf(w, "  stopped: %s\n", r.Stopped)

@@ -23,7 +23,6 @@ import (
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/judge"
 	"github.com/sluice-dev/sluice/judgejob"
-	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
 )
 
@@ -55,7 +54,6 @@ func (e *env) engine() job.Options {
 	return job.Options{
 		SyncOff: true, Logger: slog.New(slog.NewTextHandler(e.log, nil)), Redact: pool.Redact,
 		Dispatch: dispatch.Config{Client: c, Keys: pool.Keys(),
-			Lane:  lane.Config{RampDoubling: 50 * time.Millisecond, Window: 20 * time.Millisecond},
 			Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond}},
 	}
 }
@@ -150,7 +148,7 @@ func TestJudgeEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Judged != n || res.Pending != 0 || res.Report.Retries.RateLimited == 0 {
+	if res.Judged != n || res.Pending != 0 || res.Report.Retries.Overloaded == 0 {
 		t.Fatalf("judged %d, pending %d, retries %+v", res.Judged, res.Pending, res.Report.Retries)
 	}
 	dead := 0

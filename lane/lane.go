@@ -1,20 +1,24 @@
 // Package lane is the controller of one organization × model pool: how many
 // requests it may have in flight and when it may send the next one.
 //
-// One lane combines, as one controller:
-//   - a warm-up ramp: the concurrency ceiling starts low and doubles every
-//     RampDoubling up to the etiquette cap, because a sharp rise trips the
-//     API's acceleration limits;
-//   - AIMD on the concurrency limit: additive increase (+1 per limit's
-//     worth of clean completions while the lane is busy) and multiplicative
-//     decrease on 429/529/5xx, at most once per Window so one burst of
-//     simultaneous 429s cuts once, not 2^k times;
-//   - a pause of the whole lane for retry-after;
-//   - the Budget: permits, and RPM / ITPM / OTPM buckets fed by the
-//     rate-limit headers of every response, with input tokens estimated
-//     locally and corrected from usage, output tokens from a learned mean;
+// One lane combines, as one controller (docs/control.md gives the rules
+// and the documented API semantics each rests on):
+//   - the Budget: permits, and token buckets fed by the rate-limit headers
+//     of every answer, whose depth the lane learns from remaining, reset
+//     and the answer's Date (a limit may be enforced over a shorter
+//     interval than a minute);
+//   - signals kept apart: a 429 the headers explain is the bucket's
+//     business; a 429 they do not explain is congestion, cut once per
+//     episode; 529s, 5xx and lost connections pause growth when more than
+//     noise and cut only when a sustained share; consecutive failures open
+//     a breaker;
+//   - a concurrency limit that starts with one header probe, ramps by
+//     slow start (timed by answers, so a world ten times faster ramps ten
+//     times faster), returns quickly to the last good limit after a cut,
+//     and restarts the ramp after the lane sat idle;
+//   - a pause of the whole lane for the retry-after of a congestion 429;
 //   - a reserve for colleagues: the lane never spends the last Reserve
-//     fraction of any bucket, and does not grow while a bucket is below it.
+//     share of what a bucket holds.
 //
 // Every method takes the time; the lane never sleeps. It is safe for
 // concurrent use.
@@ -34,17 +38,12 @@ import (
 type Config struct {
 	// Cap is the etiquette cap on concurrency (required, ≥ 1).
 	Cap int
-	// Start is the first concurrency ceiling (default max(4, Cap/8),
-	// at most Cap).
+	// Start is the first concurrency limit, and where the ramp restarts
+	// after the lane sat idle (default max(4, Cap/8), at most Cap).
 	Start int
-	// RampDoubling is how often the ramp ceiling doubles (default 5 s).
-	RampDoubling time.Duration
-	// Decrease multiplies the limit on a 429/529/5xx (default 0.7).
+	// Decrease multiplies the limit on a congestion episode (default 0.8).
 	Decrease float64
-	// Window is the least time between two decreases (default 2 s, or the
-	// mean latency if longer).
-	Window time.Duration
-	// Reserve is the fraction of every bucket left for colleagues
+	// Reserve is the share of every bucket left for colleagues
 	// (default 0.15; negative means none).
 	Reserve float64
 	// MinLimit is the floor of the concurrency limit (default 1).
@@ -62,14 +61,8 @@ func (c *Config) defaults() {
 		c.Start = max(4, c.Cap/8)
 	}
 	c.Start = min(c.Start, c.Cap)
-	if c.RampDoubling <= 0 {
-		c.RampDoubling = DefaultRampDoubling
-	}
 	if c.Decrease <= 0 || c.Decrease >= 1 {
-		c.Decrease = 0.7
-	}
-	if c.Window <= 0 {
-		c.Window = DefaultWindow
+		c.Decrease = 0.8
 	}
 	if c.Reserve == 0 {
 		c.Reserve = 0.15
@@ -82,37 +75,65 @@ func (c *Config) defaults() {
 	}
 }
 
-// Default timings, in real time.
+// The control constants. None is a wall-clock duration: the lane's
+// clocks are its own latency and its answers, so the same world run
+// faster is controlled the same way.
 const (
-	DefaultRampDoubling = 5 * time.Second
-	DefaultWindow       = 2 * time.Second
+	// slowStartStep is added to the limit per clean answer that finds the
+	// lane full, below the target: the limit doubles every
+	// RampDoublingLatencies round trips of saturated work.
+	slowStartStep = math.Ln2 / RampDoublingLatencies
+	// RampDoublingLatencies is how many mean latencies the ramp takes to
+	// double the limit (the planner models the ramp with it).
+	RampDoublingLatencies = 2.0
+	// returnShare is the share of the limit before a congestion cut that
+	// slow start returns to (the last good limit).
+	returnShare = 0.9
+	// idleLatencies of nothing admitted and nothing in flight restart the
+	// ramp.
+	idleLatencies = 8
+	// sustainedShare of 529s, or of failures, over the recent answers
+	// cuts the limit; overloadFloor × the last good limit is as low as
+	// such cuts go.
+	sustainedShare = 0.25
+	overloadFloor  = 0.5
+	// breakerFailures consecutive failures open the breaker for
+	// breakerLatencies mean latencies, doubling per re-open up to
+	// breakerMaxLatencies of them and at most breakerMax.
+	breakerFailures     = 10
+	breakerLatencies    = 4
+	breakerMaxLatencies = 32
+	breakerMax          = 60 * time.Second
+	// namedShare of a limit named only by a 429's message (its headers
+	// absent) is what the lane paces that dimension at: a cushion for
+	// what it cannot see.
+	namedShare = 0.98
+	// depthAlpha smooths depth samples (the first is taken whole).
+	depthAlpha = 0.1
+	// tokenRounding is the error of a token remaining header (rounded to
+	// the nearest thousand).
+	tokenRounding = 500
+	// unknownLatency stands in for the mean latency before any answer.
+	unknownLatency = time.Second
 )
-
-// ForTimeScale is the default configuration on a clock k times faster
-// than real time (a time-scaled simulator): the ramp and the AIMD window
-// shrink with it, as the API's acceleration limits and latencies do.
-func ForTimeScale(k float64) Config {
-	return Config{
-		RampDoubling: time.Duration(float64(DefaultRampDoubling) / k),
-		Window:       time.Duration(float64(DefaultWindow) / k),
-	}
-}
 
 // Signal is what an attempt's outcome means to the lane.
 type Signal int
 
 // Signals.
 const (
-	// Clean: an answer (any 2xx, or a final 4xx the request caused).
+	// Clean: an answer (any 2xx).
 	Clean Signal = iota
-	// Congested: 429 rate limit or 529 overloaded: slow down.
-	Congested
-	// Failed: 5xx or no response: slow down, the org is in trouble.
+	// RateLimited: 429 rate_limit_error (the lane's limits).
+	RateLimited
+	// Overloaded: 529 overloaded_error (the API's own load).
+	Overloaded
+	// Failed: 5xx or no answer.
 	Failed
 	// Aborted: nothing reached the server (canceled before sending).
 	Aborted
-	// Neutral: an answer that says nothing about congestion (a 4xx the
-	// request caused, a dead key): no increase, no decrease.
+	// Neutral: an answer that says nothing about capacity (a 4xx the
+	// request caused, a dead key).
 	Neutral
 )
 
@@ -127,9 +148,13 @@ type Ticket struct {
 // Result is what the lane learns from a finished attempt.
 type Result struct {
 	Signal Signal
-	// Headers of the response, if any.
+	// Limits are the rate-limit headers of the answer, if any.
 	Limits api.RateLimitHeaders
-	// RetryAfter pauses the whole lane when > 0.
+	// Date is the answer's Date header (zero when absent).
+	Date time.Time
+	// Named is the limit a 429's message named, if any.
+	Named api.NamedLimit
+	// RetryAfter is the server's hint, already capped by the caller.
 	RetryAfter time.Duration
 	// Usage of an answer: input tokens that count toward ITPM (uncached +
 	// cache writes) and output tokens. Zero when the server did not answer.
@@ -139,35 +164,74 @@ type Result struct {
 	Latency time.Duration
 }
 
+type breakerState int
+
+const (
+	closed breakerState = iota
+	open
+	halfOpen
+)
+
 // Lane is the controller. Create it with New.
 type Lane struct {
 	cfg    Config
 	budget budget.Budget
 
-	mu           sync.Mutex
-	started      time.Time
-	aimd         float64 // the AIMD limit, ≤ Cap
-	lastDecrease time.Time
-	pausedUntil  time.Time
-	inScale      float64 // EWMA of actual / estimated input tokens
-	outMean      float64 // EWMA of output tokens; 0 until the first answer
-	latency      float64 // EWMA of latency, seconds
-	lowHeadroom  bool    // a bucket fell under the reserve in the last headers
-	stats        Stats
-	waiting      bool // a Waited period is open: since waitSince, for waitWhy
-	waitWhy      Wait
-	waitSince    time.Time
+	mu sync.Mutex
+	// The concurrency limit (float: growth comes in fractions), the target
+	// slow start grows it to, and the last good limit.
+	limit, target, good float64
+	lastCut             time.Time // the last cut of the limit
+	pausedUntil         time.Time // a congestion 429's retry-after
+	lastActive          time.Time // the last admission or answer
+	busyAt              time.Time // the lane last had every slot in use (or refused for want of one)
+	inFlight            int
+	latency             float64 // EWMA of clean answers' latency, seconds
+	anyLatency          float64 // EWMA of every reached attempt's latency, seconds
+	inScale             float64 // EWMA of actual / estimated input tokens
+	outMean             float64 // EWMA of output tokens; 0 until the first answer
+	share529, shareFail float64 // EWMAs of the share of answers that were 529s, failures
+	consecFail          int
+	breaker             breakerState
+	breakerUntil        time.Time
+	breakerAt           time.Time // when the breaker last went half-open
+	opens               int       // consecutive opens
+	// answered: an attempt reached the server and came back. Until then
+	// the lane sends one request (a header probe): the buckets' state is
+	// unknown, and a blind first wave into an org a colleague has drained
+	// is a wave of 429s.
+	answered bool
+	// The server's clock, as bounds on (server − ours) in seconds learned
+	// from Date: Date is whole seconds, truncated.
+	clockLo, clockHi float64
+	clockKnown       bool
+	depth            [budget.NumDims]float64 // smoothed depth samples
+	depthFor         [budget.NumDims]int64   // the limit depth is for
+	largest          [budget.NumDims]float64 // the largest charge of a request
+	visible          [budget.NumDims]bool    // headers seen
+	named            [budget.NumDims]bool    // paced from a 429's message only
+	lowHeadroom      bool
+	stats            Stats
+	waiting          bool // a Waited period is open: since waitSince, for waitWhy
+	waitWhy          Wait
+	waitSince        time.Time
 }
 
 // Stats counts a lane's life.
 type Stats struct {
-	Admitted   int64
-	Clean      int64
-	Congested  int64
+	Admitted    int64
+	Clean       int64
+	RateLimited int64 // 429s
+	// Explained 429s are those the headers (or the message) put on a
+	// bucket: no cut. The rest are congestion.
+	Explained  int64
+	Overloaded int64 // 529s
 	Failed     int64
 	Decreases  int64
+	Restarts   int64 // ramps restarted after the lane sat idle
+	Breaker    int64 // times the breaker opened
 	Pauses     int64
-	Refusals   [5]int64 // by budget.Refusal, counted when work was waiting
+	Refusals   [budget.NumRefusals]int64 // counted when work was waiting
 	PausedTime time.Duration
 	// Waited is how long work waited on the lane, by what held it back:
 	// a period starts at a refusal and ends at the next admission, at a
@@ -186,43 +250,70 @@ type Wait int
 // Waits.
 const (
 	WaitCap          Wait = iota // concurrency at the etiquette cap
-	WaitRamp                     // concurrency under the cap: the warm-up ramp or AIMD back-off
+	WaitRamp                     // concurrency under the cap: the ramp or a cut
 	WaitRequests                 // the requests bucket (less the reserve)
 	WaitInputTokens              // the input-tokens bucket
 	WaitOutputTokens             // the output-tokens bucket
-	WaitPause                    // a pause after a 429 or 529 (retry-after)
+	WaitTokens                   // the combined (or workspace) token bucket
+	WaitPause                    // a pause after a congestion 429 (retry-after)
+	WaitBreaker                  // the breaker, open after consecutive failures
 	NumWaits
 )
 
-var waitNames = [NumWaits]string{"etiquette cap", "concurrency (ramp/AIMD)", "requests", "input_tokens", "output_tokens", "retry-after pause"}
+var waitNames = [NumWaits]string{"etiquette cap", "concurrency (ramp/AIMD)", "requests", "input_tokens", "output_tokens", "tokens", "retry-after pause", "circuit breaker"}
 
 func (w Wait) String() string { return waitNames[w] }
 
-// New returns a lane whose ramp starts at now.
+// New returns a lane whose ramp starts now.
 func New(cfg Config, b budget.Budget, now time.Time) *Lane {
 	cfg.defaults()
-	return &Lane{cfg: cfg, budget: b, started: now, aimd: float64(cfg.Cap), inScale: 1}
+	return &Lane{cfg: cfg, budget: b, limit: float64(cfg.Start), target: float64(cfg.Cap), inScale: 1}
 }
 
 // Config returns the lane's effective configuration.
 func (l *Lane) Config() Config { return l.cfg }
 
-// Limit returns the concurrency limit at now: min(Cap, ramp ceiling, AIMD).
+// Limit returns the concurrency limit at now.
 func (l *Lane) Limit(now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limitLocked(now)
+	return l.limitLocked()
 }
 
-func (l *Lane) limitLocked(now time.Time) int {
-	ramp := float64(l.cfg.Start) * math.Exp2(now.Sub(l.started).Seconds()/l.cfg.RampDoubling.Seconds())
-	lim := math.Min(math.Min(float64(l.cfg.Cap), ramp), l.aimd)
-	return max(l.cfg.MinLimit, int(lim))
+func (l *Lane) limitLocked() int {
+	return max(l.cfg.MinLimit, int(math.Min(float64(l.cfg.Cap), l.limit)))
+}
+
+// lat is the mean latency of answers; before any, of failed attempts;
+// before any attempt ended, a stand-in.
+func (l *Lane) lat() time.Duration {
+	switch {
+	case l.latency > 0:
+		return time.Duration(l.latency * float64(time.Second))
+	case l.anyLatency > 0:
+		return time.Duration(l.anyLatency * float64(time.Second))
+	}
+	return unknownLatency
+}
+
+// MeanLatency is the lane's mean latency of answers (of failed attempts
+// before any answer; a stand-in of 1 s before any attempt ended): the
+// clock the lane's own rules, and the dispatcher's backoff, are timed by.
+func (l *Lane) MeanLatency() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.lat()
+}
+
+// cutSpacing is the least time between two cuts: one mean latency (none
+// before the first answer: the sent-after-the-cut rule alone holds then).
+func (l *Lane) cutSpacing() time.Duration {
+	return time.Duration(l.latency * float64(time.Second))
 }
 
 // Demand returns what a request of estInput input tokens and maxTokens is
 // charged: input corrected by the learned ratio, output by the learned mean
-// (capped by maxTokens).
+// (capped by maxTokens), and their sum for the combined token bucket.
 func (l *Lane) Demand(estInput, maxTokens float64) budget.Demand {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -236,29 +327,52 @@ func (l *Lane) Demand(estInput, maxTokens float64) budget.Demand {
 	if maxTokens > 0 {
 		out = math.Min(out, maxTokens)
 	}
-	return budget.Demand{1, math.Ceil(estInput * l.inScale), math.Ceil(out)}
+	in, o := math.Ceil(estInput*l.inScale), math.Ceil(out)
+	return budget.Demand{1, in, o, in + o}
 }
 
 // TryAcquire admits one request of demand d at now, or says why not and,
-// when the wait is known (a pause or a bucket), for how long. A refusal by
-// concurrency has wait 0: wait for a Done.
+// when the wait is known (a pause, the breaker or a bucket), for how long.
+// A refusal by concurrency has wait 0: wait for a Done.
 func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Ticket, budget.Refusal, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.restartIfIdle(now)
 	if now.Before(l.pausedUntil) {
 		l.waitFor(now, WaitPause)
 		return Ticket{}, budget.ByRequests, l.pausedUntil.Sub(now)
 	}
-	limit := l.limitLocked(now)
+	limit := l.limitLocked()
+	if !l.answered {
+		limit = 1
+	}
+	switch l.breaker {
+	case open:
+		if now.Before(l.breakerUntil) {
+			l.waitFor(now, WaitBreaker)
+			return Ticket{}, budget.ByRequests, l.breakerUntil.Sub(now)
+		}
+		l.breaker, l.breakerAt = halfOpen, now
+		fallthrough
+	case halfOpen:
+		limit = 1 // one probe at a time until an answer closes it
+	}
 	taken, r, wait := l.budget.TryTake(now, limit, l.cfg.Reserve, d)
 	if r != budget.Granted {
+		if r == budget.ByConcurrency {
+			l.busyAt = now
+		}
 		l.stats.Refusals[r]++
 		var why Wait
 		switch r {
 		case budget.ByConcurrency:
-			why = WaitRamp
-			if limit >= l.cfg.Cap {
+			switch {
+			case l.breaker == halfOpen:
+				why = WaitBreaker
+			case limit >= l.cfg.Cap:
 				why = WaitCap
+			default:
+				why = WaitRamp
 			}
 		case budget.ByRequests:
 			why = WaitRequests
@@ -266,6 +380,8 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 			why = WaitInputTokens
 		case budget.ByOutputTokens:
 			why = WaitOutputTokens
+		case budget.ByTokens:
+			why = WaitTokens
 		default:
 			panic(fmt.Sprintf("lane: refusal %d has no wait kind", r))
 		}
@@ -274,7 +390,34 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	}
 	l.endWait(now)
 	l.stats.Admitted++
+	l.inFlight++
+	l.lastActive = now
+	if l.inFlight >= limit {
+		l.busyAt = now
+	}
+	for i, x := range d {
+		l.largest[i] = math.Max(l.largest[i], x)
+	}
 	return Ticket{charged: d, taken: taken, est: estInput, at: now}, budget.Granted, 0
+}
+
+// restartIfIdle restarts the ramp of a lane that sent and heard nothing
+// for idleLatencies mean latencies: a step from idle to full speed is what
+// trips acceleration limits. Slow start then returns it to the limit it
+// had. Requires l.mu.
+func (l *Lane) restartIfIdle(now time.Time) {
+	if l.inFlight > 0 || l.lastActive.IsZero() || l.latency <= 0 {
+		return
+	}
+	if now.Sub(l.lastActive) < time.Duration(idleLatencies*l.latency*float64(time.Second)) {
+		return
+	}
+	if start := float64(l.cfg.Start); l.limit > start {
+		l.target = math.Max(l.target, l.limit)
+		l.limit = start
+		l.stats.Restarts++
+	}
+	l.lastActive = time.Time{} // once per idle spell
 }
 
 // Idle says no work waits for the lane at now: an open Waited period
@@ -307,72 +450,181 @@ func (l *Lane) endWait(now time.Time) {
 func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 	actual := budget.Demand{}
 	if r.Reached {
-		// The server charged the request; an answer's usage says exactly
-		// what, a failure is assumed to have cost what was estimated.
-		actual = t.charged
-		switch {
-		case r.Signal == Neutral:
-			actual = budget.Demand{1, 0, 0} // refused before the model ran
-		case r.Signal == Clean && (r.InputTokens > 0 || r.OutputTokens > 0):
-			actual = budget.Demand{1, r.InputTokens, r.OutputTokens}
+		switch r.Signal {
+		case Neutral:
+			actual = budget.Demand{1} // refused before the model ran
+		case Clean:
+			actual = t.charged
+			if r.InputTokens > 0 || r.OutputTokens > 0 {
+				actual = budget.Demand{1, r.InputTokens, r.OutputTokens, r.InputTokens + r.OutputTokens}
+			}
+		case RateLimited, Overloaded:
+			// Refused before admission: nothing charged. If the server did
+			// charge it, its remaining says so and Observe takes it.
+		default:
+			actual = t.charged // the server may have run it
 		}
 	}
 	l.budget.Settle(now, t.taken, actual)
-	if r.Limits.Requests.Present || r.Limits.InputTokens.Present || r.Limits.OutputTokens.Present {
-		l.budget.Observe(now, r.Limits)
-	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	const alpha = 0.05
-	if r.Latency > 0 {
-		if l.latency == 0 {
-			l.latency = r.Latency.Seconds()
+	l.inFlight = max(0, l.inFlight-1)
+	l.lastActive = now
+	if r.Reached && r.Signal != Aborted {
+		l.answered = true
+	}
+	if r.Reached && r.Latency > 0 {
+		if l.anyLatency == 0 {
+			l.anyLatency = r.Latency.Seconds()
 		} else {
-			l.latency += alpha * (r.Latency.Seconds() - l.latency)
+			l.anyLatency += 0.05 * (r.Latency.Seconds() - l.anyLatency)
 		}
 	}
+	v := l.learn(now, r)
+	if r.Signal == RateLimited {
+		l.rateLimited(now, t, r, &v)
+	}
+	if v.Any() {
+		l.budget.Observe(now, v)
+	}
 	l.lowHeadroom = false
-	for _, s := range []api.LimitState{r.Limits.Requests, r.Limits.InputTokens, r.Limits.OutputTokens} {
-		if s.Present && s.Fraction() < l.cfg.Reserve {
+	for _, b := range l.budget.Snapshot(now).Buckets {
+		if b.Known && b.Headroom(l.cfg.Reserve) < 0 {
 			l.lowHeadroom = true
 		}
 	}
+
 	switch r.Signal {
 	case Clean:
-		l.stats.Clean++
-		if r.OutputTokens > 0 {
-			if l.outMean == 0 {
-				l.outMean = r.OutputTokens
-			} else {
-				l.outMean += alpha * (r.OutputTokens - l.outMean)
+		l.clean(now, t, r)
+	case Overloaded, Failed:
+		l.failure(now, t, r.Signal)
+	}
+}
+
+// learn reads the clock and every dimension's depth from an answer's
+// headers and returns the view for the budget. Requires l.mu.
+func (l *Lane) learn(now time.Time, r Result) budget.View {
+	var v budget.View
+	if !r.Date.IsZero() {
+		// Date is truncated to the second: the server's time at the answer
+		// lies in [Date, Date+1s), so (server − ours) lies in
+		// [Date − now, Date + 1 − now). The bounds widen by 1 ms per answer
+		// so drift is followed.
+		lo, hi := r.Date.Sub(now).Seconds(), r.Date.Add(time.Second).Sub(now).Seconds()
+		if !l.clockKnown {
+			l.clockLo, l.clockHi, l.clockKnown = lo, hi, true
+		} else {
+			l.clockLo = math.Max(lo, l.clockLo-0.001)
+			l.clockHi = math.Min(hi, l.clockHi+0.001)
+			if l.clockLo > l.clockHi { // a clock step: start again
+				l.clockLo, l.clockHi = lo, hi
 			}
 		}
-		if r.InputTokens > 0 && t.est > 0 {
-			l.inScale += alpha * (r.InputTokens/t.est - l.inScale)
+	}
+	serverNow := now.Add(time.Duration(l.clockOffset() * float64(time.Second)))
+	snap := l.budget.Snapshot(now)
+	for i, s := range limitStates(&r.Limits) {
+		if !s.Present || s.Limit <= 0 {
+			continue
 		}
-		// Additive increase: +1 per limit's worth of clean answers, only
-		// while the lane is near its limit and no bucket is in the reserve.
-		lim := float64(l.limitLocked(now))
-		inUse := float64(l.budget.Snapshot(now).InUse)
-		if !l.lowHeadroom && inUse+1 >= lim/2 && l.aimd < float64(l.cfg.Cap) {
-			l.aimd = math.Min(float64(l.cfg.Cap), l.aimd+1/math.Max(1, l.aimd))
+		l.visible[i], l.named[i] = true, false
+		limit := float64(s.Limit)
+		ahead := s.Reset.Sub(serverNow).Seconds()
+		if !s.ResetFine {
+			ahead -= 0.5 // rounded either way: take the middle
 		}
-	case Congested, Failed:
-		if r.Signal == Congested {
-			l.stats.Congested++
+		sample := float64(s.Remaining) + math.Max(0, ahead)*limit/60
+		if l.depthFor[i] != s.Limit || l.depth[i] == 0 {
+			l.depth[i], l.depthFor[i] = sample, s.Limit
 		} else {
-			l.stats.Failed++
+			l.depth[i] += depthAlpha * (sample - l.depth[i])
 		}
-		window := max(l.cfg.Window, time.Duration(l.latency*float64(time.Second)))
-		// Only an attempt sent after the last cut may cut again: the rest
-		// of a burst was already in flight when the first 429 came back.
-		if t.at.After(l.lastDecrease) && now.Sub(l.lastDecrease) >= window {
-			cur := float64(l.limitLocked(now))
-			l.aimd = math.Max(float64(l.cfg.MinLimit), cur*l.cfg.Decrease)
-			l.lastDecrease = now
-			l.stats.Decreases++
+		lo := math.Max(float64(s.Remaining), l.largest[i])
+		if b := snap.Buckets[i]; b.Known && b.Limit == limit {
+			lo = math.Max(lo, b.Seen)
 		}
+		v[i] = budget.DimView{Known: true, Limit: limit, Depth: math.Min(limit, math.Max(lo, l.depth[i])), Remaining: float64(s.Remaining)}
+	}
+	return v
+}
+
+// clockOffset is (server − ours) in seconds: 0 while our clock is within
+// what Date allows (Date's precision is a second, ours far better), else
+// the nearest bound. Requires l.mu.
+func (l *Lane) clockOffset() float64 {
+	if !l.clockKnown {
+		return 0
+	}
+	return math.Max(l.clockLo, math.Min(l.clockHi, 0))
+}
+
+func limitStates(h *api.RateLimitHeaders) [budget.NumDims]api.LimitState {
+	return [budget.NumDims]api.LimitState{h.Requests, h.InputTokens, h.OutputTokens, h.Tokens}
+}
+
+func dimOf(l api.Limiter) (budget.Dim, bool) {
+	switch l {
+	case api.LimiterRequests:
+		return budget.Requests, true
+	case api.LimiterInputTokens:
+		return budget.InputTokens, true
+	case api.LimiterOutputTokens:
+		return budget.OutputTokens, true
+	case api.LimiterTokens:
+		return budget.Tokens, true
+	}
+	return 0, false
+}
+
+// rateLimited handles a 429: a bucket's business when the headers or the
+// message put it on one, else a congestion episode. Requires l.mu.
+func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
+	l.stats.RateLimited++
+	explained := false
+	for i, s := range limitStates(&r.Limits) {
+		tol := 0.0
+		if budget.Dim(i) != budget.Requests {
+			tol = tokenRounding
+		}
+		if s.Present && float64(s.Remaining)-tol < math.Max(1, t.charged[i]) && t.charged[i] > 0 {
+			explained = true // Observe lowers the level to it
+		}
+	}
+	if d, ok := dimOf(r.Named.Limiter); ok && !explained {
+		switch {
+		case !l.visible[d]:
+			// A limit the headers never show: pace it at a cushion under
+			// the named figure, from empty now.
+			limit := namedShare * float64(r.Named.PerMinute)
+			v[d] = budget.DimView{Known: true, Limit: limit, Depth: math.Max(2*l.largest[d], limit/60), Remaining: 0}
+			l.named[d] = true
+			explained = true
+		case !limitStates(&r.Limits)[d].Present:
+			// Named, known from earlier headers, absent on this answer.
+			if b := l.budget.Snapshot(now).Buckets[d]; b.Known {
+				v[d] = budget.DimView{Known: true, Limit: b.Limit, Depth: b.Depth, Remaining: 0}
+				explained = true
+			}
+		}
+	}
+	if explained {
+		l.stats.Explained++
+		return
+	}
+	// Congestion (an acceleration limit, a limit the headers do not
+	// describe): one cut per episode. Only an attempt sent after the last
+	// cut may cut again, and not within a latency of it: the rest of a
+	// burst was already in flight when the first 429 came back.
+	if t.at.After(l.lastCut) && now.Sub(l.lastCut) >= l.cutSpacing() {
+		pre := math.Min(float64(l.cfg.Cap), l.limit)
+		minL := float64(l.cfg.MinLimit)
+		l.good = math.Max(minL, returnShare*pre)
+		l.target = l.good
+		l.limit = math.Max(minL, pre*l.cfg.Decrease)
+		l.lastCut = now
+		l.stats.Decreases++
 	}
 	if r.RetryAfter > 0 {
 		if until := now.Add(r.RetryAfter); until.After(l.pausedUntil) {
@@ -387,21 +639,130 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 	}
 }
 
+// shareAlpha weighs one answer in the sustained-share EWMAs: about the
+// last max(20, 2 × limit) answers. Requires l.mu.
+func (l *Lane) shareAlpha() float64 { return 1 / math.Max(20, 2*l.limit) }
+
+// clean handles an answer. Requires l.mu.
+func (l *Lane) clean(now time.Time, t Ticket, r Result) {
+	l.stats.Clean++
+	const alpha = 0.05
+	if r.Latency > 0 {
+		if l.latency == 0 {
+			l.latency = r.Latency.Seconds()
+		} else {
+			l.latency += alpha * (r.Latency.Seconds() - l.latency)
+		}
+	}
+	if r.OutputTokens > 0 {
+		if l.outMean == 0 {
+			l.outMean = r.OutputTokens
+		} else {
+			l.outMean += alpha * (r.OutputTokens - l.outMean)
+		}
+	}
+	if r.InputTokens > 0 && t.est > 0 {
+		l.inScale += alpha * (r.InputTokens/t.est - l.inScale)
+	}
+	a := l.shareAlpha()
+	l.share529 -= a * l.share529
+	l.shareFail -= a * l.shareFail
+	l.consecFail = 0
+	if l.breaker != closed {
+		l.breaker, l.opens = closed, 0
+	}
+	// Growth pauses while 529s or failures are more than noise (half the
+	// share that cuts), and happens only while the limit is what holds the
+	// lane back (every slot was in use within the last latency): a
+	// bucket-bound lane does not inflate a limit it does not use.
+	if l.share529 >= sustainedShare/2 || l.shareFail >= sustainedShare/2 {
+		return
+	}
+	l.good = math.Max(l.good, math.Min(float64(l.cfg.Cap), l.limit))
+	if l.busyAt.IsZero() || now.Sub(l.busyAt) > l.lat() {
+		return
+	}
+	if l.limit < l.target {
+		l.limit = math.Min(l.target, l.limit+slowStartStep)
+	} else if l.limit < float64(l.cfg.Cap) {
+		l.limit = math.Min(float64(l.cfg.Cap), l.limit+1/math.Max(1, l.limit))
+	}
+}
+
+// failure handles a 529, a 5xx or a lost connection: the API's trouble,
+// not this lane's rate. Requires l.mu.
+func (l *Lane) failure(now time.Time, t Ticket, sig Signal) {
+	a := l.shareAlpha()
+	if sig == Overloaded {
+		l.stats.Overloaded++
+		l.share529 += a * (1 - l.share529)
+		l.shareFail -= a * l.shareFail
+	} else {
+		l.stats.Failed++
+		l.shareFail += a * (1 - l.shareFail)
+		l.share529 -= a * l.share529
+	}
+	l.consecFail++
+	switch {
+	case l.breaker == halfOpen && !t.at.Before(l.breakerAt):
+		l.openBreaker(now) // the probe failed
+	case l.breaker == closed && l.consecFail >= breakerFailures:
+		l.openBreaker(now)
+	}
+	if l.share529 < sustainedShare && l.shareFail < sustainedShare {
+		return
+	}
+	// A sustained share: the API cannot take this lane's load. Cut, at
+	// most once per latency, never below half the last good limit, and
+	// return to that limit by slow start when it ends.
+	if t.at.After(l.lastCut) && now.Sub(l.lastCut) >= l.cutSpacing() {
+		floor := math.Max(float64(l.cfg.MinLimit), overloadFloor*l.good)
+		if cur := math.Min(float64(l.cfg.Cap), l.limit); cur > floor {
+			l.target = math.Max(l.target, l.good)
+			l.limit = math.Max(floor, cur*l.cfg.Decrease)
+			l.lastCut = now
+			l.stats.Decreases++
+		}
+	}
+}
+
+// openBreaker stops sending for breakerLatencies mean latencies, doubling
+// with each consecutive open. Requires l.mu.
+func (l *Lane) openBreaker(now time.Time) {
+	lat := l.lat()
+	cool := min(breakerLatencies*lat<<min(l.opens, 16), breakerMaxLatencies*lat, breakerMax)
+	l.breaker, l.breakerUntil = open, now.Add(cool)
+	l.opens++
+	l.stats.Breaker++
+}
+
+// Blocked is how long the lane is known to send nothing from now: a
+// retry-after pause or an open breaker; 0 when it could send.
+func (l *Lane) Blocked(now time.Time) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := max(l.pausedUntil.Sub(now), 0)
+	if l.breaker == open {
+		b = max(b, l.breakerUntil.Sub(now))
+	}
+	return b
+}
+
 // Headroom scores the lane for routing at now: the smaller of its free
-// concurrency fraction and its fullest-constrained bucket above the
-// reserve. 0 when paused or full; higher is better.
+// concurrency share and its fullest-constrained bucket's share above the
+// reserve. 0 when paused, open or full; higher is better.
 func (l *Lane) Headroom(now time.Time) float64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if now.Before(l.pausedUntil) {
+	if now.Before(l.pausedUntil) || (l.breaker == open && now.Before(l.breakerUntil)) {
 		return 0
 	}
-	lim := float64(l.limitLocked(now))
+	lim := float64(l.limitLocked())
 	s := l.budget.Snapshot(now)
 	h := (lim - float64(s.InUse)) / lim
 	for _, b := range s.Buckets {
 		if b.Known {
-			h = math.Min(h, b.Fraction-l.cfg.Reserve)
+			h = math.Min(h, b.Headroom(l.cfg.Reserve))
 		}
 	}
 	return math.Max(0, h)
@@ -413,12 +774,16 @@ type State struct {
 	Cap         int
 	InFlight    int
 	Paused      bool
+	BreakerOpen bool
 	LowHeadroom bool
 	OutMean     float64
 	InScale     float64
 	Latency     time.Duration
 	Buckets     [budget.NumDims]budget.BucketState
-	Stats       Stats
+	// Visible says which dimensions' headers the lane has seen; Named,
+	// which it paces only from a 429's message.
+	Visible, Named [budget.NumDims]bool
+	Stats          Stats
 }
 
 // State returns a snapshot at now.
@@ -427,11 +792,11 @@ func (l *Lane) State(now time.Time) State {
 	defer l.mu.Unlock()
 	s := l.budget.Snapshot(now)
 	st := State{
-		Limit: l.limitLocked(now), Cap: l.cfg.Cap, InFlight: s.InUse,
-		Paused: now.Before(l.pausedUntil), LowHeadroom: l.lowHeadroom,
-		OutMean: l.outMean, InScale: l.inScale,
+		Limit: l.limitLocked(), Cap: l.cfg.Cap, InFlight: s.InUse,
+		Paused: now.Before(l.pausedUntil), BreakerOpen: l.breaker != closed,
+		LowHeadroom: l.lowHeadroom, OutMean: l.outMean, InScale: l.inScale,
 		Latency: time.Duration(l.latency * float64(time.Second)),
-		Buckets: s.Buckets, Stats: l.stats,
+		Buckets: s.Buckets, Visible: l.visible, Named: l.named, Stats: l.stats,
 	}
 	if l.waiting { // the open period, up to now
 		st.Stats.Waited[l.waitWhy] += max(now.Sub(l.waitSince), 0)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/cost"
+	"github.com/sluice-dev/sluice/lane"
 )
 
 // The guidelines' fixed inputs. Changing any of them changes
@@ -101,8 +102,8 @@ Assumptions:
 `)
 	fmt.Fprintf(&b, "- **Job shape** (an LLM-as-judge call): mean input %d tokens (uncached), `max_tokens` %d, mean output %.0f tokens — the simulator's answers are uniform on %d–%d tokens capped at `max_tokens`, whose mean is %.0f.\n",
 		JudgeMeanInput, JudgeMaxTokens, out, w0.Output.Min, w0.Output.Max, out)
-	fmt.Fprintf(&b, "- **Engine**: etiquette caps per organization Sonnet %d, Haiku %d, Opus %d; %.0f %% of every bucket left to colleagues; the ramp starts at max(4, cap/8) and doubles every %s.\n",
-		w0.cap(api.FamilySonnet), w0.cap(api.FamilyHaiku), w0.cap(api.FamilyOpus), 100*w0.Reserve, fmtDuration(w0.Ramp.Doubling))
+	fmt.Fprintf(&b, "- **Engine**: etiquette caps per organization Sonnet %d, Haiku %d, Opus %d; %.0f %% of every bucket left to colleagues; the ramp starts at max(4, cap/8) and doubles every %g mean latencies of saturated work.\n",
+		w0.cap(api.FamilySonnet), w0.cap(api.FamilyHaiku), w0.cap(api.FamilyOpus), 100*w0.Reserve, lane.RampDoublingLatencies)
 	b.WriteString("- **Latency** (the simulator's models, mean = (TTFT + output ÷ tokens/s) · e^(σ²/2)):")
 	for i, m := range guidelineModels {
 		l := w0.latency(api.PoolOf(m))

@@ -74,7 +74,7 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 	lat := w.latency(p).mean(j.MeanOutput)
 	lim := o.limits(p)
 	m := laneModel{
-		cap: float64(c), s: float64(w.Ramp.start(c)), d: w.Ramp.Doubling.Seconds(), lat: lat,
+		cap: float64(c), s: float64(w.Ramp.start(c)), d: w.Ramp.doubling(lat), lat: lat,
 		rCap: float64(c) / lat, rb: math.Inf(1),
 	}
 	m.Org, m.Cap, m.Start = o.Name, c, w.Ramp.start(c)
@@ -342,11 +342,11 @@ func (w World) Lanes(j Job) ([]Lane, error) {
 	return ls, nil
 }
 
-// RampTime is how long a lane with etiquette cap c takes to warm up:
-// doubling · log2(cap ÷ start).
-func (r Ramp) RampTime(c int) time.Duration {
+// RampTime is how long a lane with etiquette cap c and mean latency lat
+// takes to warm up when saturated: doubling · log2(cap ÷ start).
+func (r Ramp) RampTime(c int, lat time.Duration) time.Duration {
 	s := r.start(c)
-	return seconds(r.Doubling.Seconds() * math.Log2(float64(c)/float64(s)))
+	return seconds(r.doubling(lat.Seconds()) * math.Log2(float64(c)/float64(s)))
 }
 
 // Mean returns the mean answer length for max_tokens k: E[min(U, k)] for

@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/bench"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -106,9 +107,11 @@ func TestRampTime(t *testing.T) {
 		{"opus start 5", plan.Ramp{Doubling: 5 * time.Second}, 40, 15},
 		{"cap below 4 starts at the cap", plan.Ramp{Doubling: 5 * time.Second}, 3, 0},
 		{"explicit start", plan.Ramp{Start: 25, Doubling: 2 * time.Second}, 100, 4},
+		// The engine's own: two latencies (1.5 s) per doubling.
+		{"by latency", plan.Ramp{Start: 25}, 100, 2 * 1.5 * 2},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.ramp.RampTime(tt.cap).Seconds(); !near(got, tt.want, 1e-6) {
+			if got := tt.ramp.RampTime(tt.cap, 1500*time.Millisecond).Seconds(); !near(got, tt.want, 1e-6) {
 				t.Errorf("RampTime(%d) = %v want %.6f s", tt.cap, got, tt.want)
 			}
 		})
@@ -138,8 +141,8 @@ func TestOutputMean(t *testing.T) {
 func TestSyncWallHandComputed(t *testing.T) {
 	w := preset(t, "three-org")
 	L := judgeLatency
-	s, d := 12.0, 5.0
-	k := s * d / (L * math.Ln2) // requests per unit of (2^(t/d) − 1), per lane
+	s, d := 12.0, lane.RampDoublingLatencies*judgeLatency // the engine's ramp: doubling per two latencies
+	k := s * d / (L * math.Ln2)                           // requests per unit of (2^(t/d) − 1), per lane
 	tc := d * math.Log2(100/s)
 	for _, tt := range []struct {
 		n    int
@@ -193,8 +196,9 @@ func TestSyncBurstOnlyInLowEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	L := judgeLatency
-	t0 := 5 * math.Log2(10*L/12) // the ramp reaches the refill rate
-	sent0 := 12 + 12*5/(L*math.Ln2)*(math.Exp2(t0/5)-1)
+	dbl := lane.RampDoublingLatencies * L
+	t0 := dbl * math.Log2(10*L/12) // the ramp reaches the refill rate
+	sent0 := 12 + 12*dbl/(L*math.Ln2)*(math.Exp2(t0/dbl)-1)
 	send := t0 + (10_000-sent0)/10
 	tail, err := plan.ExpectedTail(w, plan.JudgeJob(10_000, sonnet), 10_000, 12, time.Duration(send*float64(time.Second)))
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/sim"
 )
 
@@ -47,15 +48,26 @@ func (l Latency) quantile(out, z float64) float64 {
 	return l.median(out) * math.Exp(l.Sigma*z)
 }
 
-// Ramp is the engine's warm-up: a lane's concurrency ceiling starts at
-// Start and doubles every Doubling up to the etiquette cap.
+// Ramp is the engine's warm-up: a lane's concurrency limit starts at
+// Start and doubles every Doubling up to the etiquette cap while the lane
+// is full. The engine times it by answers (lane.RampDoublingLatencies
+// mean latencies per doubling), so by default so does the model.
 type Ramp struct {
 	// Start is the first ceiling; 0 means the engine's default,
 	// max(4, cap/8).
 	Start int
-	// Doubling is how often the ceiling doubles (the engine's default is
-	// 5 s).
+	// Doubling is how often the ceiling doubles; 0 means the engine's:
+	// lane.RampDoublingLatencies × the lane's mean latency.
 	Doubling time.Duration
+}
+
+// doubling is how often the ramp doubles on a lane of mean latency lat
+// (seconds).
+func (r Ramp) doubling(lat float64) float64 {
+	if r.Doubling > 0 {
+		return r.Doubling.Seconds()
+	}
+	return lane.RampDoublingLatencies * lat
 }
 
 // start is the first ceiling of a lane with etiquette cap c.
@@ -225,7 +237,6 @@ var DefaultCaps = map[api.Family]int{
 const (
 	DefaultReserve       = 0.15
 	DefaultBucketWindow  = time.Minute
-	DefaultRampDoubling  = 5 * time.Second
 	DefaultBatchOverhead = 5 * time.Second
 )
 
@@ -271,8 +282,7 @@ func NewWorld(name string, orgs ...Org) World {
 // applies it: limits and processing rates × K, latencies and batch delays
 // ÷ K, so predictions are in real time. The bucket window is not scaled
 // (the simulator's buckets hold the same number of real seconds of refill
-// at any K). The engine's ramp is not part of the simulator and keeps its
-// default (5 s); set World.Ramp if the engine is configured otherwise.
+// at any K). The engine's ramp is timed by its latency, so it follows K.
 func FromSim(cfg sim.Config, caps map[api.Family]int) World {
 	k := cfg.TimeScale
 	if k <= 0 {
@@ -299,7 +309,6 @@ func FromSim(cfg sim.Config, caps map[api.Family]int) World {
 		Caps:          maps.Clone(DefaultCaps),
 		Reserve:       DefaultReserve,
 		BucketWindow:  cfg.BucketWindow.D(),
-		Ramp:          Ramp{Doubling: DefaultRampDoubling},
 		Latency:       map[api.Pool]Latency{},
 		Output:        OutputModel{Min: cfg.Output.Min, Max: cfg.Output.Max},
 		Batch:         batch(cfg.Batch),
@@ -359,8 +368,8 @@ func (w World) Validate() error {
 	if w.BucketWindow < 0 {
 		return fmt.Errorf("plan: bucket window must be >= 0, got %v", w.BucketWindow)
 	}
-	if w.Ramp.Doubling <= 0 {
-		return fmt.Errorf("plan: ramp doubling must be > 0, got %v", w.Ramp.Doubling)
+	if w.Ramp.Doubling < 0 {
+		return fmt.Errorf("plan: ramp doubling must be >= 0 (0: the engine's, by latency), got %v", w.Ramp.Doubling)
 	}
 	if w.Output.Min < 0 || w.Output.Max < w.Output.Min {
 		return fmt.Errorf("plan: output model needs 0 <= min <= max, got [%d, %d]", w.Output.Min, w.Output.Max)

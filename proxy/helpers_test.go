@@ -19,7 +19,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/proxytest"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -100,7 +99,7 @@ func newEnv(t *testing.T, o options) *env {
 	} else if _, err := dispatch.Discover(t.Context(), c, pool.Keys(), sonnet); err != nil {
 		t.Fatal(err)
 	}
-	st := proxytest.Serve(t, pool, dispatch.Config{Client: c, Keys: pool.Keys(), Lane: lane.ForTimeScale(o.scale),
+	st := proxytest.Serve(t, pool, dispatch.Config{Client: c, Keys: pool.Keys(),
 		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}}, o.dispatch, o.proxy)
 	e.d, e.px, e.logs, e.url, e.close = st.Dispatcher, st.Proxy, st.Logs, st.Server.URL, st.Close
 	return e

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/budget"
 )
 
@@ -15,11 +14,17 @@ var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 func at(d time.Duration) time.Time { return t0.Add(d) }
 
-func headers(rpm, rpmRem, in, inRem, out, outRem int64) api.RateLimitHeaders {
-	st := func(l, r int64) api.LimitState {
-		return api.LimitState{Present: true, Limit: l, Remaining: r, Reset: t0}
+// headers is the view of full-minute buckets (depth = limit).
+func headers(rpm, rpmRem, in, inRem, out, outRem float64) budget.View {
+	st := func(l, r float64) budget.DimView {
+		return budget.DimView{Known: true, Limit: l, Depth: l, Remaining: r}
 	}
-	return api.RateLimitHeaders{Requests: st(rpm, rpmRem), InputTokens: st(in, inRem), OutputTokens: st(out, outRem)}
+	return budget.View{budget.Requests: st(rpm, rpmRem), budget.InputTokens: st(in, inRem), budget.OutputTokens: st(out, outRem)}
+}
+
+// shallow is a requests-only view of a bucket of depth holding rem.
+func shallow(rpm, depth, rem float64) budget.View {
+	return budget.View{budget.Requests: {Known: true, Limit: rpm, Depth: depth, Remaining: rem}}
 }
 
 // Run runs the suite; newBudget must return a fresh, empty budget each call.
@@ -126,6 +131,91 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 		}
 		if _, r, w := b.TryTake(t0, 10, 0.15, budget.Demand{1, 5000, 1}); r != budget.ByInputTokens || w <= 0 {
 			t.Fatalf("and then wait: %v %v", r, w)
+		}
+	})
+	t.Run("a shallow bucket refills at the limit up to its depth", func(t *testing.T) {
+		b := newBudget(t)
+		// 600 RPM (10 per second) enforced over one second: 10 deep.
+		b.Observe(t0, shallow(600, 10, 10))
+		n := 0
+		for {
+			if _, r, _ := b.TryTake(t0, 1000, 0, budget.Demand{1}); r != budget.Granted {
+				break
+			}
+			n++
+		}
+		if n != 10 {
+			t.Fatalf("took %d from a 10-deep bucket", n)
+		}
+		if lvl := b.Snapshot(at(3 * time.Second)).Buckets[budget.Requests].Level; lvl != 10 {
+			t.Fatalf("3 s later the level is %v, want the depth 10, not 30", lvl)
+		}
+		_, r, w := b.TryTake(at(3*time.Second), 1000, 0, budget.Demand{100})
+		if r != budget.Granted || w != 0 {
+			t.Fatalf("a demand above the depth must pass a full bucket: %v %v", r, w)
+		}
+	})
+	t.Run("the reserve is a share of the depth, not of the limit", func(t *testing.T) {
+		b := newBudget(t)
+		// 6000 RPM enforced over one second: 100 deep, 40 left.
+		b.Observe(t0, shallow(6000, 100, 40))
+		n := 0
+		for {
+			if _, r, _ := b.TryTake(t0, 1000, 0.15, budget.Demand{1}); r != budget.Granted {
+				break
+			}
+			n++
+		}
+		if n != 25 {
+			t.Fatalf("took %d of 40 with a 15%% reserve of the depth 100, want 25", n)
+		}
+		s := b.Snapshot(t0).Buckets[budget.Requests]
+		if s.Depth != 100 || s.Seen != 40 || s.Reserve(0.15) != 15 {
+			t.Fatalf("state %+v", s)
+		}
+	})
+	t.Run("a changed limit keeps the level of requests in flight", func(t *testing.T) {
+		b := newBudget(t)
+		b.Observe(t0, shallow(600, 100, 100))
+		for range 60 {
+			b.TryTake(t0, 1000, 0, budget.Demand{1})
+		}
+		// The limit doubles; the server's answer was written before our 60
+		// requests reached it, so it still shows 100 remaining.
+		b.Observe(t0, shallow(1200, 200, 100))
+		s := b.Snapshot(t0).Buckets[budget.Requests]
+		if s.Level != 40 || s.Limit != 1200 || s.Depth != 200 {
+			t.Fatalf("after a limit change: %+v, want level 40 (the 60 in flight kept), limit 1200, depth 200", s)
+		}
+		if lvl := b.Snapshot(at(time.Second)).Buckets[budget.Requests].Level; lvl != 60 {
+			t.Fatalf("a second later level %v, want 60: refill at the new 20/s", lvl)
+		}
+	})
+	t.Run("a lower depth caps the level", func(t *testing.T) {
+		b := newBudget(t)
+		b.Observe(t0, shallow(600, 100, 100))
+		b.Observe(t0, shallow(600, 30, 100))
+		if lvl := b.Snapshot(t0).Buckets[budget.Requests].Level; lvl != 30 {
+			t.Fatalf("level %v, want the new depth 30", lvl)
+		}
+	})
+	t.Run("the combined token bucket", func(t *testing.T) {
+		b := newBudget(t)
+		b.Observe(t0, budget.View{budget.Tokens: {Known: true, Limit: 60000, Depth: 60000, Remaining: 1000}})
+		if _, r, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 400, 400, 800}); r != budget.Granted {
+			t.Fatalf("800 of 1000: %v", r)
+		}
+		if _, r, w := b.TryTake(t0, 10, 0, budget.Demand{1, 400, 400, 800}); r != budget.ByTokens || w != 600*time.Millisecond {
+			t.Fatalf("800 more with 200 left: %v %v, want tokens for 0.6 s at 1000/s", r, w)
+		}
+	})
+	t.Run("a dimension absent from a view is kept", func(t *testing.T) {
+		b := newBudget(t)
+		b.Observe(t0, headers(60, 30, 6000, 6000, 600, 600))
+		b.Observe(t0, budget.View{budget.OutputTokens: {Known: true, Limit: 600, Depth: 600, Remaining: 100}})
+		s := b.Snapshot(t0)
+		if s.Buckets[budget.Requests].Level != 30 || s.Buckets[budget.OutputTokens].Level != 100 {
+			t.Fatalf("levels %+v", s.Buckets)
 		}
 	})
 }

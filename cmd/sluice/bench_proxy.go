@@ -51,7 +51,6 @@ steady throughput over the binding limit computed from the world.`,
 			run := bench.ProxyRun{
 				Name:   fmt.Sprintf("proxy, three-org at %d+%d+%d RPM (time scale %g)", proxyBenchRPM["high_prio"], proxyBenchRPM["batch"], proxyBenchRPM["low_prio"], scale),
 				Binary: bin, Sim: cfg, Clients: clients, Calls: n,
-				ProxyArgs: []string{"--ramp-doubling", (time.Duration(float64(5*time.Second) / scale)).String()},
 			}
 			if verbose {
 				run.Log = cmd.ErrOrStderr()

@@ -23,7 +23,6 @@ import (
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/job"
-	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
@@ -107,9 +106,7 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 	c := client.New(client.Config{BaseURL: base, MaxConns: 512})
 	k := cfg.TimeScale
 	log := newLogger()
-	dc := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log,
-		// The warm-up ramp and AIMD window run on the simulator's clock.
-		Lane: lane.ForTimeScale(k)}
+	dc := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log}
 	fmt.Fprintf(out, "sluice demo: simulator on %s (preset three-org, time scale %g: limits ×%g, latencies ÷%g)\n", base, k, k, k)
 	fmt.Fprintf(out, "  %d judge requests (Sonnet 4.5, rubric + question/answer, max_tokens 256) in %s\n\n", n, in)
 	start := time.Now()
@@ -118,10 +115,8 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 	if tty {
 		interval = 250 * time.Millisecond
 	}
-	// The planner sees the simulated world as it is (time scale included)
-	// and the engine's ramp as configured above.
+	// The planner sees the simulated world as it is (time scale included).
 	world := plan.FromSim(cfg, nil)
-	world.Ramp.Doubling = dc.Lane.RampDoubling
 	err = runJob(cmd.Context(), job.Options{
 		Input: in, Output: res, Dispatch: dc, Progress: out, Terminal: tty,
 		ProgressInterval: interval, Logger: log, Command: resume, Redact: pool.Redact,

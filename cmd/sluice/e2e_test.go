@@ -128,9 +128,9 @@ func (e *e2e) start(args ...string) *proc {
 	e.t.Helper()
 	switch args[0] {
 	case "run", "judge":
-		args = append(args, "--no-dotenv", "--no-progress", "--ramp-doubling", "250ms")
+		args = append(args, "--no-dotenv", "--no-progress")
 	case "keys":
-		args = append(args, "--no-dotenv", "--ramp-doubling", "250ms")
+		args = append(args, "--no-dotenv")
 	}
 	for _, a := range args {
 		for _, k := range fakeKeys {

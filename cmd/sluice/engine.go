@@ -6,7 +6,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -21,16 +20,15 @@ import (
 // command that calls the API. Keys never come from flags: only from the
 // environment, .env or --keys-file.
 type engineFlags struct {
-	baseURL      string
-	keysFile     string
-	noDotEnv     bool
-	auth         string
-	version      string
-	caps         map[api.Family]*int
-	reserve      float64
-	rampDoubling time.Duration
-	seed         uint64
-	fleet        fleetFlags
+	baseURL  string
+	keysFile string
+	noDotEnv bool
+	auth     string
+	version  string
+	caps     map[api.Family]*int
+	reserve  float64
+	seed     uint64
+	fleet    fleetFlags
 }
 
 func (f *engineFlags) register(cmd *cobra.Command) {
@@ -53,7 +51,6 @@ func (f *engineFlags) register(cmd *cobra.Command) {
 		f.caps[fam] = v
 	}
 	fl.Float64Var(&f.reserve, "reserve", 0.15, "fraction of every rate limit left for colleagues")
-	fl.DurationVar(&f.rampDoubling, "ramp-doubling", 5*time.Second, "warm-up: the concurrency ceiling doubles this often")
 	fl.Uint64Var(&f.seed, "jitter-seed", 1, "seed of the backoff jitter")
 	f.fleet.register(cmd, f)
 }
@@ -106,7 +103,7 @@ func (f *engineFlags) dispatchConfig(c *client.Client, p *keys.Pool, log *slog.L
 	caps[api.FamilyFable] = caps[api.FamilyUnknown]
 	cfg := dispatch.Config{
 		Client: c, Keys: p.Keys(), Caps: caps, Seed: f.seed, Logger: log,
-		Lane: lane.Config{Reserve: reserveFlag(f.reserve), RampDoubling: f.rampDoubling},
+		Lane: lane.Config{Reserve: reserveFlag(f.reserve)},
 	}
 	f.fleet.wire(&cfg)
 	return cfg

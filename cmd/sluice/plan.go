@@ -39,7 +39,6 @@ type planFlags struct {
 	window      int
 	caps        map[api.Family]*int
 	reserve     float64
-	ramp        time.Duration
 	asJSON      bool
 }
 
@@ -118,7 +117,6 @@ measured from a requests file (--input). Nothing is sent to the API.`,
 		f.caps[fam] = v
 	}
 	fl.Float64Var(&f.reserve, "reserve", plan.DefaultReserve, "fraction of every rate limit left for colleagues")
-	fl.DurationVar(&f.ramp, "ramp-doubling", plan.DefaultRampDoubling, "warm-up: the concurrency ceiling doubles this often")
 	fl.BoolVar(&f.asJSON, "json", false, "print the decision as JSON")
 	return cmd
 }
@@ -168,9 +166,6 @@ func (f *planFlags) world(cmd *cobra.Command) (plan.World, error) {
 	}
 	if fl.Changed("reserve") {
 		w.Reserve = max(f.reserve, 0)
-	}
-	if fl.Changed("ramp-doubling") {
-		w.Ramp.Doubling = f.ramp
 	}
 	return w, w.Validate()
 }

@@ -32,7 +32,7 @@ func freeAddr(t *testing.T) string {
 func TestProxyCommandServesAndDrains(t *testing.T) {
 	e := newE2E(t)
 	addr := freeAddr(t)
-	p := e.start("proxy", "--listen", addr, "--state-dir", e.path("state"), "--no-dotenv", "--ramp-doubling", "250ms")
+	p := e.start("proxy", "--listen", addr, "--state-dir", e.path("state"), "--no-dotenv")
 	base := "http://" + addr
 	for {
 		if p.exited() {

@@ -15,7 +15,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/logbuf"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/lane"
 	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -55,7 +54,7 @@ func Start(t testing.TB, o Options) *Env {
 	if _, err := dispatch.Discover(context.Background(), c, pool.Keys(), "claude-sonnet-4-5"); err != nil {
 		t.Fatal(err)
 	}
-	st := Serve(t, pool, dispatch.Config{Client: c, Keys: pool.Keys(), Lane: lane.ForTimeScale(s.Config().TimeScale),
+	st := Serve(t, pool, dispatch.Config{Client: c, Keys: pool.Keys(),
 		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond}}, o.Dispatch, o.Proxy)
 	return &Env{Sim: s, Dispatcher: st.Dispatcher, Proxy: st.Proxy, URL: st.Server.URL, Logs: st.Logs}
 }

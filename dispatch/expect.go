@@ -1,0 +1,92 @@
+package dispatch
+
+import (
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+)
+
+// meterSize is how many recent admissions a pool's meter remembers.
+const meterSize = 64
+
+// poolMeter measures one pool's admissions, for ExpectedWait: the loop
+// writes it, any goroutine reads it.
+type poolMeter struct {
+	mu      sync.Mutex
+	times   [meterSize]time.Time // the last admissions, a ring
+	n, next int
+	waiting int // requests queued for the pool at the loop's last look
+}
+
+func (m *poolMeter) admitted(now time.Time) {
+	m.mu.Lock()
+	m.times[m.next] = now
+	m.next = (m.next + 1) % meterSize
+	m.n = min(m.n+1, meterSize)
+	m.mu.Unlock()
+}
+
+func (m *poolMeter) setWaiting(n int) {
+	m.mu.Lock()
+	m.waiting = n
+	m.mu.Unlock()
+}
+
+// rate is admissions per second over the remembered ones, 0 when there
+// are too few or the last is older than the span they cover (the pool
+// stalled since).
+func (m *poolMeter) rate(now time.Time) (float64, int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.n < 2 {
+		return 0, m.waiting
+	}
+	last := m.times[(m.next+meterSize-1)%meterSize]
+	first := m.times[(m.next+meterSize-m.n)%meterSize]
+	span := last.Sub(first)
+	if span <= 0 || now.Sub(last) > span {
+		return 0, m.waiting
+	}
+	return float64(m.n-1) / span.Seconds(), m.waiting
+}
+
+// meter returns pool's meter, creating it. Requires nothing: d.mu guards
+// the map.
+func (d *Dispatcher) meter(pool api.Pool) *poolMeter {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	m := d.meters[pool]
+	if m == nil {
+		m = &poolMeter{}
+		d.meters[pool] = m
+	}
+	return m
+}
+
+// ExpectedWait estimates how long a request of pool submitted now would
+// wait for capacity: the requests queued ahead of it at the recent rate of
+// admission, or — when nothing has been admitted lately — the longest a
+// live lane of the pool is known to be held (a retry-after pause, an open
+// breaker). 0 when it would go at once or nothing is known. The proxy's
+// retry-after says it, so a caller told to come back does so when there
+// is room, not in 1 s. Safe from any goroutine.
+func (d *Dispatcher) ExpectedWait(pool api.Pool) time.Duration {
+	now := d.now()
+	rate, waiting := d.meter(pool).rate(now)
+	if rate > 0 {
+		return time.Duration(float64(waiting+1) / rate * float64(time.Second))
+	}
+	d.mu.Lock()
+	lanes := append([]*laneState(nil), d.laneList...)
+	d.mu.Unlock()
+	var held time.Duration
+	for _, ls := range lanes {
+		if ls.pool == pool && ls.org.live.Load() > 0 {
+			if b := ls.l.Blocked(now); held == 0 || b < held {
+				held = b
+			}
+		}
+	}
+	return held
+}
