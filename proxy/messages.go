@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -50,7 +51,7 @@ func (p *Proxy) handleMessages(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 
-	c := &call{deadline: arrival.Add(p.cfg.MaxWait), abandoned: make(chan struct{})}
+	c := &call{deadline: arrival.Add(p.cfg.MaxWait), maxAttempts: p.cfg.MaxAttempts, pool: pool, abandoned: make(chan struct{})}
 	ctx, cancel := context.WithDeadline(r.Context(), c.deadline)
 	defer cancel()
 	var sink *streamSink
@@ -140,21 +141,21 @@ func (p *Proxy) answer(w http.ResponseWriter, r *http.Request, c *call, res disp
 	}
 }
 
-// waitExpired answers a request whose wait ended at MaxWait with the
-// faithful upstream error: the last 429/529 or 5xx as the API sent it
-// (a 429/529 gets retry-after); after attempts that got no answer at all
-// (the API unreachable), a 500 api_error saying so, as when the retries
-// run out; when nothing was sent (no capacity), a 429 of sluice's own
-// with retry-after.
+// waitExpired answers a request whose wait ended (at MaxWait, or after
+// MaxAttempts attempts) with the faithful upstream error: the last 429/529
+// or 5xx as the API sent it (a 429/529 with a retry-after of when capacity
+// is expected); after attempts that got no answer at all (the API
+// unreachable), a 500 api_error saying so, as when the retries run out;
+// when nothing was sent (no capacity), a 429 of sluice's own with the
+// same retry-after.
 func (p *Proxy) waitExpired(w http.ResponseWriter, c *call) {
 	p.metrics.waitExpired.Add(1)
 	last, ok := c.lastOutcome()
 	switch {
 	case ok && len(last.Body) > 0 && (last.Class == client.RateLimited || last.Class == client.Overloaded):
 		copyHeaders(w.Header(), last.Header)
-		if w.Header().Get(api.HeaderRetryAfter) == "" {
-			w.Header().Set(api.HeaderRetryAfter, "1")
-		}
+		hint, _ := api.ParseRetryAfter(last.Header, p.now())
+		p.setRetryAfter(w, c.pool, hint)
 		w.WriteHeader(last.Status)
 		w.Write(last.Body)
 		return
@@ -167,9 +168,25 @@ func (p *Proxy) waitExpired(w http.ResponseWriter, c *call) {
 		p.fail(w, 500, api.ErrAPI, fmt.Sprintf("sluice: no answer from the API after %d attempts within %s: %v", c.attemptCount(), p.cfg.MaxWait, last.Err))
 		return
 	}
-	w.Header().Set(api.HeaderRetryAfter, "1")
+	p.setRetryAfter(w, c.pool, 0)
 	w.Header().Set(api.HeaderShouldRetry, "true")
 	p.fail(w, 429, api.ErrRateLimit, fmt.Sprintf("sluice: no capacity on any organization within %s; retry later", p.cfg.MaxWait))
+}
+
+// maxRetryAfter bounds the retry-after the proxy gives: an SDK honours
+// longer ones, and a caller told to wait an hour would rather be told the
+// truth by a second request in a few minutes.
+const maxRetryAfter = 10 * time.Minute
+
+// setRetryAfter sets retry-after to when capacity for pool is expected
+// (dispatch.ExpectedWait), or the upstream's hint if longer: whole
+// seconds, rounded up, at least 1, at most maxRetryAfter. Both
+// retry-after and retry-after-ms are set, so SDKs that read either agree.
+func (p *Proxy) setRetryAfter(w http.ResponseWriter, pool api.Pool, upstream time.Duration) {
+	d := min(max(p.d.ExpectedWait(pool), upstream, time.Second), maxRetryAfter)
+	secs := int64((d + time.Second - 1) / time.Second)
+	w.Header().Set(api.HeaderRetryAfter, strconv.FormatInt(secs, 10))
+	w.Header().Set(api.HeaderRetryAfterMs, strconv.FormatInt(secs*1000, 10))
 }
 
 // unavailable answers a request the dispatcher could not take.
@@ -218,8 +235,10 @@ func (p *Proxy) cachePut(k cache.Key, message []byte) {
 // while no attempt is running, and an attempt may start only while the
 // handler has not answered: one mutex makes the two exclusive.
 type call struct {
-	deadline  time.Time
-	abandoned chan struct{} // closed when the wait expired (state abandoned)
+	deadline    time.Time
+	maxAttempts int           // > 0: abandoned when it would wait for attempt maxAttempts+1
+	pool        api.Pool      // for the retry-after of its answer
+	abandoned   chan struct{} // closed when the wait expired (state abandoned)
 
 	mu       sync.Mutex
 	state    callState
@@ -275,7 +294,7 @@ func (c *call) wait(now time.Time) {
 		return
 	}
 	c.state = waiting
-	if !now.Before(c.deadline) {
+	if !now.Before(c.deadline) || (c.maxAttempts > 0 && c.attempts >= c.maxAttempts) {
 		c.abandonLocked()
 	}
 }

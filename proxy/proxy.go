@@ -53,6 +53,12 @@ type Config struct {
 	// arrival (default 60 s). Past it the caller gets a 429 (or the last
 	// upstream 429/529) with retry-after.
 	MaxWait time.Duration
+	// MaxAttempts bounds the upstream attempts of one caller request
+	// (default DefaultMaxAttempts; negative: the dispatcher's retry budgets
+	// alone). Past it the caller gets the last upstream answer with a
+	// retry-after, so a caller's own retries (an SDK's max_retries) make
+	// at most (max_retries + 1) × MaxAttempts upstream attempts.
+	MaxAttempts int
 	// StreamWriteTimeout bounds one write of a stream's event to its
 	// caller (default 60 s). A caller that stops reading would otherwise
 	// hold its lane slot for as long as it keeps the connection open: the
@@ -78,6 +84,11 @@ type Config struct {
 	// archive of their results.
 	Now func() time.Time
 }
+
+// DefaultMaxAttempts is Config.MaxAttempts's default: a 529 or 5xx at a
+// few percent fails four attempts in a row about once in 10⁵ calls; a
+// persistent one is given back to the caller after four.
+const DefaultMaxAttempts = 4
 
 // Proxy is the gateway. It is an http.Handler, safe for concurrent use.
 // Create it with New; call Drain and then Wait to stop it.
@@ -111,6 +122,9 @@ func New(cfg Config) (*Proxy, error) {
 	}
 	if cfg.MaxWait <= 0 {
 		cfg.MaxWait = 60 * time.Second
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
 	}
 	if cfg.StreamWriteTimeout == 0 {
 		cfg.StreamWriteTimeout = 60 * time.Second
@@ -167,7 +181,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if p.draining.Load() {
-			rec.Header().Set(api.HeaderRetryAfter, "1")
+			rec.Header().Set(api.HeaderRetryAfter, "1") // another instance, or this one restarted
 			p.fail(rec, api.StatusOverloaded, api.ErrOverloaded, "sluice proxy is shutting down")
 			return
 		}

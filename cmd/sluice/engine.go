@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,15 +21,16 @@ import (
 // command that calls the API. Keys never come from flags: only from the
 // environment, .env or --keys-file.
 type engineFlags struct {
-	baseURL  string
-	keysFile string
-	noDotEnv bool
-	auth     string
-	version  string
-	caps     map[api.Family]*int
-	reserve  float64
-	seed     uint64
-	fleet    fleetFlags
+	baseURL      string
+	keysFile     string
+	noDotEnv     bool
+	auth         string
+	version      string
+	caps         map[api.Family]*int
+	reserve      float64
+	maxRetryWait time.Duration
+	seed         uint64
+	fleet        fleetFlags
 }
 
 func (f *engineFlags) register(cmd *cobra.Command) {
@@ -50,7 +52,8 @@ func (f *engineFlags) register(cmd *cobra.Command) {
 		fl.IntVar(v, "cap-"+string(fam), def, fmt.Sprintf("concurrency cap per key (per organization: keys of one org share it) for %s models (env SLUICE_CAP_%s)", fam, strings.ToUpper(string(fam))))
 		f.caps[fam] = v
 	}
-	fl.Float64Var(&f.reserve, "reserve", 0.15, "fraction of every rate limit left for colleagues")
+	fl.Float64Var(&f.reserve, "reserve", 0.15, "share of every rate-limit bucket (of its depth, learned from the headers) left for colleagues")
+	fl.DurationVar(&f.maxRetryWait, "max-retry-after", dispatch.DefaultMaxRetryAfter, "honour an API retry-after up to this long (a longer one is logged and capped)")
 	fl.Uint64Var(&f.seed, "jitter-seed", 1, "seed of the backoff jitter")
 	f.fleet.register(cmd, f)
 }
@@ -103,7 +106,7 @@ func (f *engineFlags) dispatchConfig(c *client.Client, p *keys.Pool, log *slog.L
 	caps[api.FamilyFable] = caps[api.FamilyUnknown]
 	cfg := dispatch.Config{
 		Client: c, Keys: p.Keys(), Caps: caps, Seed: f.seed, Logger: log,
-		Lane: lane.Config{Reserve: reserveFlag(f.reserve)},
+		Lane: lane.Config{Reserve: reserveFlag(f.reserve)}, MaxRetryAfter: f.maxRetryWait,
 	}
 	f.fleet.wire(&cfg)
 	return cfg

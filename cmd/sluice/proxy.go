@@ -33,17 +33,18 @@ const envProxyToken = "SLUICE_PROXY_TOKEN"
 
 func proxyCmd() *cobra.Command {
 	var (
-		eng        engineFlags
-		listen     string
-		maxWait    time.Duration
-		grace      time.Duration
-		stateDir   string
-		cachePath  string
-		cacheMode  string
-		prefer     string
-		limits     string
-		idle       time.Duration
-		writeStall time.Duration
+		eng         engineFlags
+		listen      string
+		maxWait     time.Duration
+		maxAttempts int
+		grace       time.Duration
+		stateDir    string
+		cachePath   string
+		cacheMode   string
+		prefer      string
+		limits      string
+		idle        time.Duration
+		writeStall  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen 127.0.0.1:8787",
@@ -119,7 +120,7 @@ aborts them. See docs/proxy.md.`,
 			world := sync.OnceValues(func() (plan.World, error) { return rf.world(pool.Keys(), nil, log) })
 			planner := route.Planner(route.Options{Route: "auto", Prefer: prefer, Log: log, World: world})
 			px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token,
-				MaxWait: maxWait, StreamWriteTimeout: writeStall, StateDir: stateDir, Cache: ch, Logger: log, Plan: planner})
+				MaxWait: maxWait, MaxAttempts: maxAttempts, StreamWriteTimeout: writeStall, StateDir: stateDir, Cache: ch, Logger: log, Plan: planner})
 			if err != nil {
 				return err
 			}
@@ -155,6 +156,7 @@ aborts them. See docs/proxy.md.`,
 	fl := cmd.Flags()
 	fl.StringVar(&listen, "listen", "127.0.0.1:8787", "address to serve on (HOST:PORT; beyond loopback needs "+envProxyToken+")")
 	fl.DurationVar(&maxWait, "max-wait", 60*time.Second, "how long a call may wait for capacity before it gets a 429 with retry-after")
+	fl.IntVar(&maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "upstream attempts per call at most (then the last 429/529/5xx goes back to the caller with retry-after); negative: no bound but the retry budgets")
 	fl.DurationVar(&grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
 	fl.StringVar(&stateDir, "state-dir", defaultProxyStateDir(), "where virtual batches are kept across restarts (empty: in memory only)")
 	fl.StringVar(&cachePath, "cache", "", "response cache file (bbolt) for plain Messages calls; hits cost nothing")
@@ -201,8 +203,8 @@ func drainProxy(out io.Writer, srv *http.Server, px *proxy.Proxy, d *dispatch.Di
 	}
 	px.Wait()
 	st, _ := d.Snapshot()
-	fmt.Fprintf(out, "sluice proxy: stopped (%d answered, %d final errors, %d gave up; %d × 429/529 and %d failures retried)\n",
-		st.OK, st.Final, st.Transport, st.Retries429, st.RetriesFailed)
+	fmt.Fprintf(out, "sluice proxy: stopped (%d answered, %d final errors, %d gave up; %d × 429, %d × 529 and %d failures retried)\n",
+		st.OK, st.Final, st.Transport, st.Retries429, st.Retries529, st.RetriesFailed)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return &exitError{code: exitInterrupted, err: errors.New("proxy: requests in flight were aborted")}
 	}

@@ -1,0 +1,92 @@
+package proxy_test
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/proxy"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// TestPersistentOverloadIsBoundedPerCall: with every upstream call a 529,
+// five caller requests make at most five × MaxAttempts upstream attempts,
+// and each caller gets the API's 529 back with a retry-after.
+func TestPersistentOverloadIsBoundedPerCall(t *testing.T) {
+	e := newEnv(t, options{world: func(c *sim.Config) { c.Faults.P529 = 1 }, keysEnv: onlyHighPrio,
+		proxy: func(c *proxy.Config) { c.MaxWait = 20 * time.Second }})
+	var wg sync.WaitGroup
+	var bad atomic.Int32
+	for i := range 5 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, b := e.do("POST", "/v1/messages", message(fmt.Sprintf("call %d", i)))
+			ra, err := strconv.Atoi(resp.Header.Get(api.HeaderRetryAfter))
+			if resp.StatusCode != 529 || errorOf(t, b).Err.Type != api.ErrOverloaded || err != nil || ra < 1 {
+				t.Errorf("call %d: %d %s retry-after %q, want the API's 529 with retry-after", i, resp.StatusCode, b, resp.Header.Get(api.HeaderRetryAfter))
+				bad.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	var attempts int64
+	for _, o := range e.sim.Stats().Orgs {
+		attempts += o.Pools[api.PoolSonnet4].Overloaded
+	}
+	if attempts > 5*proxy.DefaultMaxAttempts || attempts < 5 {
+		t.Errorf("5 caller requests made %d upstream attempts, want at most %d", attempts, 5*proxy.DefaultMaxAttempts)
+	}
+}
+
+// TestOwnRetryAfterSaysWhenCapacityIsExpected: callers queued behind one
+// slot answering ten a second, who give up after 350 ms, are told to come
+// back when the queue ahead of them will have drained — not in 1 s.
+func TestOwnRetryAfterSaysWhenCapacityIsExpected(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(100 * time.Millisecond)
+		w.Header().Set(api.HeaderRequestID, "req_slow")
+		w.Header().Set(api.HeaderOrganizationID, "org-fake")
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`)
+	})
+	e := newEnv(t, options{upstream: up, keysEnv: onlyHighPrio, dispatch: oneSlot,
+		proxy: func(c *proxy.Config) { c.MaxWait = 350 * time.Millisecond }})
+	const n = 40
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var afters []int
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _ := e.do("POST", "/v1/messages", message(fmt.Sprintf("queued %d", i)))
+			if resp.StatusCode == 429 {
+				ra, _ := strconv.Atoi(resp.Header.Get(api.HeaderRetryAfter))
+				mu.Lock()
+				afters = append(afters, ra)
+				mu.Unlock()
+			}
+		}()
+		time.Sleep(time.Millisecond)
+	}
+	wg.Wait()
+	if len(afters) < n/2 {
+		t.Fatalf("%d of %d callers got a 429, want most (one slot, 10 a second, 350 ms of patience)", len(afters), n)
+	}
+	// About 36 were waiting at 10 a second when the first gave up: 3–4 s.
+	long := 0
+	for _, ra := range afters {
+		if ra >= 2 {
+			long++
+		}
+	}
+	if long < len(afters)/2 {
+		t.Errorf("retry-after values %v: most callers, queued seconds deep, must be told to wait more than 1 s", afters)
+	}
+}
