@@ -213,12 +213,17 @@ always costs half.
   Opus 40 (others 40) requests in flight per organization and model family;
   keys of one organization share them, as they share its rate limits.
 - **A reserve for colleagues.** Never spend the last 15 % of any rate-limit
-  bucket; the steady rate is the refill rate, so the reserve costs nothing
-  once the bucket is drained.
-- **A time-based ramp.** Start at max(4, cap/8) in flight and double every
-  5 s; a sharp rise trips acceleration limits.
-- **Slow down on 429/529**, at most once per window, and honour
-  ` + "`retry-after`" + ` for the whole lane.
+  bucket — of its real depth, learned from the headers, which may be a few
+  seconds of the per-minute limit; the steady rate is the refill rate, so
+  the reserve costs nothing once the bucket is drained, and a colleague's
+  spending shows in ` + "`remaining`" + ` and is yielded to.
+- **A ramp timed by answers.** One header probe, then start at max(4,
+  cap/8) in flight and double every two round trips of saturated work; a
+  sharp rise trips acceleration limits. Ramp again after the lane sat idle.
+- **Slow down on congestion, not on the API's trouble.** A 429 the headers
+  explain is pacing; any other 429 cuts the lane once per episode and
+  pauses it for ` + "`retry-after`" + ` (at most 10 minutes); 529s and 5xx
+  are retried with backoff and cut only when they are a sustained share.
 - **Small batches.** Chunks of at most 500 requests (and never above a tenth
   of the starvation size or the queue cap, nor the API's 100,000): 500-request
   batches were seen to end in about 5 minutes while 8,000-request ones sat for

@@ -218,11 +218,18 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	// The job ends with its slowest answer (tail.go): the central value
 	// adds the expected overshoot of the last end past the last send, the
 	// high end its 90th percentile after the slower sending.
-	wave := 0 // requests sent at 0, before any answer
+	wave := 0 // requests sent at once, before any answer
 	for _, m := range ms {
 		wave += int(m.s)
 	}
 	over, over90 := w.tail(lat, j.MaxTokens, n, wave, r.send)
+	// Each lane sends one header probe first and its first wave when the
+	// probe's answer has come back (lane: before any answer the buckets
+	// are unknown): everything beyond the probes starts a latency later.
+	if n > len(ms) {
+		probe := lat.mean(j.MeanOutput)
+		r.send, low, high = r.send+probe, low+probe, high+probe
+	}
 	r.wall = Range{
 		Low:  seconds(low + lat.median(j.MeanOutput)),
 		Mid:  seconds(r.send + over),

@@ -150,19 +150,22 @@ func TestSyncWallHandComputed(t *testing.T) {
 		orgs int
 		bind string
 	}{
+		// Every lane first sends one header probe and waits for its answer
+		// (a latency L) before its first wave: all times below are + L.
 		// 10 requests fit in one lane's first wave of 12: one wave, one org.
-		{10, 0, 1, plan.BindLatency},
+		{10, L, 1, plan.BindLatency},
 		// 100: 36 at once on three lanes, 64 more during the ramp.
-		{100, d * math.Log2(1+64/(3*k)), 3, plan.BindRamp},
+		{100, L + d*math.Log2(1+64/(3*k)), 3, plan.BindRamp},
 		// 10,000: the ramp sends 3·(12 + k·(100/12 − 1)), the rest at 3·100/L.
-		{10_000, tc + (10_000-3*(s+k*(100/s-1)))/(300/L), 3, plan.BindCap},
+		{10_000, L + tc + (10_000-3*(s+k*(100/s-1)))/(300/L), 3, plan.BindCap},
 	} {
 		dd, err := plan.Decide(w, plan.JudgeJob(tt.n, sonnet), plan.Options{Priority: plan.PreferLatency})
 		if err != nil {
 			t.Fatal(err)
 		}
 		first := int(s) * tt.orgs
-		tail, err := plan.ExpectedTail(w, plan.JudgeJob(tt.n, sonnet), tt.n, first, time.Duration(tt.want*float64(time.Second)))
+		// The tail is that of the sends after the probe: from its answer on.
+		tail, err := plan.ExpectedTail(w, plan.JudgeJob(tt.n, sonnet), tt.n, first, time.Duration((tt.want-L)*float64(time.Second)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -199,8 +202,8 @@ func TestSyncBurstOnlyInLowEnd(t *testing.T) {
 	dbl := lane.RampDoublingLatencies * L
 	t0 := dbl * math.Log2(10*L/12) // the ramp reaches the refill rate
 	sent0 := 12 + 12*dbl/(L*math.Ln2)*(math.Exp2(t0/dbl)-1)
-	send := t0 + (10_000-sent0)/10
-	tail, err := plan.ExpectedTail(w, plan.JudgeJob(10_000, sonnet), 10_000, 12, time.Duration(send*float64(time.Second)))
+	send := L + t0 + (10_000-sent0)/10 // after the header probe's round trip
+	tail, err := plan.ExpectedTail(w, plan.JudgeJob(10_000, sonnet), 10_000, 12, time.Duration((send-L)*float64(time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
