@@ -18,6 +18,7 @@ func benchWorldsCmd() *cobra.Command {
 		secs    float64
 		verbose bool
 		list    bool
+		noLoop  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "worlds",
@@ -45,6 +46,11 @@ share and how full sluice and the colleague kept that organization.`,
 				log = cmd.ErrOrStderr()
 			}
 			var rs []bench.WorldResult
+			type loop struct {
+				name string
+				r    bench.LoopResult
+			}
+			var loops []loop
 			for _, w := range worlds {
 				if len(only) > 0 && !slices.Contains(only, w.Name) {
 					continue
@@ -57,11 +63,32 @@ share and how full sluice and the colleague kept that organization.`,
 				fmt.Fprintf(cmd.ErrOrStderr(), "  %.1f s, steady %.1f req/s of %.1f (%s): %.3f; 429s %.2f %%, faults %.1f %%, lost %d, billed twice %d\n",
 					r.Wall.Seconds(), r.Steady, r.Binding, r.BindsWhat, r.Efficiency(), 100*r.Share429, 100*r.FaultPct, r.Lost, r.Duplicate)
 				rs = append(rs, r)
+				if w.Loop > 0 && !noLoop {
+					fmt.Fprintf(cmd.ErrOrStderr(), "  the same world as a plain loop over the official Go SDK, %d in flight per key…\n", w.Loop)
+					lr, err := w.RunSDKLoop(cmd.Context(), bin, w.Loop)
+					if err != nil {
+						return fmt.Errorf("world %s, SDK loop: %w", w.Name, err)
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "  %s\n", lr)
+					loops = append(loops, loop{w.Name, lr})
+				}
 			}
 			if len(rs) == 0 {
 				return fmt.Errorf("no world matches --only %s (see --list)", strings.Join(only, ","))
 			}
 			bench.PrintWorlds(out, rs)
+			if len(loops) > 0 {
+				fmt.Fprintln(out, "\n| world | run | wall | answered | lost | 429s of calls | billed twice |")
+				fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|")
+				for _, l := range loops {
+					for _, r := range rs {
+						if r.World.Name == l.name {
+							fmt.Fprintf(out, "| %s | sluice run | %.1f s | %d | %d | %.2f %% | %d |\n", l.name, r.Wall.Seconds(), r.World.Workload.N-r.Lost, r.Lost, 100*r.Share429, r.Duplicate)
+						}
+					}
+					fmt.Fprintf(out, "| %s | official Go SDK loop, %d per key | %.1f s | %d | %d | %.2f %% | %d |\n", l.name, worldsLoop(rs, l.name), l.r.Wall.Seconds(), l.r.OK, l.r.Lost, 100*l.r.Share429, l.r.Duplicate)
+				}
+			}
 			return nil
 		},
 	}
@@ -69,5 +96,16 @@ share and how full sluice and the colleague kept that organization.`,
 	cmd.Flags().Float64Var(&secs, "seconds", 40, "size each job to about this many seconds at its binding limit")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "log the engine's events to stderr")
 	cmd.Flags().BoolVar(&list, "list", false, "list the worlds and exit")
+	cmd.Flags().BoolVar(&noLoop, "no-sdk-loop", false, "skip the official-SDK loop run of the worlds that compare with one")
 	return cmd
+}
+
+// worldsLoop is the SDK loop's calls in flight per key in world name.
+func worldsLoop(rs []bench.WorldResult, name string) int {
+	for _, r := range rs {
+		if r.World.Name == name {
+			return r.World.Loop
+		}
+	}
+	return 0
 }
