@@ -71,6 +71,25 @@ type DimView struct {
 	Limit     float64 // per minute; the refill is Limit/60 per second
 	Depth     float64 // what a full bucket holds; ≤ 0 means Limit
 	Remaining float64 // the server's remaining at the answer
+	// Slack is how far the true remaining may lie from Remaining (the
+	// API rounds token counts to the nearest thousand: 500).
+	Slack float64
+	// NoRaise: a Remaining higher than the model is not believed (the
+	// lane has seen 429s this dimension's headers said had room: they do
+	// not describe the bucket that is enforced).
+	NoRaise bool
+}
+
+// Grant is what one TryTake deducted: hand it back to Settle, and to
+// Observe with the answer's view.
+type Grant struct {
+	// Taken is what the buckets were charged (zero for a bucket unknown
+	// then: the server's remaining, when it comes, already counts it).
+	Taken Demand
+	// Mark is the budget's cumulative spending, per dimension, before this
+	// grant: what was spent since is what the server's answer to this
+	// request may not have seen yet.
+	Mark Demand
 }
 
 // View is one answer's view of every dimension; an unknown dimension is
@@ -93,17 +112,20 @@ type Budget interface {
 	// TryTake takes one permit, if fewer than limit are in use, and the
 	// demand's tokens, if every known bucket holds them above its reserve
 	// (a fraction of the bucket left for colleagues, see
-	// BucketState.Reserve). It returns what it deducted (zero for buckets
-	// not known yet), to hand back to Settle. On refusal it says why and,
-	// for a bucket, how long until it would fit; which reason wins when
-	// several hold is the implementation's.
-	TryTake(now time.Time, limit int, reserve float64, d Demand) (Demand, Refusal, time.Duration)
-	// Settle returns the permit of a grant that deducted taken and trues
-	// the buckets up to actual (zero when the server charged nothing).
-	Settle(now time.Time, taken, actual Demand)
-	// Observe corrects the buckets from one answer: limit and depth are
-	// set, and the server's remaining is the truth when it is lower.
-	Observe(now time.Time, v View)
+	// BucketState.Reserve). It returns the Grant to hand back to Settle and
+	// Observe. On refusal it says why and, for a bucket, how long until it
+	// would fit; which reason wins when several hold is the
+	// implementation's.
+	TryTake(now time.Time, limit int, reserve float64, d Demand) (Grant, Refusal, time.Duration)
+	// Settle returns the permit of g and trues the buckets it charged up
+	// to actual (zero when the server charged nothing).
+	Settle(now time.Time, g Grant, actual Demand)
+	// Observe corrects the buckets from the answer to the request of g:
+	// limit and depth are set; a lower remaining is the truth (a
+	// colleague spent, a charge the model missed); a higher one, less
+	// what was spent since g (the server may not have seen it) and the
+	// rounding slack, is the truth too (the model over-charged).
+	Observe(now time.Time, v View, g Grant)
 	// Snapshot reports permits in use and bucket levels.
 	Snapshot(now time.Time) Snapshot
 }
@@ -149,6 +171,7 @@ type Local struct {
 	mu      sync.Mutex
 	inUse   int
 	buckets [NumDims]bucket
+	spent   Demand // cumulative charges, trued up (Grant.Mark)
 }
 
 // NewLocal returns a budget with no permits in use and unknown buckets
@@ -164,7 +187,17 @@ type bucket struct {
 	seen  float64
 	level float64
 	last  time.Time
+	// calm counts the answers since one lowered the level: a higher report
+	// is believed only when no lower one came for RaiseAfter answers.
+	calm int
 }
+
+// RaiseAfter is how many answers in a row must have lowered nothing before
+// a report higher than the model raises it. If the server computes its
+// headers when it admits a request rather than when it answers, a higher
+// report is stale by a latency and misses a colleague's spending in it; a
+// colleague's spending keeps lowering the level, which keeps raises off.
+const RaiseAfter = 20
 
 func (b *bucket) advance(now time.Time) {
 	if !b.known {
@@ -204,8 +237,10 @@ func (b BucketState) Wait(n, reserve float64) time.Duration {
 	return time.Duration((want - usable) / (b.Limit / 60) * float64(time.Second))
 }
 
-// observe applies one dimension of a view. Requires the owner's lock.
-func (b *bucket) observe(now time.Time, v DimView) {
+// observe applies one dimension of a view; unseen is what was spent on
+// the bucket since the request the view answers was granted. Requires the
+// owner's lock.
+func (b *bucket) observe(now time.Time, v DimView, unseen float64) {
 	if !v.Known || v.Limit <= 0 {
 		return
 	}
@@ -227,11 +262,26 @@ func (b *bucket) observe(now time.Time, v DimView) {
 	}
 	b.depth = depth
 	b.seen = math.Max(b.seen, rem)
-	b.level = math.Min(b.level, math.Min(depth, rem))
+	switch {
+	case rem+v.Slack < b.level:
+		// Surely lower than the model: a colleague spent, or a charge the
+		// model missed. (Within the rounding slack it may not be, and
+		// lowering on rounding noise alone would bias the level down.)
+		b.level, b.calm = rem, 0
+	case rem-v.Slack-unseen > b.level && b.calm >= RaiseAfter && !v.NoRaise:
+		// Higher than the model, even counting everything spent since
+		// (whether or not the server saw it), and nothing lowered it
+		// lately: the model over-charges (a workspace limit in tokens-*
+		// that counts input only, an estimate too high).
+		b.level = rem - v.Slack - unseen
+	default:
+		b.calm++
+	}
+	b.level = math.Min(b.level, depth)
 }
 
 // TryTake implements Budget.
-func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (Demand, Refusal, time.Duration) {
+func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (Grant, Refusal, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	// The buckets first: when a bucket and the permits both refuse, the
@@ -246,42 +296,60 @@ func (l *Local) TryTake(now time.Time, limit int, reserve float64, d Demand) (De
 		}
 	}
 	if worst != Granted {
-		return Demand{}, worst, wait
+		return Grant{}, worst, wait
 	}
 	if l.inUse >= limit {
-		return Demand{}, ByConcurrency, 0
+		return Grant{}, ByConcurrency, 0
 	}
 	l.inUse++
-	var taken Demand
+	g := Grant{Mark: l.spent}
 	for i := range l.buckets {
 		if l.buckets[i].known {
 			l.buckets[i].level -= d[i]
-			taken[i] = d[i]
+			g.Taken[i] = d[i]
+			l.spent[i] += d[i]
 		}
 	}
-	return taken, Granted, 0
+	return g, Granted, 0
 }
 
-// Settle implements Budget.
-func (l *Local) Settle(now time.Time, taken, actual Demand) {
+// Settle implements Budget. A bucket the grant did not charge (unknown
+// then) is not charged now: the server's remaining, which made it known,
+// already counts the request.
+func (l *Local) Settle(now time.Time, g Grant, actual Demand) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inUse--
 	for i := range l.buckets {
 		b := &l.buckets[i]
-		if b.known {
+		if b.known && g.Taken[i] != 0 {
 			b.advance(now)
-			b.level = math.Min(b.depth, b.level+taken[i]-actual[i])
+			b.level = math.Min(b.depth, b.level+g.Taken[i]-actual[i])
+			l.spent[i] += actual[i] - g.Taken[i]
+		}
+	}
+}
+
+// Adjust adds delta to the known buckets (negative: a charge), without a
+// permit: the fleet's fallback keeps its local buckets with it.
+func (l *Local) Adjust(now time.Time, delta Demand) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i := range l.buckets {
+		b := &l.buckets[i]
+		if b.known && delta[i] != 0 {
+			b.advance(now)
+			b.level = math.Min(b.depth, b.level+delta[i])
 		}
 	}
 }
 
 // Observe implements Budget.
-func (l *Local) Observe(now time.Time, v View) {
+func (l *Local) Observe(now time.Time, v View, g Grant) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for i := range l.buckets {
-		l.buckets[i].observe(now, v[i])
+		l.buckets[i].observe(now, v[i], l.spent[i]-g.Mark[i])
 	}
 }
 

@@ -24,7 +24,7 @@ func TestLocalNamesTheBucketWhenBothRefuse(t *testing.T) {
 		t.Fatal(r)
 	}
 	// 60,000 output tokens a minute, 500 left: 100 short, 0.1 s of refill.
-	b.Observe(t0, budget.View{budget.OutputTokens: {Known: true, Limit: 60_000, Remaining: 500}})
+	b.Observe(t0, budget.View{budget.OutputTokens: {Known: true, Limit: 60_000, Remaining: 500}}, taken)
 	if _, r, wait := b.TryTake(t0, 1, 0, one); r != budget.ByOutputTokens || wait != 100*time.Millisecond {
 		t.Errorf("both refuse: %v wait %v, want output_tokens for 100ms", r, wait)
 	}

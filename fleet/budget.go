@@ -73,6 +73,7 @@ type reply struct {
 	code    budget.Refusal
 	wait    time.Duration
 	taken   budget.Demand
+	marks   budget.Demand
 	buckets [budget.NumDims]budget.BucketState
 	members int64
 	lost    bool
@@ -101,7 +102,7 @@ func replyStrings(v any, n int) ([]string, error) {
 func parseReply(v any) (reply, error) {
 	var r reply
 	const n = int(budget.NumDims)
-	s, err := replyStrings(v, 2+n+4*n+4)
+	s, err := replyStrings(v, 2+2*n+4*n+4)
 	if err != nil {
 		return r, err
 	}
@@ -111,11 +112,12 @@ func parseReply(v any) (reply, error) {
 	r.wait = time.Duration(f(1))
 	for i := range n {
 		r.taken[i] = f(2 + i)
-		if o := 2 + n + 4*i; s[o] != "" {
+		r.marks[i] = f(2 + n + i)
+		if o := 2 + 2*n + 4*i; s[o] != "" {
 			r.buckets[i] = budget.BucketState{Known: true, Limit: f(o), Depth: f(o + 1), Level: f(o + 2), Seen: f(o + 3)}
 		}
 	}
-	tail := 2 + n + 4*n
+	tail := 2 + 2*n + 4*n
 	r.members, _ = strconv.ParseInt(s[tail], 10, 64)
 	r.lost = s[tail+1] == "1"
 	r.ackSeq = int64(f(tail + 2))
@@ -183,19 +185,24 @@ func (b *laneBudget) script(now time.Time, s *redis.Script, extra ...any) (reply
 }
 
 // TryTake implements budget.Budget.
-func (b *laneBudget) TryTake(now time.Time, limit int, reserve float64, d budget.Demand) (budget.Demand, budget.Refusal, time.Duration) {
+func (b *laneBudget) TryTake(now time.Time, limit int, reserve float64, d budget.Demand) (budget.Grant, budget.Refusal, time.Duration) {
 	b.mu.Lock()
-	taken, r, wait, err := b.tryTake(now, limit, reserve, d)
+	g, r, wait, err := b.tryTake(now, limit, reserve, d)
 	b.mu.Unlock()
 	if err != nil {
 		b.f.suspect(err)
 	}
-	return taken, r, wait
+	return g, r, wait
 }
+
+// localMark marks a grant of the local fallback: its marks are not Redis's
+// (the lane's spending there is unknown to it), so its answer's view
+// raises nothing in Redis.
+var localMark = budget.Demand{math.MaxFloat64, math.MaxFloat64, math.MaxFloat64, math.MaxFloat64}
 
 // tryTake requires b.mu. An error means a Redis call failed: the request
 // was refused, and the heartbeat decides whether Redis is away.
-func (b *laneBudget) tryTake(now time.Time, limit int, reserve float64, d budget.Demand) (budget.Demand, budget.Refusal, time.Duration, error) {
+func (b *laneBudget) tryTake(now time.Time, limit int, reserve float64, d budget.Demand) (budget.Grant, budget.Refusal, time.Duration, error) {
 	f := b.f
 	if b.provisional {
 		t, r, w := b.takeFallback(now, min(limit, f.scaled(b.cap)), reserve, d)
@@ -211,13 +218,13 @@ func (b *laneBudget) tryTake(now time.Time, limit int, reserve float64, d budget
 		lim = min(lim, f.scaled(b.cap))
 	}
 	if b.inUse >= lim {
-		return budget.Demand{}, budget.ByConcurrency, b.idleWait(), nil
+		return budget.Grant{}, budget.ByConcurrency, b.idleWait(), nil
 	}
 	if f.suspected.Load() {
-		return budget.Demand{}, budget.ByConcurrency, f.cfg.Poll, nil
+		return budget.Grant{}, budget.ByConcurrency, f.cfg.Poll, nil
 	}
 	if now.Before(b.blockedUntil) {
-		return budget.Demand{}, budget.ByConcurrency, b.blockedUntil.Sub(now), nil
+		return budget.Grant{}, budget.ByConcurrency, b.blockedUntil.Sub(now), nil
 	}
 	// In probation the scaled local buckets must admit the demand too: a
 	// Redis that restarted empty knows no bucket.
@@ -225,7 +232,7 @@ func (b *laneBudget) tryTake(now time.Time, limit int, reserve float64, d budget
 	if probation {
 		t, r, w := b.localTake(now, reserve, d)
 		if r != budget.Granted {
-			return budget.Demand{}, r, w, nil
+			return budget.Grant{}, r, w, nil
 		}
 		local = t
 	}
@@ -241,17 +248,17 @@ func (b *laneBudget) tryTake(now time.Time, limit int, reserve float64, d budget
 	if err != nil {
 		// Never a local grant here: Redis may still count this member's
 		// old permits while the others fill the cap.
-		return budget.Demand{}, budget.ByConcurrency, f.cfg.Poll, err
+		return budget.Grant{}, budget.ByConcurrency, f.cfg.Poll, err
 	}
 	switch r.code {
 	case budget.Granted:
 		b.inUse++
-		return r.taken, budget.Granted, 0, nil
+		return budget.Grant{Taken: r.taken, Mark: r.marks}, budget.Granted, 0, nil
 	case budget.ByConcurrency:
 		b.blockedUntil = now.Add(f.cfg.Poll)
-		return budget.Demand{}, budget.ByConcurrency, f.cfg.Poll, nil
+		return budget.Grant{}, budget.ByConcurrency, f.cfg.Poll, nil
 	default:
-		return budget.Demand{}, r.code, r.wait, nil
+		return budget.Grant{}, r.code, r.wait, nil
 	}
 }
 
@@ -286,10 +293,10 @@ func (b *laneBudget) fallbackCap() int {
 
 // takeFallback is the fallback's decision: concurrency against lim, the
 // buckets locally. Requires b.mu.
-func (b *laneBudget) takeFallback(now time.Time, lim int, reserve float64, d budget.Demand) (budget.Demand, budget.Refusal, time.Duration) {
+func (b *laneBudget) takeFallback(now time.Time, lim int, reserve float64, d budget.Demand) (budget.Grant, budget.Refusal, time.Duration) {
 	b.peak = max(b.peak, b.inUse)
 	if b.inUse >= lim {
-		return budget.Demand{}, budget.ByConcurrency, b.idleWait()
+		return budget.Grant{}, budget.ByConcurrency, b.idleWait()
 	}
 	taken, r, w := b.localTake(now, reserve, d)
 	if r == budget.Granted {
@@ -297,45 +304,40 @@ func (b *laneBudget) takeFallback(now time.Time, lim int, reserve float64, d bud
 		b.peak = max(b.peak, b.inUse)
 		b.fallbackOut++
 	}
-	return taken, r, w
+	return budget.Grant{Taken: taken, Mark: localMark}, r, w
 }
 
 // localTake deducts d from the local buckets if they hold it, leaving the
 // local permit count at 0. Requires b.mu.
 func (b *laneBudget) localTake(now time.Time, reserve float64, d budget.Demand) (budget.Demand, budget.Refusal, time.Duration) {
-	taken, r, w := b.local.TryTake(now, math.MaxInt32, reserve, d)
+	g, r, w := b.local.TryTake(now, math.MaxInt32, reserve, d)
 	if r == budget.Granted {
-		b.local.Settle(now, budget.Demand{}, budget.Demand{})
+		b.local.Settle(now, budget.Grant{}, budget.Demand{}) // the permit only
 	}
-	return taken, r, w
+	return g.Taken, r, w
 }
 
 // localAdjust adds delta (negative: a charge) to the local buckets,
 // leaving the local permit count at 0. Requires b.mu.
 func (b *laneBudget) localAdjust(now time.Time, delta budget.Demand) {
-	if delta == (budget.Demand{}) {
-		return
-	}
-	var credit, charge budget.Demand
-	for i, x := range delta {
-		credit[i], charge[i] = max(0, x), max(0, -x)
-	}
-	b.local.TryTake(now, math.MaxInt32, 0, budget.Demand{}) // a zero demand is always admitted
-	b.local.Settle(now, credit, charge)
+	b.local.Adjust(now, delta)
 }
 
 // Settle implements budget.Budget. While Redis is away, in the probation
 // after, and on a provisional lane, what the permit deducted may have been
 // deducted elsewhere (Redis, or the local fallback): only charges (usage
 // above the estimate) are applied then, never refunds.
-func (b *laneBudget) Settle(now time.Time, taken, actual budget.Demand) {
+func (b *laneBudget) Settle(now time.Time, g budget.Grant, actual budget.Demand) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.inUse = max(0, b.inUse-1)
 	b.blockedUntil = time.Time{}
 	var delta, charges budget.Demand
 	for i := range delta {
-		delta[i] = taken[i] - actual[i]
+		if g.Taken[i] == 0 {
+			continue // unknown at the grant: the server's remaining counts it
+		}
+		delta[i] = g.Taken[i] - actual[i]
 		charges[i] = min(0, delta[i])
 	}
 	// Which permit this is cannot be told: while any the fallback granted
@@ -363,17 +365,20 @@ func (b *laneBudget) Settle(now time.Time, taken, actual budget.Demand) {
 
 // Observe implements budget.Budget. The fallback's buckets learn the
 // view too, divided by the members, so they are warm when needed.
-func (b *laneBudget) Observe(now time.Time, v budget.View) {
+func (b *laneBudget) Observe(now time.Time, v budget.View, g budget.Grant) {
 	b.mu.Lock()
 	var err error
 	if !b.provisional && !b.f.degraded.Load() && !b.f.suspected.Load() {
 		var args []any
-		for _, d := range v {
-			known := "0"
+		for i, d := range v {
+			known, noraise := "0", "0"
 			if d.Known {
 				known = "1"
 			}
-			args = append(args, known, fnum(d.Limit), fnum(d.Depth), fnum(d.Remaining))
+			if d.NoRaise {
+				noraise = "1"
+			}
+			args = append(args, known, fnum(d.Limit), fnum(d.Depth), fnum(d.Remaining), fnum(d.Slack), noraise, fnum(g.Mark[i]))
 		}
 		_, err = b.script(now, observeScript, args...)
 	}
@@ -381,11 +386,11 @@ func (b *laneBudget) Observe(now time.Time, v budget.View) {
 	var scaled budget.View
 	for i, d := range v {
 		if d.Known && d.Limit > 0 {
-			d.Limit, d.Depth, d.Remaining = math.Max(1, d.Limit/n), d.Depth/n, d.Remaining/n
+			d.Limit, d.Depth, d.Remaining, d.Slack = math.Max(1, d.Limit/n), d.Depth/n, d.Remaining/n, d.Slack/n
 		}
 		scaled[i] = d
 	}
-	b.local.Observe(now, scaled)
+	b.local.Observe(now, scaled, budget.Grant{}) // raises nothing: its marks are not the fallback's
 	b.mu.Unlock()
 	if err != nil {
 		b.f.suspect(err)

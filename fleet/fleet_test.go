@@ -155,7 +155,7 @@ func TestFairShare(t *testing.T) {
 	// is below its share of ⌈10/2⌉ = 5: b gets it.
 	for i := range 5 {
 		w.advance(60 * time.Millisecond) // past b's poll
-		la.Settle(w.now, unit, unit)
+		la.Settle(w.now, budget.Grant{Taken: unit}, unit)
 		if _, r, _ := la.TryTake(w.now, 10, 0, unit); r != budget.ByConcurrency {
 			t.Fatalf("round %d: a above its share took a permit b is owed: %v", i, r)
 		}
@@ -167,14 +167,14 @@ func TestFairShare(t *testing.T) {
 		t.Fatalf("in use a %d b %d, want 5 and 5", ia, ib)
 	}
 	// At equal shares a freed permit goes back to its owner.
-	la.Settle(w.now, unit, unit)
+	la.Settle(w.now, budget.Grant{Taken: unit}, unit)
 	if _, r, _ := la.TryTake(w.now, 10, 0, unit); r != budget.Granted {
 		t.Fatalf("a below its share: %v", r)
 	}
 	// b stops asking (its job is in its tail): after the active window a
 	// is alone again and gets b's share as b's permits come back.
 	for range 5 {
-		lb.Settle(w.now, unit, unit)
+		lb.Settle(w.now, budget.Grant{Taken: unit}, unit)
 	}
 	b.tick(t.Context()) // b's heartbeat sends the Settles no other call carried
 	w.advance(1100 * time.Millisecond)
@@ -200,7 +200,7 @@ func TestFallbackScalesDownAndRecovers(t *testing.T) {
 	}
 	a, _, _ := join(t, cfg(log)), join(t, cfg(nil)), join(t, cfg(nil))
 	la := a.NewBudget("org-1", api.PoolSonnet4)
-	la.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 6000, Depth: 6000, Remaining: 6000}})
+	la.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 6000, Depth: 6000, Remaining: 6000}}, budget.Grant{})
 	if n := takeN(la, w.now, 10); n != 10 || a.Members() != 3 {
 		t.Fatalf("before the outage: took %d (want 10), %d members known (want 3)", n, a.Members())
 	}
@@ -293,7 +293,7 @@ func TestBucketsRunOnRedisClock(t *testing.T) {
 	w := newWorld(t)
 	a := w.member(100, nil)
 	l := a.NewBudget("org-1", api.PoolSonnet4)
-	l.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 60, Depth: 60, Remaining: 0}})
+	l.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 60, Depth: 60, Remaining: 0}}, budget.Grant{})
 	// The caller's clock says an hour has passed; Redis's says none.
 	if _, r, wait := l.TryTake(w.now.Add(time.Hour), 100, 0, unit); r != budget.ByRequests || wait != time.Second {
 		t.Fatalf("empty 60 RPM bucket: %v wait %v, want ByRequests 1s on Redis's clock", r, wait)
@@ -308,10 +308,10 @@ func TestSharedBucketsAndObserve(t *testing.T) {
 	w := newWorld(t)
 	a, b := w.member(100, nil), w.member(100, nil)
 	la, lb := a.NewBudget("org-1", api.PoolSonnet4), b.NewBudget("org-1", api.PoolSonnet4)
-	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 6000}})
+	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 6000}}, budget.Grant{})
 	// b never saw a header: a's observation governs b too.
 	taken, r, _ := lb.TryTake(w.now, 100, 0, budget.Demand{1, 0, 4000})
-	if r != budget.Granted || taken[budget.OutputTokens] != 4000 {
+	if r != budget.Granted || taken.Taken[budget.OutputTokens] != 4000 {
 		t.Fatalf("b's take: %v %v", r, taken)
 	}
 	if _, r, _ := la.TryTake(w.now, 100, 0, budget.Demand{1, 0, 4000}); r != budget.ByOutputTokens {
@@ -328,7 +328,7 @@ func TestSharedBucketsAndObserve(t *testing.T) {
 		t.Fatalf("a after b's refund: %v", r)
 	}
 	// A colleague outside the fleet spent: b's headers lower everyone's level.
-	lb.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 500}})
+	lb.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 500}}, budget.Grant{})
 	rep, err := ReadStatus(t.Context(), w.url())
 	if err != nil {
 		t.Fatal(err)
@@ -378,7 +378,7 @@ func TestNeverExceedsCap(t *testing.T) {
 					grants[m].Add(1)
 					time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond)
 					out.Add(-1)
-					l.Settle(time.Now(), taken, taken)
+					l.Settle(time.Now(), taken, taken.Taken)
 				}
 			})
 		}
@@ -406,7 +406,7 @@ func TestSettleRidesOnTheNextScript(t *testing.T) {
 		name string
 		send func(t *testing.T, a *Fleet, la budget.Budget, now time.Time)
 	}{
-		{"observe", func(t *testing.T, a *Fleet, la budget.Budget, now time.Time) { la.Observe(now, h) }},
+		{"observe", func(t *testing.T, a *Fleet, la budget.Budget, now time.Time) { la.Observe(now, h, budget.Grant{}) }},
 		{"heartbeat", func(t *testing.T, a *Fleet, la budget.Budget, now time.Time) { a.tick(t.Context()) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -416,7 +416,7 @@ func TestSettleRidesOnTheNextScript(t *testing.T) {
 			if n := takeN(la, w.now, 2); n != 2 {
 				t.Fatalf("a took %d of 2", n)
 			}
-			la.Settle(w.now, unit, unit)
+			la.Settle(w.now, budget.Grant{Taken: unit}, unit)
 			if _, r, _ := lb.TryTake(w.now, 2, 0, unit); r != budget.ByConcurrency {
 				t.Fatalf("b took the permit a's Settle alone released: %v; Redis counts it until a's next script", r)
 			}
@@ -447,7 +447,7 @@ func BenchmarkRequest(b *testing.B) {
 		if r != budget.Granted {
 			b.Fatal(r)
 		}
-		l.Settle(now, taken, taken)
-		l.Observe(now, h)
+		l.Settle(now, taken, taken.Taken)
+		l.Observe(now, h, budget.Grant{})
 	}
 }

@@ -124,7 +124,7 @@ func TestFairShareRounding(t *testing.T) {
 						most = i
 					}
 				}
-				ls[most].Settle(w.now, unit, unit)
+				ls[most].Settle(w.now, budget.Grant{Taken: unit}, unit)
 				held[most]--
 				w.advance(60 * time.Millisecond) // past the poll
 				for i := range ls {
@@ -193,14 +193,14 @@ func TestLostReplyAppliesOnce(t *testing.T) {
 		}
 		return rep.Lanes[0].Buckets[budget.OutputTokens].Level
 	}
-	la.Observe(w.now, otpm(5000))
+	la.Observe(w.now, otpm(5000), budget.Grant{})
 	taken, r, _ := la.TryTake(w.now, 10, 0, budget.Demand{1, 0, 4000})
 	if r != budget.Granted || level() != 1000 {
 		t.Fatalf("take: %v, level %v", r, level())
 	}
 	la.Settle(w.now, taken, budget.Demand{1, 0, 1000}) // a refund of 3000 to send
 	p.dropNextReply()
-	la.Observe(w.now, otpm(10000)) // Redis applies the refund; the reply is lost
+	la.Observe(w.now, otpm(10000), budget.Grant{}) // Redis applies the refund; the reply is lost
 	if got := level(); got != 4000 {
 		t.Fatalf("level %v after the call whose reply was lost, want 4000", got)
 	}
@@ -232,9 +232,9 @@ func TestRefundsNotCrossedInFallbackAndProbation(t *testing.T) {
 	a := w.memberVia(p, Config{Caps: sonnet(10)})
 	la := a.NewBudget("org-1", api.PoolSonnet4)
 	lb := la.(*laneBudget)
-	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 3000}})
+	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 3000}}, budget.Grant{})
 	d := budget.Demand{1, 0, 500}
-	var tk [4]budget.Demand
+	var tk [4]budget.Grant
 	for i := range tk {
 		var r budget.Refusal
 		if tk[i], r, _ = la.TryTake(w.now, 10, 0, d); r != budget.Granted {
@@ -295,7 +295,7 @@ func TestRedisRestartNoticedWithoutFailedCall(t *testing.T) {
 	la := a.NewBudget("org-1", api.PoolSonnet4)
 	// The headers: 45 requests left of 600 RPM; the fallback's buckets
 	// hold a third: 15 of 200.
-	la.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 600, Depth: 600, Remaining: 45}})
+	la.Observe(w.now, budget.View{budget.Requests: {Known: true, Limit: 600, Depth: 600, Remaining: 45}}, budget.Grant{})
 	if n := takeN(la, w.now, 10); n != 10 || a.Members() != 3 {
 		t.Fatalf("took %d (want 10) with %d members (want 3)", n, a.Members())
 	}
@@ -470,7 +470,7 @@ func fallbackRefundNeverReachesRedis(t *testing.T, redisFirst bool) {
 	p := newFaultProxy(t, w.mr.Addr())
 	a := w.memberVia(p, Config{Caps: sonnet(10)})
 	la := a.NewBudget("org-1", api.PoolSonnet4)
-	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 3000}})
+	la.Observe(w.now, budget.View{budget.OutputTokens: {Known: true, Limit: 6000, Depth: 6000, Remaining: 3000}}, budget.Grant{})
 	d := budget.Demand{1, 0, 500}
 	p.setDown(true)
 	la.TryTake(w.now, 10, 0, d) // the failed call refuses and wakes the heartbeat
@@ -479,7 +479,7 @@ func fallbackRefundNeverReachesRedis(t *testing.T, redisFirst bool) {
 		t.Fatal("not degraded")
 	}
 	// Past the lease Redis last confirmed, the fallback grants on its own.
-	var tk budget.Demand
+	var tk budget.Grant
 	r := budget.ByConcurrency
 	for i := 0; r != budget.Granted && i < 100; i++ {
 		w.advance(time.Second)

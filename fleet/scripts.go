@@ -1,6 +1,12 @@
 package fleet
 
-import "github.com/redis/go-redis/v9"
+import (
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluice-dev/sluice/budget"
+)
 
 // The Lua scripts. Each runs atomically in Redis. Times are microseconds:
 // the caller's when ARGV[1] is not empty (CallerClock), else Redis's TIME.
@@ -14,16 +20,19 @@ import "github.com/redis/go-redis/v9"
 // lanes, lane limits, lane acks, member-job (laneKeys), and after the four
 // common ARGV: seq, mine, refunds ×4 (cumulative, one per dimension:
 // requests, input, output, combined tokens); their reply is {code, wait
-// ns, taken ×4, (limit, depth, level, seen) ×4, members, lost, stored seq,
-// stored permits}, a bucket's four empty while it is unknown.
+// ns, taken ×4, marks ×4 (the lane's cumulative spending before a grant),
+// (limit, depth, level, seen) ×4, members, lost, stored seq, stored
+// permits}, a bucket's four empty while it is unknown.
 //
 // The bucket model is budget.Local's (docs/control.md): refill at limit/60
 // per second up to the learned depth; the reserve a share of the depth;
-// Observe sets limit and depth, lowers the level to the server's
-// remaining, and a changed limit keeps the level.
+// Observe sets limit and depth, lowers the level to a remaining surely
+// lower, raises it to one surely higher (less the spending since the grant
+// and the rounding slack) after budget.RaiseAfter calm answers, and a
+// changed limit keeps the level.
 
 // prelude is shared by every script.
-const prelude = `
+var prelude = `
 local function num(x) return string.format('%.17g', x) end
 local now
 if ARGV[1] ~= '' then now = tonumber(ARGV[1]) else
@@ -63,18 +72,21 @@ local function post(kHeld, kAcks, seq, mine, r)
   return true, {r[1] - base[1], r[2] - base[2], r[3] - base[3], r[4] - base[4]}, seq, mine
 end
 local N = 4
+local RAISE_AFTER = ` + strconv.Itoa(budget.RaiseAfter) + `
 local dims = {'r', 'i', 'o', 'k'}
 -- load reads a lane's buckets refilled to now (false: unknown). Each has
--- limit l (per minute), depth d, seen s, level v at time t.
+-- limit l (per minute), depth d, seen s, level v at time t, cumulative
+-- spending c (budget.Grant's mark) and calm q (answers since one lowered
+-- the level).
 local function load(kState)
   local fields = {}
   for k = 1, N do
-    for _, f in ipairs({'l', 'd', 's', 'v', 't'}) do fields[#fields + 1] = dims[k] .. f end
+    for _, f in ipairs({'l', 'd', 's', 'v', 't', 'c', 'q'}) do fields[#fields + 1] = dims[k] .. f end
   end
   local raw = redis.call('HMGET', kState, unpack(fields))
   local b = {}
   for k = 1, N do
-    local o = 5 * (k - 1)
+    local o = 7 * (k - 1)
     local l = tonumber(raw[o + 1])
     if l then
       local d, s, v, t = tonumber(raw[o + 2]) or l, tonumber(raw[o + 3]) or 0, tonumber(raw[o + 4]), tonumber(raw[o + 5])
@@ -82,7 +94,7 @@ local function load(kState)
         if v < d then v = math.min(d, v + (now - t) / 1000000 * l / 60) end
         t = now
       end
-      b[k] = {l = l, d = d, s = s, v = v, t = t}
+      b[k] = {l = l, d = d, s = s, v = v, t = t, c = tonumber(raw[o + 6]) or 0, q = tonumber(raw[o + 7]) or 0}
     else
       b[k] = false
     end
@@ -94,16 +106,18 @@ local function save(kState, b)
     if b[k] then
       local x = dims[k]
       redis.call('HSET', kState, x .. 'l', num(b[k].l), x .. 'd', num(b[k].d), x .. 's', num(b[k].s),
-        x .. 'v', num(b[k].v), x .. 't', num(b[k].t))
+        x .. 'v', num(b[k].v), x .. 't', num(b[k].t), x .. 'c', num(b[k].c), x .. 'q', num(b[k].q))
     end
   end
 end
--- refund adds token deltas (taken − actual) to the known buckets.
+-- refund adds token deltas (taken − actual) to the known buckets and
+-- takes them off the cumulative spending.
 local function refund(b, delta)
   local any = false
   for k = 1, N do
     if b[k] and delta[k] ~= 0 then
       b[k].v = math.min(b[k].d, b[k].v + delta[k])
+      b[k].c = b[k].c - delta[k]
       any = true
     end
   end
@@ -115,9 +129,10 @@ local function argsLane(i)
   for k = 1, N do r[k] = tonumber(ARGV[i + 1 + k]) end
   return tonumber(ARGV[i]), tonumber(ARGV[i + 1]), r
 end
-local function reply(code, wait, taken, b, members, lost, aseq, aheld)
+local function reply(code, wait, taken, b, members, lost, aseq, aheld, marks)
   local out = {tostring(code), num(wait)}
   for k = 1, N do out[#out + 1] = num(taken[k] or 0) end
+  for k = 1, N do out[#out + 1] = num((marks or {})[k] or 0) end
   for k = 1, N do
     if b[k] then
       out[#out + 1] = num(b[k].l)
@@ -232,20 +247,23 @@ if worst > 0 then
   save(KEYS[2], b)
   return reply(worst, wait, {}, b, members, false, aseq, aheld)
 end
-local taken = {}
+local taken, marks = {}, {}
 for k = 1, N do
   if b[k] then
+    marks[k] = b[k].c
     b[k].v = b[k].v - d[k]
+    b[k].c = b[k].c + d[k]
     taken[k] = d[k]
   end
 end
 save(KEYS[2], b)
 redis.call('HSET', KEYS[3], me, num(mine + 1))
-return reply(0, 0, taken, b, members, false, seq, mine + 1)
+return reply(0, 0, taken, b, members, false, seq, mine + 1, marks)
 `)
 
 // observeScript: ARGV 5–10 seq, mine, refunds ×4; then (known, limit,
-// depth, remaining) ×4. Permits and refunds first, then the view.
+// depth, remaining, slack, noraise, mark) ×4. Permits and refunds first,
+// then the view.
 var observeScript = redis.NewScript(prelude + `
 local seq, mine, r = argsLane(5)
 local members, lost = renew(KEYS[1])
@@ -253,12 +271,13 @@ local applied, delta, aseq, aheld = post(KEYS[3], KEYS[7], seq, mine, r)
 local b = load(KEYS[2])
 refund(b, delta)
 for k = 1, N do
-  local o = 7 + 4 * k
+  local o = 4 + 7 * k
   local known, l, dep, rem = ARGV[o], tonumber(ARGV[o + 1]), tonumber(ARGV[o + 2]), math.max(0, tonumber(ARGV[o + 3]))
+  local slack, noraise, mark = tonumber(ARGV[o + 4]), ARGV[o + 5] == '1', tonumber(ARGV[o + 6])
   if known == '1' and l > 0 then
     if dep <= 0 or dep > l then dep = l end
     if not b[k] then
-      b[k] = {l = l, d = dep, s = rem, v = math.min(rem, dep), t = now}
+      b[k] = {l = l, d = dep, s = rem, v = math.min(rem, dep), t = now, c = 0, q = 0}
     else
       if b[k].l ~= l then
         -- a new limit: the old bucket's evidence goes, the level (what is
@@ -267,7 +286,17 @@ for k = 1, N do
       end
       b[k].d = dep
       b[k].s = math.max(b[k].s, rem)
-      b[k].v = math.min(b[k].v, math.min(dep, rem))
+      -- the spending since the grant (a mark above the total: a grant of
+      -- the local fallback's, whose marks are its own: no raise)
+      local unseen = b[k].c - mark
+      if rem + slack < b[k].v then
+        b[k].v, b[k].q = rem, 0
+      elseif unseen >= 0 and rem - slack - unseen > b[k].v and b[k].q >= RAISE_AFTER and not noraise then
+        b[k].v = rem - slack - unseen
+      else
+        b[k].q = b[k].q + 1
+      end
+      b[k].v = math.min(b[k].v, dep)
     end
   end
 end

@@ -40,7 +40,7 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 		if _, r, w := b.TryTake(t0, 3, 0, d); r != budget.ByConcurrency || w != 0 {
 			t.Fatalf("take past the limit: %v %v", r, w)
 		}
-		b.Settle(t0, budget.Demand{}, budget.Demand{})
+		b.Settle(t0, budget.Grant{}, budget.Demand{})
 		if _, r, _ := b.TryTake(t0, 3, 0, d); r != budget.Granted {
 			t.Fatalf("take after settle: %v", r)
 		}
@@ -56,7 +56,7 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	})
 	t.Run("headers set level and pace", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, headers(60, 2, 6000, 6000, 600, 600))
+		b.Observe(t0, headers(60, 2, 6000, 6000, 600, 600), budget.Grant{})
 		d := budget.Demand{1, 10, 10}
 		for range 2 {
 			if _, r, _ := b.TryTake(t0, 100, 0, d); r != budget.Granted {
@@ -73,19 +73,19 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	})
 	t.Run("the lower of local and server remaining wins", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, headers(600, 600, 60000, 60000, 6000, 6000))
-		b.Observe(t0, headers(600, 100, 60000, 60000, 6000, 6000)) // colleagues spent 500
+		b.Observe(t0, headers(600, 600, 60000, 60000, 6000, 6000), budget.Grant{})
+		b.Observe(t0, headers(600, 100, 60000, 60000, 6000, 6000), budget.Grant{}) // colleagues spent 500
 		if lvl := b.Snapshot(t0).Buckets[budget.Requests].Level; lvl != 100 {
 			t.Fatalf("level %v, want the server's 100", lvl)
 		}
-		b.Observe(t0, headers(600, 600, 60000, 60000, 6000, 6000)) // a stale, higher report
+		b.Observe(t0, headers(600, 600, 60000, 60000, 6000, 6000), budget.Grant{}) // a stale, higher report
 		if lvl := b.Snapshot(t0).Buckets[budget.Requests].Level; lvl != 100 {
 			t.Fatalf("level %v: a higher report must not raise the local level", lvl)
 		}
 	})
 	t.Run("reserve is never spent", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, headers(100, 100, 1e6, 1e6, 1e6, 1e6))
+		b.Observe(t0, headers(100, 100, 1e6, 1e6, 1e6, 1e6), budget.Grant{})
 		n := 0
 		for {
 			if _, r, _ := b.TryTake(t0, 1000, 0.15, budget.Demand{1, 1, 1}); r != budget.Granted {
@@ -99,33 +99,35 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	})
 	t.Run("settle trues tokens up", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, headers(1000, 1000, 10000, 10000, 1000, 1000))
-		taken, r, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 1000, 500})
-		if r != budget.Granted || taken != (budget.Demand{1, 1000, 500}) {
-			t.Fatal(r, taken)
+		b.Observe(t0, headers(1000, 1000, 10000, 10000, 1000, 1000), budget.Grant{})
+		g, r, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 1000, 500})
+		if r != budget.Granted || g.Taken != (budget.Demand{1, 1000, 500}) {
+			t.Fatal(r, g)
 		}
-		b.Settle(t0, taken, budget.Demand{1, 1200, 100})
+		b.Settle(t0, g, budget.Demand{1, 1200, 100})
 		s := b.Snapshot(t0)
 		if in, out := s.Buckets[budget.InputTokens].Level, s.Buckets[budget.OutputTokens].Level; in != 8800 || out != 900 {
 			t.Fatalf("levels in %v out %v, want 8800 and 900 after usage 1200/100", in, out)
 		}
 	})
-	t.Run("settle returns only what was taken", func(t *testing.T) {
+	t.Run("a bucket unknown at the grant is not charged at settle", func(t *testing.T) {
 		b := newBudget(t)
-		taken, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 1000, 500}) // buckets unknown: nothing deducted
-		if taken != (budget.Demand{}) {
-			t.Fatalf("taken %v from unknown buckets", taken)
+		g, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 1000, 500}) // buckets unknown: nothing deducted
+		if g.Taken != (budget.Demand{}) {
+			t.Fatalf("taken %v from unknown buckets", g.Taken)
 		}
-		b.Observe(t0, headers(60, 50, 10000, 10000, 5000, 5000))
-		b.Settle(t0, taken, budget.Demand{1, 1000, 500})
+		// The headers that make the buckets known already count this
+		// request: charging it again would count it twice.
+		b.Observe(t0, headers(60, 50, 10000, 10000, 5000, 5000), g)
+		b.Settle(t0, g, budget.Demand{1, 1000, 500})
 		s := b.Snapshot(t0)
-		if r, out := s.Buckets[budget.Requests].Level, s.Buckets[budget.OutputTokens].Level; r != 49 || out != 4500 {
-			t.Fatalf("levels %v / %v, want 49 / 4500: usage charged, nothing refunded", r, out)
+		if r, out := s.Buckets[budget.Requests].Level, s.Buckets[budget.OutputTokens].Level; r != 50 || out != 5000 {
+			t.Fatalf("levels %v / %v, want the server's 50 / 5000", r, out)
 		}
 	})
 	t.Run("oversized demand fits a full bucket", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, headers(1000, 1000, 1000, 1000, 1000, 1000))
+		b.Observe(t0, headers(1000, 1000, 1000, 1000, 1000, 1000), budget.Grant{})
 		if _, r, _ := b.TryTake(t0, 10, 0.15, budget.Demand{1, 5000, 1}); r != budget.Granted {
 			t.Fatalf("a request larger than the bucket must pass a full bucket: %v", r)
 		}
@@ -136,7 +138,7 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	t.Run("a shallow bucket refills at the limit up to its depth", func(t *testing.T) {
 		b := newBudget(t)
 		// 600 RPM (10 per second) enforced over one second: 10 deep.
-		b.Observe(t0, shallow(600, 10, 10))
+		b.Observe(t0, shallow(600, 10, 10), budget.Grant{})
 		n := 0
 		for {
 			if _, r, _ := b.TryTake(t0, 1000, 0, budget.Demand{1}); r != budget.Granted {
@@ -158,7 +160,7 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	t.Run("the reserve is a share of the depth, not of the limit", func(t *testing.T) {
 		b := newBudget(t)
 		// 6000 RPM enforced over one second: 100 deep, 40 left.
-		b.Observe(t0, shallow(6000, 100, 40))
+		b.Observe(t0, shallow(6000, 100, 40), budget.Grant{})
 		n := 0
 		for {
 			if _, r, _ := b.TryTake(t0, 1000, 0.15, budget.Demand{1}); r != budget.Granted {
@@ -176,13 +178,13 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	})
 	t.Run("a changed limit keeps the level of requests in flight", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, shallow(600, 100, 100))
+		b.Observe(t0, shallow(600, 100, 100), budget.Grant{})
 		for range 60 {
 			b.TryTake(t0, 1000, 0, budget.Demand{1})
 		}
 		// The limit doubles; the server's answer was written before our 60
 		// requests reached it, so it still shows 100 remaining.
-		b.Observe(t0, shallow(1200, 200, 100))
+		b.Observe(t0, shallow(1200, 200, 100), budget.Grant{})
 		s := b.Snapshot(t0).Buckets[budget.Requests]
 		if s.Level != 40 || s.Limit != 1200 || s.Depth != 200 {
 			t.Fatalf("after a limit change: %+v, want level 40 (the 60 in flight kept), limit 1200, depth 200", s)
@@ -193,15 +195,15 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	})
 	t.Run("a lower depth caps the level", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, shallow(600, 100, 100))
-		b.Observe(t0, shallow(600, 30, 100))
+		b.Observe(t0, shallow(600, 100, 100), budget.Grant{})
+		b.Observe(t0, shallow(600, 30, 100), budget.Grant{})
 		if lvl := b.Snapshot(t0).Buckets[budget.Requests].Level; lvl != 30 {
 			t.Fatalf("level %v, want the new depth 30", lvl)
 		}
 	})
 	t.Run("the combined token bucket", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, budget.View{budget.Tokens: {Known: true, Limit: 60000, Depth: 60000, Remaining: 1000}})
+		b.Observe(t0, budget.View{budget.Tokens: {Known: true, Limit: 60000, Depth: 60000, Remaining: 1000}}, budget.Grant{})
 		if _, r, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 400, 400, 800}); r != budget.Granted {
 			t.Fatalf("800 of 1000: %v", r)
 		}
@@ -211,11 +213,40 @@ func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
 	})
 	t.Run("a dimension absent from a view is kept", func(t *testing.T) {
 		b := newBudget(t)
-		b.Observe(t0, headers(60, 30, 6000, 6000, 600, 600))
-		b.Observe(t0, budget.View{budget.OutputTokens: {Known: true, Limit: 600, Depth: 600, Remaining: 100}})
+		b.Observe(t0, headers(60, 30, 6000, 6000, 600, 600), budget.Grant{})
+		b.Observe(t0, budget.View{budget.OutputTokens: {Known: true, Limit: 600, Depth: 600, Remaining: 100}}, budget.Grant{})
 		s := b.Snapshot(t0)
 		if s.Buckets[budget.Requests].Level != 30 || s.Buckets[budget.OutputTokens].Level != 100 {
 			t.Fatalf("levels %+v", s.Buckets)
+		}
+	})
+	t.Run("a model that over-charges is raised by calm, higher reports", func(t *testing.T) {
+		b := newBudget(t)
+		b.Observe(t0, shallow(6000, 1000, 1000), budget.Grant{})
+		// Each request is charged 10 but the server counts 1 of it: its
+		// reports stay higher than the model.
+		srv := 1000.0
+		for i := range 2 * budget.RaiseAfter {
+			g, r, _ := b.TryTake(t0, 1000, 0, budget.Demand{10})
+			if r != budget.Granted {
+				t.Fatalf("take %d: %v", i, r)
+			}
+			srv--
+			b.Observe(t0, shallow(6000, 1000, srv), g)
+			b.Settle(t0, g, budget.Demand{10})
+		}
+		// The server's, less the last request's own charge (it may not
+		// have seen it).
+		if lvl := b.Snapshot(t0).Buckets[budget.Requests].Level; lvl != srv-10 {
+			t.Fatalf("level %v, want the server's %v less 10 after %d calm reports", lvl, srv, 2*budget.RaiseAfter)
+		}
+		// A lower report (a colleague) stops raises until calm again.
+		now, _, _ := b.TryTake(t0, 1000, 0, budget.Demand{}) // a grant whose mark is now
+		b.Settle(t0, now, budget.Demand{})
+		b.Observe(t0, shallow(6000, 1000, 500), now)
+		b.Observe(t0, shallow(6000, 1000, 900), now)
+		if lvl := b.Snapshot(t0).Buckets[budget.Requests].Level; lvl != 500 {
+			t.Fatalf("level %v: a higher report just after a lower one must not raise", lvl)
 		}
 	})
 }
