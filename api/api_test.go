@@ -31,6 +31,8 @@ func TestParseRetryAfter(t *testing.T) {
 		{"huge ms saturates", map[string]string{"retry-after-ms": "1e300"}, time.Duration(math.MaxInt64), true},
 		{"infinite saturates", map[string]string{"retry-after": "+Inf"}, time.Duration(math.MaxInt64), true},
 		{"NaN", map[string]string{"retry-after": "NaN"}, 0, false},
+		{"beyond a float64 saturates", map[string]string{"retry-after": "1e400"}, time.Duration(math.MaxInt64), true},
+		{"negative beyond a float64", map[string]string{"retry-after": "-1e400"}, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"math"
 	"net/http"
 	"regexp"
@@ -115,7 +116,7 @@ func ParseRateLimitHeaders(h http.Header) RateLimitHeaders {
 // negative one), for the caller to cap.
 func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 	if v := h.Get(HeaderRetryAfterMs); v != "" {
-		if ms, err := strconv.ParseFloat(v, 64); err == nil && ms >= 0 && !math.IsNaN(ms) {
+		if ms, ok := parseNonNegative(v); ok {
 			return seconds(ms / 1000), true
 		}
 	}
@@ -123,11 +124,10 @@ func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 	if v == "" {
 		return 0, false
 	}
-	if s, err := strconv.ParseFloat(v, 64); err == nil {
-		if s < 0 || math.IsNaN(s) {
-			return 0, false
-		}
+	if s, ok := parseNonNegative(v); ok {
 		return seconds(s), true
+	} else if _, err := strconv.ParseFloat(v, 64); err == nil || isRange(err) {
+		return 0, false // a negative number
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		d := t.Sub(now)
@@ -137,6 +137,24 @@ func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 		return d, true
 	}
 	return 0, false
+}
+
+// parseNonNegative parses a number ≥ 0; one too large for a float64 is
+// +Inf (for the caller to saturate), not an error.
+func parseNonNegative(v string) (float64, bool) {
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil && !isRange(err) {
+		return 0, false
+	}
+	if x < 0 || math.IsNaN(x) {
+		return 0, false
+	}
+	return x, true
+}
+
+func isRange(err error) bool {
+	var ne *strconv.NumError
+	return errors.As(err, &ne) && ne.Err == strconv.ErrRange
 }
 
 // seconds converts s ≥ 0 to a Duration, saturating instead of overflowing.

@@ -358,6 +358,12 @@ func Worlds(secs float64) []World {
 		base("coarse-6s", "6 s buckets; resets and retry-after in whole real seconds", func(c *sim.Config, _ *workload.Judge) {
 			c.BucketWindow, c.CoarseHeaders = sim.Duration(6*time.Second), true
 		}),
+		base("coarse-down-1s", "1 s buckets; whole-second resets truncated (not rounded up)", func(c *sim.Config, _ *workload.Judge) {
+			c.BucketWindow, c.CoarseHeaders, c.ResetRounding = sim.Duration(time.Second), true, "down"
+		}),
+		base("skew-nodate-1s", "1 s buckets; the server's clock 30 s ahead and no Date header", func(c *sim.Config, _ *workload.Judge) {
+			c.BucketWindow, c.ClockSkew, c.OmitDate = sim.Duration(time.Second), sim.Duration(30*time.Second), true
+		}),
 		base("faults-light", "2 % 529 + 0.5 % 500", func(c *sim.Config, _ *workload.Judge) {
 			c.Faults.P529, c.Faults.P500 = 0.02, 0.005
 		}),
@@ -381,6 +387,10 @@ func Worlds(secs float64) []World {
 			c.Colleagues = []sim.Colleague{{Org: "high_prio", Model: "claude-sonnet-4-5", Share: 0.1, InputTokens: 300, OutputTokens: 150}}
 		}),
 		base("colleague-30", "a colleague on high_prio at 30 % of its RPM", func(c *sim.Config, _ *workload.Judge) {
+			c.Colleagues = []sim.Colleague{{Org: "high_prio", Model: "claude-sonnet-4-5", Share: 0.3, InputTokens: 300, OutputTokens: 150}}
+		}),
+		base("colleague-30-1s", "a colleague on high_prio at 30 % of its RPM, 1 s buckets", func(c *sim.Config, _ *workload.Judge) {
+			c.BucketWindow = sim.Duration(time.Second)
 			c.Colleagues = []sim.Colleague{{Org: "high_prio", Model: "claude-sonnet-4-5", Share: 0.3, InputTokens: 300, OutputTokens: 150}}
 		}),
 		base("unequal", "orgs of 1,600 / 800 / 400 RPM (one 4× another)", func(c *sim.Config, _ *workload.Judge) {

@@ -121,8 +121,14 @@ func readHeaders(o *Outcome, h http.Header) {
 	o.Limits = api.ParseRateLimitHeaders(h)
 	o.OrgID = h.Get(api.HeaderOrganizationID)
 	o.RequestID = h.Get(api.HeaderRequestID)
-	o.RetryAfter, o.HasRetryAfter = api.ParseRetryAfter(h, time.Now())
 	o.Date = api.ParseDate(h)
+	// An HTTP-date retry-after is on the server's clock: read it against
+	// the answer's Date when there is one.
+	ref := time.Now()
+	if !o.Date.IsZero() {
+		ref = o.Date
+	}
+	o.RetryAfter, o.HasRetryAfter = api.ParseRetryAfter(h, ref)
 	switch h.Get(api.HeaderShouldRetry) {
 	case "true":
 		o.ShouldRetry = 1

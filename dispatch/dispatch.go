@@ -637,7 +637,8 @@ func laneResult(a *attempt, o *client.Outcome) lane.Result {
 	// whole (or answered): the API may have done the work, so its budget
 	// is not refunded.
 	lr := lane.Result{Limits: o.Limits, Date: o.Date, Latency: o.Latency,
-		Reached: o.Class != client.Canceled || a.sent || o.Status != 0}
+		Reached:  o.Class != client.Canceled || a.sent || o.Status != 0,
+		Answered: o.Status != 0}
 	switch o.Class {
 	case client.OK:
 		lr.Signal = lane.Clean

@@ -66,9 +66,10 @@ func (d *Dispatcher) meter(pool api.Pool) *poolMeter {
 
 // ExpectedWait estimates how long a request of pool submitted now would
 // wait for capacity: the requests queued ahead of it at the recent rate of
-// admission, or — when nothing has been admitted lately — the longest a
-// live lane of the pool is known to be held (a retry-after pause, an open
-// breaker). 0 when it would go at once or nothing is known. The proxy's
+// admission, or — when nothing has been admitted lately — how long until
+// the soonest live lane of the pool may send again (the end of a
+// retry-after pause or of an open breaker; 0 if one may send now). 0 when
+// it would go at once or nothing is known. The proxy's
 // retry-after says it, so a caller told to come back does so when there
 // is room, not in 1 s. Safe from any goroutine.
 func (d *Dispatcher) ExpectedWait(pool api.Pool) time.Duration {
@@ -80,11 +81,11 @@ func (d *Dispatcher) ExpectedWait(pool api.Pool) time.Duration {
 	d.mu.Lock()
 	lanes := append([]*laneState(nil), d.laneList...)
 	d.mu.Unlock()
-	var held time.Duration
+	held, any := time.Duration(0), false
 	for _, ls := range lanes {
 		if ls.pool == pool && ls.org.live.Load() > 0 {
-			if b := ls.l.Blocked(now); held == 0 || b < held {
-				held = b
+			if b := ls.l.Blocked(now); !any || b < held {
+				held, any = b, true
 			}
 		}
 	}

@@ -275,7 +275,7 @@ type recordingBudget struct {
 	s *settles
 }
 
-func (b recordingBudget) Settle(now time.Time, taken, actual budget.Demand) {
+func (b recordingBudget) Settle(now time.Time, taken budget.Grant, actual budget.Demand) {
 	b.s.mu.Lock()
 	b.s.actual = append(b.s.actual, actual)
 	b.s.mu.Unlock()

@@ -108,8 +108,14 @@ const (
 	// absent) is what the lane paces that dimension at: a cushion for
 	// what it cannot see.
 	namedShare = 0.98
-	// depthAlpha smooths depth samples (the first is taken whole).
-	depthAlpha = 0.1
+	// depthDecay lets the depth bound forget, per answer, so a bucket that
+	// got shallower is followed.
+	depthDecay = 1e-3
+	// minDepthSeconds: no bucket is taken to hold less than a second of
+	// its limit — the shortest interval the docs mention ("60 RPM might be
+	// enforced as 1 request per second").
+	minDepthSeconds = 1.0
+
 	// tokenRounding is the error of a token remaining header (rounded to
 	// the nearest thousand).
 	tokenRounding = 500
@@ -140,7 +146,7 @@ const (
 // Ticket is what TryAcquire charged; hand it back to Done.
 type Ticket struct {
 	charged budget.Demand // what the request was expected to cost
-	taken   budget.Demand // what the budget deducted for it
+	grant   budget.Grant  // what the budget deducted for it
 	est     float64       // the input estimate before correction
 	at      time.Time
 }
@@ -161,7 +167,10 @@ type Result struct {
 	InputTokens, OutputTokens float64
 	// Reached is false when the request surely did not reach the server.
 	Reached bool
-	Latency time.Duration
+	// Answered: a response came back (any status). A lost connection may
+	// have reached the server but told the lane nothing.
+	Answered bool
+	Latency  time.Duration
 }
 
 type breakerState int
@@ -201,20 +210,29 @@ type Lane struct {
 	// unknown, and a blind first wave into an org a colleague has drained
 	// is a wave of 429s.
 	answered bool
-	// The server's clock, as bounds on (server − ours) in seconds learned
-	// from Date: Date is whole seconds, truncated.
-	clockLo, clockHi float64
-	clockKnown       bool
-	depth            [budget.NumDims]float64 // smoothed depth samples
-	depthFor         [budget.NumDims]int64   // the limit depth is for
-	largest          [budget.NumDims]float64 // the largest charge of a request
-	visible          [budget.NumDims]bool    // headers seen
-	named            [budget.NumDims]bool    // paced from a 429's message only
-	lowHeadroom      bool
-	stats            Stats
-	waiting          bool // a Waited period is open: since waitSince, for waitWhy
-	waitWhy          Wait
-	waitSince        time.Time
+	// clockHi bounds (server clock − ours) from above, in seconds: from
+	// Date (whole seconds, truncated: the server's time is below Date + 1)
+	// and from every reset (never in the server's past).
+	clockHi    float64
+	clockKnown bool
+	depth      [budget.NumDims]float64 // the largest lower bound on the depth, decaying
+	depthFor   [budget.NumDims]int64   // the limit depth is for
+	seenLo     [budget.NumDims]float64 // the most remaining surely seen (less rounding)
+	// depthCap caps a dimension's depth after 429s its headers said had
+	// room (a limit enforced over a shorter interval than the headers
+	// describe). It does not grow back until the limit changes: a depth
+	// governs only the burst and the reserve, never the steady rate, and
+	// probing it again would cost a 429 each time.
+	depthCap    [budget.NumDims]float64
+	lastCap     [budget.NumDims]time.Time // each cap was last halved
+	largest     [budget.NumDims]float64   // the largest charge of a request
+	visible     [budget.NumDims]bool      // headers seen
+	named       [budget.NumDims]bool      // paced from a 429's message only
+	lowHeadroom bool
+	stats       Stats
+	waiting     bool // a Waited period is open: since waitSince, for waitWhy
+	waitWhy     Wait
+	waitSince   time.Time
 }
 
 // Stats counts a lane's life.
@@ -357,7 +375,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	case halfOpen:
 		limit = 1 // one probe at a time until an answer closes it
 	}
-	taken, r, wait := l.budget.TryTake(now, limit, l.cfg.Reserve, d)
+	grant, r, wait := l.budget.TryTake(now, limit, l.cfg.Reserve, d)
 	if r != budget.Granted {
 		if r == budget.ByConcurrency {
 			l.busyAt = now
@@ -398,7 +416,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	for i, x := range d {
 		l.largest[i] = math.Max(l.largest[i], x)
 	}
-	return Ticket{charged: d, taken: taken, est: estInput, at: now}, budget.Granted, 0
+	return Ticket{charged: d, grant: grant, est: estInput, at: now}, budget.Granted, 0
 }
 
 // restartIfIdle restarts the ramp of a lane that sent and heard nothing
@@ -465,13 +483,13 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 			actual = t.charged // the server may have run it
 		}
 	}
-	l.budget.Settle(now, t.taken, actual)
+	l.budget.Settle(now, t.grant, actual)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.inFlight = max(0, l.inFlight-1)
 	l.lastActive = now
-	if r.Reached && r.Signal != Aborted {
+	if r.Reached && r.Signal != Aborted && (r.Signal != Failed || r.Answered) {
 		l.answered = true
 	}
 	if r.Reached && r.Latency > 0 {
@@ -486,7 +504,7 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 		l.rateLimited(now, t, r, &v)
 	}
 	if v.Any() {
-		l.budget.Observe(now, v)
+		l.budget.Observe(now, v, t.grant)
 	}
 	l.lowHeadroom = false
 	for _, b := range l.budget.Snapshot(now).Buckets {
@@ -505,59 +523,71 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 
 // learn reads the clock and every dimension's depth from an answer's
 // headers and returns the view for the budget. Requires l.mu.
+//
+// Every figure it keeps is a bound that holds under any reading the docs
+// allow, so no reading can make the depth (and the reserve, a share of it)
+// larger than the bucket: the server's clock is bounded from above by Date
+// and by the resets; a whole-second reset may be rounded up, down or to
+// the nearest second; a token remaining is rounded to the thousand. Each
+// answer gives a lower bound on the depth; the depth is the largest of
+// them (decaying slowly), never under what was seen remaining nor a
+// second of the limit.
 func (l *Lane) learn(now time.Time, r Result) budget.View {
 	var v budget.View
+	states := limitStates(&r.Limits)
+	var hi []float64
 	if !r.Date.IsZero() {
-		// Date is truncated to the second: the server's time at the answer
-		// lies in [Date, Date+1s), so (server − ours) lies in
-		// [Date − now, Date + 1 − now). The bounds widen by 1 ms per answer
-		// so drift is followed.
-		lo, hi := r.Date.Sub(now).Seconds(), r.Date.Add(time.Second).Sub(now).Seconds()
-		if !l.clockKnown {
-			l.clockLo, l.clockHi, l.clockKnown = lo, hi, true
-		} else {
-			l.clockLo = math.Max(lo, l.clockLo-0.001)
-			l.clockHi = math.Min(hi, l.clockHi+0.001)
-			if l.clockLo > l.clockHi { // a clock step: start again
-				l.clockLo, l.clockHi = lo, hi
-			}
+		hi = append(hi, r.Date.Add(time.Second).Sub(now).Seconds())
+	}
+	for _, s := range states {
+		if s.Present && s.Limit > 0 {
+			hi = append(hi, s.Reset.Sub(now).Seconds()+resetSlack(s))
 		}
 	}
-	serverNow := now.Add(time.Duration(l.clockOffset() * float64(time.Second)))
-	snap := l.budget.Snapshot(now)
-	for i, s := range limitStates(&r.Limits) {
+	for _, h := range hi {
+		if !l.clockKnown || h < l.clockHi {
+			l.clockHi, l.clockKnown = h, true
+		}
+	}
+	if l.clockKnown {
+		l.clockHi += 0.001 // widen per answer: drift
+	}
+	serverHi := now.Add(time.Duration(l.clockHi * float64(time.Second)))
+	for i, s := range states {
 		if !s.Present || s.Limit <= 0 {
 			continue
 		}
 		l.visible[i], l.named[i] = true, false
 		limit := float64(s.Limit)
-		ahead := s.Reset.Sub(serverNow).Seconds()
-		if !s.ResetFine {
-			ahead -= 0.5 // rounded either way: take the middle
+		slack := 0.0
+		if budget.Dim(i) != budget.Requests {
+			slack = tokenRounding
 		}
-		sample := float64(s.Remaining) + math.Max(0, ahead)*limit/60
-		if l.depthFor[i] != s.Limit || l.depth[i] == 0 {
-			l.depth[i], l.depthFor[i] = sample, s.Limit
-		} else {
-			l.depth[i] += depthAlpha * (sample - l.depth[i])
+		if l.depthFor[i] != s.Limit {
+			l.depth[i], l.seenLo[i], l.depthCap[i], l.depthFor[i] = 0, 0, 0, s.Limit
 		}
-		lo := math.Max(float64(s.Remaining), l.largest[i])
-		if b := snap.Buckets[i]; b.Known && b.Limit == limit {
-			lo = math.Max(lo, b.Seen)
+		remLo := math.Max(0, float64(s.Remaining)-slack)
+		l.seenLo[i] = math.Max(l.seenLo[i], remLo)
+		fullAfter := s.Reset.Sub(serverHi).Seconds() - resetSlack(s)
+		sample := remLo + math.Max(0, fullAfter)*limit/60
+		l.depth[i] = math.Max(sample, l.depth[i]*(1-depthDecay))
+		d := math.Max(math.Max(l.depth[i], l.seenLo[i]), math.Max(l.largest[i], minDepthSeconds*limit/60))
+		if c := l.depthCap[i]; c > 0 {
+			d = math.Min(d, c)
 		}
-		v[i] = budget.DimView{Known: true, Limit: limit, Depth: math.Min(limit, math.Max(lo, l.depth[i])), Remaining: float64(s.Remaining)}
+		v[i] = budget.DimView{Known: true, Limit: limit, Depth: math.Min(limit, d), Remaining: float64(s.Remaining), Slack: slack,
+			NoRaise: l.depthCap[i] > 0}
 	}
 	return v
 }
 
-// clockOffset is (server − ours) in seconds: 0 while our clock is within
-// what Date allows (Date's precision is a second, ours far better), else
-// the nearest bound. Requires l.mu.
-func (l *Lane) clockOffset() float64 {
-	if !l.clockKnown {
-		return 0
+// resetSlack is how far a reset header may be from the true instant, in
+// seconds: a whole-second one may be rounded either way.
+func resetSlack(s api.LimitState) float64 {
+	if s.ResetFine {
+		return 0.001
 	}
-	return math.Max(l.clockLo, math.Min(l.clockHi, 0))
+	return 1
 }
 
 func limitStates(h *api.RateLimitHeaders) [budget.NumDims]api.LimitState {
@@ -582,35 +612,53 @@ func dimOf(l api.Limiter) (budget.Dim, bool) {
 // message put it on one, else a congestion episode. Requires l.mu.
 func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 	l.stats.RateLimited++
-	explained := false
-	for i, s := range limitStates(&r.Limits) {
+	states := limitStates(&r.Limits)
+	for i, s := range states {
 		tol := 0.0
 		if budget.Dim(i) != budget.Requests {
 			tol = tokenRounding
 		}
-		if s.Present && float64(s.Remaining)-tol < math.Max(1, t.charged[i]) && t.charged[i] > 0 {
-			explained = true // Observe lowers the level to it
+		if s.Present && t.charged[i] > 0 && float64(s.Remaining)-tol < math.Max(1, t.charged[i]) {
+			l.stats.Explained++ // the bucket was short: Observe lowers the level to it
+			return
 		}
 	}
-	if d, ok := dimOf(r.Named.Limiter); ok && !explained {
+	if d, ok := dimOf(r.Named.Limiter); ok {
 		switch {
 		case !l.visible[d]:
 			// A limit the headers never show: pace it at a cushion under
 			// the named figure, from empty now.
 			limit := namedShare * float64(r.Named.PerMinute)
-			v[d] = budget.DimView{Known: true, Limit: limit, Depth: math.Max(2*l.largest[d], limit/60), Remaining: 0}
+			v[d] = budget.DimView{Known: true, Limit: limit, Depth: math.Max(2*l.largest[d], minDepthSeconds*limit/60), Remaining: 0}
 			l.named[d] = true
-			explained = true
-		case !limitStates(&r.Limits)[d].Present:
+		case !states[d].Present:
 			// Named, known from earlier headers, absent on this answer.
 			if b := l.budget.Snapshot(now).Buckets[d]; b.Known {
 				v[d] = budget.DimView{Known: true, Limit: b.Limit, Depth: b.Depth, Remaining: 0}
-				explained = true
+			}
+		default:
+			// Named, and its headers show room: the limit is enforced over
+			// a shorter interval than they describe. A smaller burst is the
+			// answer, not a smaller concurrency.
+			l.capDepth(now, t, budget.Dim(d), v)
+		}
+		l.stats.Explained++
+		return
+	}
+	// Nothing named, and every bucket the headers show has room: a limit
+	// enforced over a shorter interval than they describe, or an
+	// acceleration limit. A smaller burst answers the first; while a
+	// depth can still shrink, that is the answer, and only once every
+	// depth is at its floor is it congestion (a cut of the concurrency).
+	atFloor := true
+	for i, s := range states {
+		if s.Present && s.Limit > 0 {
+			if !l.capDepth(now, t, budget.Dim(i), v) {
+				atFloor = false
 			}
 		}
 	}
-	if explained {
-		l.stats.Explained++
+	if !atFloor {
 		return
 	}
 	// Congestion (an acceleration limit, a limit the headers do not
@@ -637,6 +685,34 @@ func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 			l.stats.Pauses++
 		}
 	}
+}
+
+// capDepth takes dimension d's bucket as empty now, in the view of this
+// answer, and halves its depth (to no less than a second of its limit or
+// the largest request) — once per episode for each dimension, like a cut:
+// only for an attempt sent after its last halving, a latency on. It
+// reports whether the depth was already at its floor. Requires l.mu.
+func (l *Lane) capDepth(now time.Time, t Ticket, d budget.Dim, v *budget.View) bool {
+	dv := &v[d]
+	if !dv.Known || dv.Limit <= 0 {
+		return true
+	}
+	dv.Remaining = 0
+	floor := math.Max(l.largest[d], minDepthSeconds*dv.Limit/60)
+	cur := dv.Depth
+	if c := l.depthCap[d]; c > 0 {
+		cur = math.Min(cur, c)
+	}
+	dv.Depth = math.Min(dv.Depth, cur)
+	if cur <= floor*1.001 {
+		return true
+	}
+	if t.at.After(l.lastCap[d]) && now.Sub(l.lastCap[d]) >= l.cutSpacing() {
+		l.depthCap[d] = math.Max(floor, cur/2)
+		dv.Depth = math.Min(dv.Depth, l.depthCap[d])
+		l.lastCap[d] = now
+	}
+	return false
 }
 
 // shareAlpha weighs one answer in the sustained-share EWMAs: about the
@@ -716,7 +792,7 @@ func (l *Lane) failure(now time.Time, t Ticket, sig Signal) {
 	// most once per latency, never below half the last good limit, and
 	// return to that limit by slow start when it ends.
 	if t.at.After(l.lastCut) && now.Sub(l.lastCut) >= l.cutSpacing() {
-		floor := math.Max(float64(l.cfg.MinLimit), overloadFloor*l.good)
+		floor := math.Max(float64(l.cfg.MinLimit), overloadFloor*math.Max(l.good, float64(l.cfg.Start)))
 		if cur := math.Min(float64(l.cfg.Cap), l.limit); cur > floor {
 			l.target = math.Max(l.target, l.good)
 			l.limit = math.Max(floor, cur*l.cfg.Decrease)
@@ -730,6 +806,12 @@ func (l *Lane) failure(now time.Time, t Ticket, sig Signal) {
 // with each consecutive open. Requires l.mu.
 func (l *Lane) openBreaker(now time.Time) {
 	lat := l.lat()
+	if l.latency == 0 {
+		// No answer yet: failures that come back in a millisecond (a
+		// refused connection, a gateway's 503) are no clock to time a
+		// cool-down by.
+		lat = max(lat, unknownLatency)
+	}
 	cool := min(breakerLatencies*lat<<min(l.opens, 16), breakerMaxLatencies*lat, breakerMax)
 	l.breaker, l.breakerUntil = open, now.Add(cool)
 	l.opens++

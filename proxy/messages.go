@@ -244,9 +244,15 @@ type call struct {
 	state    callState
 	started  time.Time // the first attempt's start
 	attempts int
-	last     client.Outcome
-	hasLast  bool
-	begun    bool // a stream reached the caller
+	// tried counts the attempts MaxAttempts bounds: those the API
+	// answered with a capacity or server signal (429, 529, 5xx, a 4xx
+	// marked retryable) or did not answer. A dead key's 401/403 and an
+	// attempt cut short cost the request nothing at the dispatcher, and
+	// nothing here either.
+	tried   int
+	last    client.Outcome
+	hasLast bool
+	begun   bool // a stream reached the caller
 }
 
 type callState int
@@ -282,6 +288,11 @@ func (c *call) end(o client.Outcome) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.last, c.hasLast = o, true
+	switch o.Class {
+	case client.KeyDead, client.Canceled, client.OK:
+	default:
+		c.tried++
+	}
 }
 
 // wait puts a call whose attempt ended back to waiting: the dispatcher
@@ -294,7 +305,7 @@ func (c *call) wait(now time.Time) {
 		return
 	}
 	c.state = waiting
-	if !now.Before(c.deadline) || (c.maxAttempts > 0 && c.attempts >= c.maxAttempts) {
+	if !now.Before(c.deadline) || (c.maxAttempts > 0 && c.tried >= c.maxAttempts) {
 		c.abandonLocked()
 	}
 }

@@ -92,6 +92,16 @@ type Config struct {
 	// world: resets in whole seconds rounded up, retry-after in whole
 	// seconds (at least 1), instead of milliseconds.
 	CoarseHeaders bool `json:"coarse_headers,omitempty"`
+	// ResetRounding is how a whole-second reset is rounded: "up" (the
+	// default: the bucket is surely full by then), "down" (truncated, as a
+	// plain RFC 3339 formatter does) or "nearest". The docs do not say.
+	ResetRounding string `json:"reset_rounding,omitempty"`
+	// ClockSkew offsets the server's clock — its Date and its resets —
+	// from the real one (a server 30 s ahead: "30s"). Not time-scaled: it
+	// is a host's clock.
+	ClockSkew Duration `json:"clock_skew,omitempty"`
+	// OmitDate leaves the Date header out of every answer.
+	OmitDate bool `json:"omit_date,omitempty"`
 	// PromptCache enables the prompt-cache model.
 	PromptCache bool `json:"prompt_cache"`
 	// Pools maps extra model ids to pools, or overrides the catalog.
@@ -298,6 +308,11 @@ func (c *Config) Validate() error {
 	case "", OTPMActual, OTPMReserveMaxTokens:
 	default:
 		return fmt.Errorf("sim: otpm_mode must be %q or %q, got %q", OTPMActual, OTPMReserveMaxTokens, c.OTPMMode)
+	}
+	switch c.ResetRounding {
+	case "", "up", "down", "nearest":
+	default:
+		return fmt.Errorf(`sim: reset_rounding must be "up", "down" or "nearest", got %q`, c.ResetRounding)
 	}
 	if c.BucketWindow <= 0 || c.BucketWindow.D() > time.Minute {
 		return fmt.Errorf("sim: bucket_window must be in (0, 1m], got %v", c.BucketWindow.D())

@@ -1,7 +1,10 @@
 package sim
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"sort"
 	"strings"
 	"testing"
@@ -173,5 +176,65 @@ func TestCoarseRetryAfter(t *testing.T) {
 				t.Errorf("coarse=%v: count_tokens requests-reset = %s, want %s", tt.coarse, got, tt.reset)
 			}
 		})
+	}
+}
+
+// TestServerClock: a skewed server clock shows in Date and in every reset;
+// omit_date leaves Date out; whole-second resets are rounded as
+// reset_rounding says (up by default).
+func TestServerClock(t *testing.T) {
+	for _, tt := range []struct {
+		rounding string
+		want     time.Duration // the reset of a bucket 0.6 s from full, from the server's second
+	}{{"", time.Second}, {"up", time.Second}, {"down", 0}, {"nearest", time.Second}} {
+		t.Run("rounding "+tt.rounding, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newTestServer(t, func(c *Config) {
+					instant(c)
+					c.ClockSkew = Duration(30 * time.Second)
+					c.ResetRounding = tt.rounding
+					// 600 RPM in a 1 s bucket: 10 deep, one request is 0.1 s.
+					c.BucketWindow = Duration(time.Second)
+					c.Orgs[0].Limits[api.PoolSonnet4] = Limits{RPM: 600}
+				})
+				var rec *httptest.ResponseRecorder
+				for range 6 { // 0.6 s from full
+					rec = request(t, s, "POST", "/v1/messages", FakeKeyHighPrio, msgBody(sonnet, 16, "hi"))
+				}
+				date, err := http.ParseTime(rec.Header().Get("Date"))
+				if err != nil {
+					t.Fatalf("Date %q: %v", rec.Header().Get("Date"), err)
+				}
+				if skew := date.Sub(time.Now().Truncate(time.Second)); skew != 30*time.Second {
+					t.Errorf("Date is %v from the real clock, want the 30 s skew", skew)
+				}
+				reset, err := time.Parse(time.RFC3339, rec.Header().Get(api.LimitHeaderName(api.LimiterRequests, "reset")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got := reset.Sub(date); got != tt.want {
+					t.Errorf("reset − Date = %v, want %v", got, tt.want)
+				}
+			})
+		})
+	}
+	// Over a real connection (net/http adds a Date of its own unless told
+	// not to): with and without omit_date.
+	for _, omit := range []bool{false, true} {
+		s := newTestServer(t, func(c *Config) { instant(c); c.OmitDate = omit })
+		ts := httptest.NewServer(s.Handler())
+		b, _ := json.Marshal(msgBody(sonnet, 16, "hi"))
+		req, _ := http.NewRequest("POST", ts.URL+"/v1/messages", bytes.NewReader(b))
+		req.Header.Set(api.HeaderAPIKey, FakeKeyHighPrio)
+		req.Header.Set(api.HeaderVersion, api.VersionDefault)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		ts.Close()
+		if got := resp.Header.Get("Date") != ""; resp.StatusCode != 200 || got == omit {
+			t.Errorf("omit_date %v: status %d, Date %q", omit, resp.StatusCode, resp.Header.Get("Date"))
+		}
 	}
 }

@@ -30,6 +30,7 @@ type lane struct {
 
 	omit   map[api.Limiter]bool // limiters whose headers are left out
 	coarse bool                 // whole-second resets even when time-scaled
+	clock  serverClock
 
 	colleagues []*colleague
 
@@ -52,7 +53,8 @@ const (
 
 func newLane(o *org, p api.Pool, lim Limits, cfg *Config, now time.Time) *lane {
 	k := cfg.TimeScale
-	l := &lane{org: o, pool: p, scale: k, accel: cfg.Acceleration, epoch: now, accelLast: now, coarse: cfg.CoarseHeaders}
+	l := &lane{org: o, pool: p, scale: k, accel: cfg.Acceleration, epoch: now, accelLast: now, coarse: cfg.CoarseHeaders,
+		clock: serverClock{skew: cfg.ClockSkew.D(), rounding: cfg.ResetRounding}}
 	for _, name := range cfg.OmitHeaders {
 		if l.omit == nil {
 			l.omit = map[api.Limiter]bool{}
@@ -200,7 +202,7 @@ func (l *lane) setHeaders(h http.Header, now time.Time) {
 		}
 		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "limit"))] = []string{strconv.FormatInt(limit, 10)}
 		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "remaining"))] = []string{strconv.FormatInt(remaining, 10)}
-		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "reset"))] = []string{formatReset(reset, now, fine)}
+		h[http.CanonicalHeaderKey(api.LimitHeaderName(name, "reset"))] = []string{l.clock.formatReset(reset, fine)}
 	}
 	if l.rpm > 0 {
 		put(api.LimiterRequests, l.rpm, l.req.remaining(now), l.req.resetAt(now))
@@ -288,19 +290,36 @@ func (l *lane) colleagueArrives(cl *Colleague, at time.Time) {
 	l.stats.ColleagueAdmitted++
 }
 
-// formatReset renders a reset instant in RFC 3339: whole seconds rounded up,
-// as the API shows, or milliseconds when the world is time-scaled.
-func formatReset(t, now time.Time, fine bool) string {
-	// Rounded up, so the bucket is full by the stated instant.
-	t = t.UTC()
-	unit, layout := time.Second, time.RFC3339
+// serverClock is the simulated server's clock: skewed from the real one,
+// and rounding whole-second resets one way.
+type serverClock struct {
+	skew     time.Duration
+	rounding string // "up" (default), "down", "nearest"
+}
+
+// formatReset renders a reset instant in RFC 3339 on the server's clock:
+// whole seconds (rounded up unless configured otherwise), or milliseconds
+// (rounded up) when fine.
+func (c serverClock) formatReset(t time.Time, fine bool) string {
+	t = t.Add(c.skew).UTC()
 	if fine {
-		unit, layout = time.Millisecond, "2006-01-02T15:04:05.000Z07:00"
+		if t.Truncate(time.Millisecond).Before(t) {
+			t = t.Truncate(time.Millisecond).Add(time.Millisecond)
+		}
+		return t.Format("2006-01-02T15:04:05.000Z07:00")
 	}
-	if t.Truncate(unit).Before(t) {
-		t = t.Truncate(unit).Add(unit)
+	switch c.rounding {
+	case "down":
+		t = t.Truncate(time.Second)
+	case "nearest":
+		t = t.Round(time.Second)
+	default:
+		// Up, so the bucket is full by the stated instant.
+		if t.Truncate(time.Second).Before(t) {
+			t = t.Truncate(time.Second).Add(time.Second)
+		}
 	}
-	return t.Format(layout)
+	return t.Format(time.RFC3339)
 }
 
 // limitMessage is the text of a rate-limit 429, in the API's wording.

@@ -244,7 +244,7 @@ func (o *org) surfaceHeaders(h http.Header, b *bucket, now time.Time) {
 	fine := o.w.cfg.TimeScale != 1 && !o.w.cfg.CoarseHeaders
 	h.Set(api.LimitHeaderName(api.LimiterRequests, "limit"), strconv.FormatInt(int64(b.capacity), 10))
 	h.Set(api.LimitHeaderName(api.LimiterRequests, "remaining"), strconv.FormatInt(b.remaining(now), 10))
-	h.Set(api.LimitHeaderName(api.LimiterRequests, "reset"), formatReset(b.resetAt(now), now, fine))
+	h.Set(api.LimitHeaderName(api.LimiterRequests, "reset"), serverClock{skew: o.w.cfg.ClockSkew.D(), rounding: o.w.cfg.ResetRounding}.formatReset(b.resetAt(now), fine))
 }
 
 // cacheLookup applies the prompt-cache model: a prefix seen within its TTL
@@ -339,6 +339,9 @@ type call struct {
 // written the error and returns nil.
 func (s *Server) begin(rw http.ResponseWriter, r *http.Request) *call {
 	w := s.w.Load()
+	if s.cfg.OmitDate || s.cfg.ClockSkew != 0 {
+		rw = &dateWriter{ResponseWriter: rw, now: s.now, skew: s.cfg.ClockSkew.D(), omit: s.cfg.OmitDate}
+	}
 	c := &call{s: s, w: w, rw: rw, r: r, reqID: w.newRequestID(), now: s.now()}
 	rw.Header()["Request-Id"] = []string{c.reqID}
 	key := r.Header.Get(api.HeaderAPIKey)
@@ -467,3 +470,47 @@ func (s *Server) handleNotFound(rw http.ResponseWriter, r *http.Request) {
 	rw.Header()["Request-Id"] = []string{c.reqID}
 	c.fail(&requestError{404, api.ErrNotFound, fmt.Sprintf("Not found: %s %s", r.Method, r.URL.Path)})
 }
+
+// dateWriter sets the Date header when the answer's headers are written
+// (as net/http does, so it is the server's time of the answer), on the
+// server's skewed clock, or leaves it out.
+type dateWriter struct {
+	http.ResponseWriter
+	now     func() time.Time
+	skew    time.Duration
+	omit    bool
+	written bool
+}
+
+func (d *dateWriter) stamp() {
+	if d.written {
+		return
+	}
+	d.written = true
+	if d.omit {
+		d.Header()["Date"] = nil // nil suppresses net/http's own
+		return
+	}
+	d.Header()["Date"] = []string{d.now().Add(d.skew).UTC().Format(http.TimeFormat)}
+}
+
+func (d *dateWriter) WriteHeader(code int) {
+	d.stamp()
+	d.ResponseWriter.WriteHeader(code)
+}
+
+func (d *dateWriter) Write(b []byte) (int, error) {
+	d.stamp()
+	return d.ResponseWriter.Write(b)
+}
+
+// Flush passes streams through.
+func (d *dateWriter) Flush() {
+	d.stamp()
+	if f, ok := d.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (d *dateWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
