@@ -225,9 +225,11 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	over, over90 := w.tail(lat, j.MaxTokens, n, wave, r.send)
 	// Each lane sends one header probe first and its first wave when the
 	// probe's answer has come back (lane: before any answer the buckets
-	// are unknown): everything beyond the probes starts a latency later.
+	// are unknown). The queue goes to whichever lane answers first, so the
+	// sends beyond the probes start, in expectation, at the first of k
+	// probe answers: the latency's 1/(k+1) quantile.
 	if n > len(ms) {
-		probe := lat.mean(j.MeanOutput)
+		probe := lat.quantile(j.MeanOutput, math.Sqrt2*math.Erfinv(2/float64(len(ms)+1)-1))
 		r.send, low, high = r.send+probe, low+probe, high+probe
 	}
 	r.wall = Range{

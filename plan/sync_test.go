@@ -141,6 +141,11 @@ func TestOutputMean(t *testing.T) {
 func TestSyncWallHandComputed(t *testing.T) {
 	w := preset(t, "three-org")
 	L := judgeLatency
+	// The header probes: the first of k answers, the latency's 1/(k+1)
+	// quantile (median 0.5 + 144/64 s, σ 0.25).
+	probe := func(k int) float64 {
+		return (0.5 + 144.0/64) * math.Exp(0.25*math.Sqrt2*math.Erfinv(2/float64(k+1)-1))
+	}
 	s, d := 12.0, lane.RampDoublingLatencies*judgeLatency // the engine's ramp: doubling per two latencies
 	k := s * d / (L * math.Ln2)                           // requests per unit of (2^(t/d) − 1), per lane
 	tc := d * math.Log2(100/s)
@@ -150,14 +155,16 @@ func TestSyncWallHandComputed(t *testing.T) {
 		orgs int
 		bind string
 	}{
-		// Every lane first sends one header probe and waits for its answer
-		// (a latency L) before its first wave: all times below are + L.
-		// 10 requests fit in one lane's first wave of 12: one wave, one org.
-		{10, L, 1, plan.BindLatency},
+		// Every lane first sends one header probe; the rest starts at the
+		// first probe's answer: all times below are + probe(orgs).
+		// 10 requests fit in a lane's first wave of 12: one wave, two orgs
+		// (two probes answer sooner than one, by more than the 5 % the
+		// fewest-organizations rule allows).
+		{10, probe(2), 2, plan.BindLatency},
 		// 100: 36 at once on three lanes, 64 more during the ramp.
-		{100, L + d*math.Log2(1+64/(3*k)), 3, plan.BindRamp},
+		{100, probe(3) + d*math.Log2(1+64/(3*k)), 3, plan.BindRamp},
 		// 10,000: the ramp sends 3·(12 + k·(100/12 − 1)), the rest at 3·100/L.
-		{10_000, L + tc + (10_000-3*(s+k*(100/s-1)))/(300/L), 3, plan.BindCap},
+		{10_000, probe(3) + tc + (10_000-3*(s+k*(100/s-1)))/(300/L), 3, plan.BindCap},
 	} {
 		dd, err := plan.Decide(w, plan.JudgeJob(tt.n, sonnet), plan.Options{Priority: plan.PreferLatency})
 		if err != nil {
@@ -165,7 +172,7 @@ func TestSyncWallHandComputed(t *testing.T) {
 		}
 		first := int(s) * tt.orgs
 		// The tail is that of the sends after the probe: from its answer on.
-		tail, err := plan.ExpectedTail(w, plan.JudgeJob(tt.n, sonnet), tt.n, first, time.Duration((tt.want-L)*float64(time.Second)))
+		tail, err := plan.ExpectedTail(w, plan.JudgeJob(tt.n, sonnet), tt.n, first, time.Duration((tt.want-probe(tt.orgs))*float64(time.Second)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,10 +207,11 @@ func TestSyncBurstOnlyInLowEnd(t *testing.T) {
 	}
 	L := judgeLatency
 	dbl := lane.RampDoublingLatencies * L
+	probe := (0.5 + 144.0/64)      // one lane: the first of one probe is its median
 	t0 := dbl * math.Log2(10*L/12) // the ramp reaches the refill rate
 	sent0 := 12 + 12*dbl/(L*math.Ln2)*(math.Exp2(t0/dbl)-1)
-	send := L + t0 + (10_000-sent0)/10 // after the header probe's round trip
-	tail, err := plan.ExpectedTail(w, plan.JudgeJob(10_000, sonnet), 10_000, 12, time.Duration((send-L)*float64(time.Second)))
+	send := probe + t0 + (10_000-sent0)/10 // after the header probe's round trip
+	tail, err := plan.ExpectedTail(w, plan.JudgeJob(10_000, sonnet), 10_000, 12, time.Duration((send-probe)*float64(time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,12 +270,13 @@ func TestTailMonteCarlo(t *testing.T) {
 
 func TestFewestOrgs(t *testing.T) {
 	w := preset(t, "three-org")
-	// One org while its first wave holds the job, all three for large
-	// jobs, and never fewer for more requests.
+	// One org for one request, fewer than all while first waves hold the
+	// job (two: two header probes answer sooner than one), all three for
+	// large jobs, and never fewer for more requests.
 	prev := 0
 	for _, tt := range []struct {
 		n, orgs int
-	}{{1, 1}, {12, 1}, {13, 0}, {24, 0}, {36, 0}, {1000, 3}} {
+	}{{1, 1}, {12, 2}, {13, 0}, {24, 0}, {36, 0}, {1000, 3}} {
 		d, err := plan.Decide(w, plan.JudgeJob(tt.n, sonnet), plan.Options{Priority: plan.PreferLatency})
 		if err != nil {
 			t.Fatal(err)
