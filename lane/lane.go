@@ -499,7 +499,7 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 			l.anyLatency += 0.05 * (r.Latency.Seconds() - l.anyLatency)
 		}
 	}
-	v := l.learn(now, r)
+	v := l.learn(now, t.at, r)
 	if r.Signal == RateLimited {
 		l.rateLimited(now, t, r, &v)
 	}
@@ -522,7 +522,8 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 }
 
 // learn reads the clock and every dimension's depth from an answer's
-// headers and returns the view for the budget. Requires l.mu.
+// headers and returns the view for the budget; sent is when the attempt
+// was granted. Requires l.mu.
 //
 // Every figure it keeps is a bound that holds under any reading the docs
 // allow, so no reading can make the depth (and the reserve, a share of it)
@@ -532,20 +533,32 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 // answer gives a lower bound on the depth; the depth is the largest of
 // them (decaying slowly), never under what was seen remaining nor a
 // second of the limit.
-func (l *Lane) learn(now time.Time, r Result) budget.View {
+//
+// The headers may be older than the moment the lane hears them: a
+// stream's arrive at its start and the lane hears it at its end, and a
+// server may compute them when it admits the request. All the docs allow
+// is that they were made between the send and now, so the clock offset is
+// bounded against the send (never against now, which would put the
+// server's clock behind by up to the latency and every later shorter
+// answer's depth too high), and this answer's own Date and resets bound
+// the moment its headers describe.
+func (l *Lane) learn(now, sent time.Time, r Result) budget.View {
 	var v budget.View
 	states := limitStates(&r.Limits)
-	var hi []float64
+	if sent.IsZero() || sent.After(now) {
+		sent = now
+	}
+	var own []time.Time // upper bounds on the server's time when these headers were made
 	if !r.Date.IsZero() {
-		hi = append(hi, r.Date.Add(time.Second).Sub(now).Seconds())
+		own = append(own, r.Date.Add(time.Second))
 	}
 	for _, s := range states {
 		if s.Present && s.Limit > 0 {
-			hi = append(hi, s.Reset.Sub(now).Seconds()+resetSlack(s))
+			own = append(own, s.Reset.Add(time.Duration(resetSlack(s)*float64(time.Second))))
 		}
 	}
-	for _, h := range hi {
-		if !l.clockKnown || h < l.clockHi {
+	for _, at := range own {
+		if h := at.Sub(sent).Seconds(); !l.clockKnown || h < l.clockHi {
 			l.clockHi, l.clockKnown = h, true
 		}
 	}
@@ -553,6 +566,11 @@ func (l *Lane) learn(now time.Time, r Result) budget.View {
 		l.clockHi += 0.001 // widen per answer: drift
 	}
 	serverHi := now.Add(time.Duration(l.clockHi * float64(time.Second)))
+	for _, at := range own {
+		if at.Before(serverHi) {
+			serverHi = at
+		}
+	}
 	for i, s := range states {
 		if !s.Present || s.Limit <= 0 {
 			continue

@@ -53,6 +53,14 @@ type world struct { // one reading of the API
 	// tokens > 0: the bucket is input tokens, each request costs tokens,
 	// remaining is rounded to the nearest thousand (as documented).
 	tokens float64
+	// stale: the answer's rate-limit headers and Date are those of its
+	// admission (a streamed answer: headers at its start, Done at its end).
+	stale bool
+	// staleLimits: only the rate-limit headers are the admission's (the
+	// server computes them when it admits); Date is the answer's.
+	staleLimits bool
+	// latSpread > 0: an answer's latency is lat + uniform[0, latSpread).
+	latSpread time.Duration
 }
 
 type outcome struct {
@@ -170,8 +178,10 @@ func (w world) run(t *testing.T, cfg Config) outcome {
 			}
 			adv(now)
 			h, date := headers(now)
-			if !e.ok {
+			if !e.ok || w.stale {
 				h, date = e.h, e.date // decided at admission
+			} else if w.staleLimits {
+				h = e.h
 			}
 			r := Result{Reached: true, Latency: e.at.Sub(e.sent), Limits: h, Date: date}
 			if e.ok {
@@ -209,7 +219,12 @@ func (w world) run(t *testing.T, cfg Config) outcome {
 				if now.After(half) {
 					admittedHalf++
 				}
-				evs = append(evs, ev{at: now.Add(w.lat), tk: tk, ok: true, sent: now})
+				lat := w.lat
+				if w.latSpread > 0 {
+					lat += time.Duration(rng.Float64() * float64(w.latSpread))
+				}
+				h, date := headers(now)
+				evs = append(evs, ev{at: now.Add(lat), tk: tk, ok: true, sent: now, h: h, date: date})
 			} else {
 				out.limited++
 				ra := time.Duration((unit - math.Min(level, hl)) / rate * float64(time.Second))
