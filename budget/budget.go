@@ -171,7 +171,7 @@ type Local struct {
 	mu      sync.Mutex
 	inUse   int
 	buckets [NumDims]bucket
-	spent   Demand // cumulative charges, trued up (Grant.Mark)
+	spent   Demand // cumulative charges, grown by corrections above a charge, never cut by refunds (Grant.Mark)
 }
 
 // NewLocal returns a budget with no permits in use and unknown buckets
@@ -325,7 +325,11 @@ func (l *Local) Settle(now time.Time, g Grant, actual Demand) {
 		if b.known && g.Taken[i] != 0 {
 			b.advance(now)
 			b.level = math.Min(b.depth, b.level+g.Taken[i]-actual[i])
-			l.spent[i] += actual[i] - g.Taken[i]
+			// Spending only grows: a refund (a 429, an actual below the
+			// estimate) is not spending that a later grant's answer may
+			// not have seen, and taking it off would let a raise count
+			// it as such — the level would rise above the server's.
+			l.spent[i] += math.Max(0, actual[i]-g.Taken[i])
 		}
 	}
 }

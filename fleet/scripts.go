@@ -110,14 +110,16 @@ local function save(kState, b)
     end
   end
 end
--- refund adds token deltas (taken − actual) to the known buckets and
--- takes them off the cumulative spending.
+-- refund adds token deltas (taken − actual) to the known buckets. The
+-- cumulative spending only grows (an actual above the charge): a refund of
+-- an earlier grant is not spending a later answer may not have seen, so
+-- taking it off would let a raise count it (budget.Local.Settle).
 local function refund(b, delta)
   local any = false
   for k = 1, N do
     if b[k] and delta[k] ~= 0 then
       b[k].v = math.min(b[k].d, b[k].v + delta[k])
-      b[k].c = b[k].c - delta[k]
+      if delta[k] < 0 then b[k].c = b[k].c - delta[k] end
       any = true
     end
   end
@@ -291,7 +293,7 @@ for k = 1, N do
       local unseen = b[k].c - mark
       if rem + slack < b[k].v then
         b[k].v, b[k].q = rem, 0
-      elseif unseen >= 0 and rem - slack - unseen > b[k].v and b[k].q >= RAISE_AFTER and not noraise then
+      elseif rem - slack - unseen > b[k].v and b[k].q >= RAISE_AFTER and not noraise then
         b[k].v = rem - slack - unseen
       else
         b[k].q = b[k].q + 1

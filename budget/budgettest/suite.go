@@ -29,6 +29,48 @@ func shallow(rpm, depth, rem float64) budget.View {
 
 // Run runs the suite; newBudget must return a fresh, empty budget each call.
 func Run(t *testing.T, newBudget func(t *testing.T) budget.Budget) {
+	// A raise counts what was spent since the answered request's grant as
+	// possibly unseen by the server; a refund of an earlier grant (a 429,
+	// an actual below the estimate) is not such spending and must not
+	// offset it, or the level rises above what the server says remains.
+	calmAt := func(t *testing.T, b budget.Budget, v func(float64) budget.View, rem float64) {
+		for range budget.RaiseAfter + 2 {
+			g, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 0})
+			b.Observe(t0, v(rem), g)
+			b.Settle(t0, g, budget.Demand{1, 0})
+		}
+	}
+	inputView := func(rem float64) budget.View {
+		return budget.View{budget.InputTokens: {Known: true, Limit: 600_000, Depth: 100_000, Remaining: rem, Slack: 500}}
+	}
+	t.Run("a refund of an earlier grant is not unseen spending", func(t *testing.T) {
+		b := newBudget(t)
+		calmAt(t, b, inputView, 50_000)
+		a, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 10_000}) // A: 10,000 estimated
+		g, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 1_000})  // B: 1,000
+		b.Settle(t0, a, budget.Demand{})                          // A answered 429: nothing charged
+		b.Observe(t0, inputView(49_000), g)                       // the server charged B only
+		b.Settle(t0, g, budget.Demand{1, 1_000})
+		if lv := b.Snapshot(t0).Buckets[budget.InputTokens].Level; lv > 49_000+500 {
+			t.Errorf("level %.0f above what the server says remains (49,000 ± 500)", lv)
+		}
+	})
+	t.Run("a refund does not offset a later grant's spending", func(t *testing.T) {
+		b := newBudget(t)
+		calmAt(t, b, inputView, 50_000)
+		a, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 10_000}) // A: 10,000 estimated
+		g, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 1_000})  // B: 1,000
+		c, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1, 9_500})  // C, after B: 9,500
+		b.Settle(t0, a, budget.Demand{})                          // A: 429, refunded
+		b.Observe(t0, inputView(49_000), g)                       // B's answer, before C reached the server
+		// The model: 50,000 − 1,000 − 9,500 = 39,500; a raise would have
+		// to ignore C.
+		if lv := b.Snapshot(t0).Buckets[budget.InputTokens].Level; lv > 39_500+500 {
+			t.Errorf("level %.0f: a raise counted A's refund against C's 9,500 (want about 39,500)", lv)
+		}
+		b.Settle(t0, g, budget.Demand{1, 1_000})
+		b.Settle(t0, c, budget.Demand{1, 9_500})
+	})
 	t.Run("permits", func(t *testing.T) {
 		b := newBudget(t)
 		d := budget.Demand{1, 10, 10}
