@@ -91,3 +91,8 @@ func (d *Dispatcher) ExpectedWait(pool api.Pool) time.Duration {
 	}
 	return held
 }
+
+// MaxRetryAfter is the cap this dispatcher puts on a server's
+// retry-after (Config.MaxRetryAfter): whoever tells a caller when to come
+// back (the proxy) uses the same bound. Safe from any goroutine.
+func (d *Dispatcher) MaxRetryAfter() time.Duration { return d.cfg.MaxRetryAfter }

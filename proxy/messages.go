@@ -173,17 +173,15 @@ func (p *Proxy) waitExpired(w http.ResponseWriter, c *call) {
 	p.fail(w, 429, api.ErrRateLimit, fmt.Sprintf("sluice: no capacity on any organization within %s; retry later", p.cfg.MaxWait))
 }
 
-// maxRetryAfter bounds the retry-after the proxy gives: an SDK honours
-// longer ones, and a caller told to wait an hour would rather be told the
-// truth by a second request in a few minutes.
-const maxRetryAfter = 10 * time.Minute
-
 // setRetryAfter sets retry-after to when capacity for pool is expected
 // (dispatch.ExpectedWait), or the upstream's hint if longer: whole
-// seconds, rounded up, at least 1, at most maxRetryAfter. Both
-// retry-after and retry-after-ms are set, so SDKs that read either agree.
+// seconds, rounded up, at least 1, at most the dispatcher's
+// --max-retry-after (an SDK honours longer ones, and a caller told to wait
+// an hour would rather be told the truth by a second request sooner).
+// Both retry-after and retry-after-ms are set, so SDKs that read either
+// agree.
 func (p *Proxy) setRetryAfter(w http.ResponseWriter, pool api.Pool, upstream time.Duration) {
-	d := min(max(p.d.ExpectedWait(pool), upstream, time.Second), maxRetryAfter)
+	d := min(max(p.d.ExpectedWait(pool), upstream, time.Second), max(p.d.MaxRetryAfter(), time.Second))
 	secs := int64((d + time.Second - 1) / time.Second)
 	w.Header().Set(api.HeaderRetryAfter, strconv.FormatInt(secs, 10))
 	w.Header().Set(api.HeaderRetryAfterMs, strconv.FormatInt(secs*1000, 10))

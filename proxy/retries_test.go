@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -88,5 +89,29 @@ func TestOwnRetryAfterSaysWhenCapacityIsExpected(t *testing.T) {
 	}
 	if long < len(afters)/2 {
 		t.Errorf("retry-after values %v: most callers, queued seconds deep, must be told to wait more than 1 s", afters)
+	}
+}
+
+// TestRetryAfterBoundIsTheDispatchers: an upstream asking for two hours
+// is passed on to the caller capped at the dispatcher's --max-retry-after,
+// the one bound the lanes also use, not a constant of the proxy's own.
+func TestRetryAfterBoundIsTheDispatchers(t *testing.T) {
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(api.HeaderRequestID, "req_limited")
+		w.Header().Set(api.HeaderOrganizationID, "org-fake")
+		w.Header().Set(api.HeaderRetryAfter, "7200")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(429)
+		fmt.Fprint(w, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of requests has exceeded your rate limit"}}`)
+	})
+	e := newEnv(t, options{upstream: up, keysEnv: onlyHighPrio,
+		dispatch: func(c *dispatch.Config) { c.MaxRetryAfter = 3 * time.Second },
+		proxy:    func(c *proxy.Config) { c.MaxWait = 500 * time.Millisecond }})
+	resp, b := e.do("POST", "/v1/messages", message("limited"))
+	if resp.StatusCode != 429 {
+		t.Fatalf("status %d %s, want the API's 429", resp.StatusCode, b)
+	}
+	if ra := resp.Header.Get(api.HeaderRetryAfter); ra != "3" {
+		t.Errorf("retry-after %q, want 3 (the dispatcher's cap on the upstream's 7200)", ra)
 	}
 }
