@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -190,8 +191,13 @@ func New(cfg Config) *Client {
 			ResponseHeaderTimeout: cfg.AttemptTimeout,
 		}
 	}
-	return &Client{cfg: cfg, http: &http.Client{Transport: rt}}
+	return &Client{cfg: cfg, http: &http.Client{Transport: rt, CheckRedirect: refuseRedirect}}
 }
+
+// refuseRedirect keeps every redirect as the answer: net/http strips only
+// Authorization and cookies on a cross-host redirect, so following one
+// would send x-api-key to wherever the Location points.
+func refuseRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // BaseURL returns the API base URL in use.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }
@@ -220,7 +226,10 @@ func failed(ctx context.Context, err error, start time.Time) Outcome {
 
 // statusError renders an error answer as a Go error: the API's type and
 // message, and the request id.
-func statusError(status int, body []byte) error {
+func statusError(status int, h http.Header, body []byte) error {
+	if status >= 300 && status < 400 {
+		return fmt.Errorf("client: HTTP %d redirect to %q: sluice never follows a redirect (the API key would go with it); point the base URL at the final address", status, redactedLocation(h.Get("Location")))
+	}
 	var eb api.ErrorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Err.Type != "" {
 		return fmt.Errorf("client: HTTP %d %s", status, eb.Error())
@@ -230,6 +239,17 @@ func statusError(status int, body []byte) error {
 		snippet = snippet[:200]
 	}
 	return fmt.Errorf("client: HTTP %d: %q", status, snippet)
+}
+
+// redactedLocation is a redirect's target without its query (which could
+// carry anything) for an error message.
+func redactedLocation(loc string) string {
+	u, err := url.Parse(loc)
+	if err != nil {
+		return "(unparsable)"
+	}
+	u.RawQuery, u.Fragment, u.User = "", "", nil
+	return u.String()
 }
 
 // Classify maps an answer to its class: by HTTP status first, then, for the

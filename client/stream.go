@@ -97,7 +97,7 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	readHeaders(&o, resp.Header)
 	o.Class = Classify(resp.StatusCode, resp.Header, b)
 	if o.Class != OK {
-		o.Err = statusError(resp.StatusCode, b)
+		o.Err = statusError(resp.StatusCode, resp.Header, b)
 		if o.Class == RateLimited {
 			o.Named = namedLimit(b)
 		}

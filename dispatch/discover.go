@@ -41,6 +41,14 @@ func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model strin
 		})
 	}
 	wg.Wait()
+	for _, d := range out {
+		// The client never follows a redirect (the key would go with it);
+		// one means the base URL is not the API's, for every key alike:
+		// stop before a request is sent rather than error each of them.
+		if o := d.Outcome; o.Status >= 300 && o.Status < 400 {
+			return out, fmt.Errorf("dispatch: the key probe was answered with a redirect: %w", o.Err)
+		}
+	}
 	live := 0
 	for _, d := range out {
 		k, o := d.Key, d.Outcome
