@@ -9,10 +9,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -149,7 +147,7 @@ aborts them. See docs/proxy.md.`,
 				return fmt.Errorf("proxy: %w", err)
 			case <-cmd.Context().Done():
 			}
-			return drainProxy(out, srv, px, d, dstop, grace)
+			return drainProxy(cmd.Context(), out, srv, px, d, dstop, grace)
 		},
 	}
 	eng.register(cmd)
@@ -171,16 +169,13 @@ aborts them. See docs/proxy.md.`,
 // drainProxy shuts the proxy down: no new connections, /healthz 503,
 // requests in flight finish within grace; a second signal, or the end of
 // grace, aborts what is left.
-func drainProxy(out io.Writer, srv *http.Server, px *proxy.Proxy, d *dispatch.Dispatcher, dstop context.CancelFunc, grace time.Duration) error {
+func drainProxy(sigCtx context.Context, out io.Writer, srv *http.Server, px *proxy.Proxy, d *dispatch.Dispatcher, dstop context.CancelFunc, grace time.Duration) error {
 	fmt.Fprintf(out, "sluice proxy: draining — requests in flight may finish (up to %s); interrupt again to abort them\n", grace)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	go func() {
 		select {
-		case <-sigs:
+		case <-interruptedAgain(sigCtx):
 			fmt.Fprintln(out, "sluice proxy: aborting requests in flight")
 			cancel()
 		case <-ctx.Done():

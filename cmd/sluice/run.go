@@ -3,11 +3,8 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -118,39 +115,4 @@ func runJob(ctx context.Context, opts job.Options, reportPath string) error {
 		}
 		return err
 	})
-}
-
-// withSignals runs fn: the first SIGINT/SIGTERM cancels its context (stop
-// admitting; requests in flight finish within grace), the second closes
-// abort (cut them short). An error wrapping job.ErrInterrupted becomes
-// exit status 2: re-running the same command resumes.
-func withSignals(ctx context.Context, grace time.Duration, fn func(ctx context.Context, abort <-chan struct{}) error) error {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	abort := make(chan struct{})
-	finished := make(chan struct{})
-	defer close(finished)
-	go func() {
-		select {
-		case <-sigs:
-		case <-ctx.Done():
-			return
-		}
-		fmt.Fprintf(os.Stderr, "\nsluice: stopping — letting requests in flight finish (up to %s); interrupt again to abort them\n", grace)
-		cancel()
-		select {
-		case <-sigs:
-			fmt.Fprintln(os.Stderr, "sluice: aborting requests in flight")
-			close(abort)
-		case <-finished:
-		}
-	}()
-	err := fn(ctx, abort)
-	if errors.Is(err, job.ErrInterrupted) {
-		return &exitError{code: exitInterrupted, err: err}
-	}
-	return err
 }

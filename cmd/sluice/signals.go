@@ -1,0 +1,101 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sluice-dev/sluice/job"
+)
+
+// errInterrupt is the root context's cause after the first SIGINT/SIGTERM.
+var errInterrupt = errors.New("interrupted")
+
+type againKey struct{}
+
+// notifyInterrupts makes the process's one owner of SIGINT and SIGTERM
+// (two handlers raced: the "stopping" line was lost and the second Ctrl-C
+// ignored). See interrupts.
+func notifyInterrupts(parent context.Context) (context.Context, func()) {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interrupts(parent, sigs)
+	return ctx, func() { signal.Stop(sigs); stop() }
+}
+
+// interrupts returns a context that the first signal from sigs cancels
+// (cause errInterrupt) and whose interruptedAgain channel the second
+// closes; later ones are ignored. stop ends the watch.
+func interrupts(parent context.Context, sigs <-chan os.Signal) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	again := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		for n := 0; ; {
+			select {
+			case <-sigs:
+				switch n++; n {
+				case 1:
+					cancel(errInterrupt)
+				case 2:
+					close(again)
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return context.WithValue(ctx, againKey{}, (<-chan struct{})(again)), func() { close(done); cancel(nil) }
+}
+
+// interruptedAgain is closed by the second signal; nil (never ready) when
+// ctx is not under interrupts.
+func interruptedAgain(ctx context.Context) <-chan struct{} {
+	c, _ := ctx.Value(againKey{}).(<-chan struct{})
+	return c
+}
+
+// withSignals runs fn: the first SIGINT/SIGTERM cancels its context (stop
+// admitting; requests in flight finish within grace), the second closes
+// abort (cut them short). An error wrapping job.ErrInterrupted becomes
+// exit status 2: re-running the same command resumes.
+func withSignals(ctx context.Context, grace time.Duration, fn func(ctx context.Context, abort <-chan struct{}) error) error {
+	return underInterrupts(ctx, os.Stderr, grace, fn)
+}
+
+// underInterrupts is withSignals writing its lines to w.
+func underInterrupts(ctx context.Context, w io.Writer, grace time.Duration, fn func(ctx context.Context, abort <-chan struct{}) error) error {
+	abort := make(chan struct{})
+	finished := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-ctx.Done():
+		case <-finished:
+			return
+		}
+		if !errors.Is(context.Cause(ctx), errInterrupt) {
+			return
+		}
+		fmt.Fprintf(w, "\nsluice: stopping — letting requests in flight finish (up to %s); interrupt again to abort them\n", grace)
+		select {
+		case <-interruptedAgain(ctx):
+			fmt.Fprintln(w, "sluice: aborting requests in flight")
+			close(abort)
+		case <-finished:
+		}
+	}()
+	err := fn(ctx, abort)
+	close(finished)
+	<-watched
+	if errors.Is(err, job.ErrInterrupted) {
+		return &exitError{code: exitInterrupted, err: err}
+	}
+	return err
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/job"
+)
+
+// lockedBuffer is a bytes.Buffer safe for the watcher goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestFirstInterruptStopsSecondAborts: with one owner of the signals, the
+// first always says it is stopping and cancels the job's context, and the
+// second always aborts what is in flight — whichever goroutine runs first
+// (with two handlers, the root context's cancellation could win the
+// watcher's select: no "stopping" line, and the second Ctrl-C ignored).
+func TestFirstInterruptStopsSecondAborts(t *testing.T) {
+	for range 50 { // a race shows in some runs, not every one
+		sigs := make(chan os.Signal, 4)
+		ctx, stop := interrupts(context.Background(), sigs)
+		var out lockedBuffer
+		started := make(chan struct{})
+		errc := make(chan error, 1)
+		go func() {
+			errc <- underInterrupts(ctx, &out, time.Minute, func(ctx context.Context, abort <-chan struct{}) error {
+				close(started)
+				<-ctx.Done()
+				select {
+				case <-abort:
+					return job.ErrInterrupted
+				case <-time.After(10 * time.Second):
+					return errors.New("the second interrupt did not abort")
+				}
+			})
+		}()
+		<-started
+		sigs <- os.Interrupt
+		sigs <- os.Interrupt
+		err := <-errc
+		var ee *exitError
+		if !errors.As(err, &ee) || ee.code != exitInterrupted {
+			t.Fatalf("err %v, want exit status %d", err, exitInterrupted)
+		}
+		if s := out.String(); !strings.Contains(s, "stopping") || !strings.Contains(s, "aborting") {
+			t.Fatalf("output %q: want the stopping and the aborting lines", s)
+		}
+		stop()
+	}
+}
+
+// TestEndWithoutInterruptSaysNothing: a job that ends, or whose context
+// ends for another reason, prints no "stopping" line.
+func TestEndWithoutInterruptSaysNothing(t *testing.T) {
+	sigs := make(chan os.Signal, 1)
+	parent, cancel := context.WithCancel(context.Background())
+	ctx, stop := interrupts(parent, sigs)
+	defer stop()
+	var out lockedBuffer
+	err := underInterrupts(ctx, &out, time.Minute, func(ctx context.Context, _ <-chan struct{}) error {
+		cancel()
+		<-ctx.Done()
+		return nil
+	})
+	if err != nil || out.String() != "" {
+		t.Errorf("err %v, output %q: want nil and nothing", err, out.String())
+	}
+}
