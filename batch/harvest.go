@@ -49,12 +49,30 @@ func (e *httpError) Error() string {
 func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) error {
 	o := c.org
 	delay := r.cfg.PollMin
+	verified := !c.adopted
 	for try := 1; ; try++ {
 		key := r.orgKey(o)
 		if key == nil {
 			return r.giveUp(c, "organization has no live key", true)
 		}
-		err := r.stream(ctx, c, key)
+		var err error
+		if !verified {
+			var why string
+			if why, err = r.verifyAdopted(ctx, c, key); err == nil {
+				if why != "" {
+					r.log.Warn("batch: an adopted batch is not this chunk's; nothing is harvested from it and its requests are re-driven",
+						"org", o.label, "chunk", c.id, "batch", c.batch, "why", why)
+					r.mu.Lock()
+					r.stats.Foreign++
+					r.mu.Unlock()
+					return r.giveUp(c, "the adopted batch is another's: "+why, false)
+				}
+				verified = true
+			}
+		}
+		if err == nil {
+			err = r.stream(ctx, c, key)
+		}
 		if err == nil {
 			break
 		}

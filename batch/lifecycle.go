@@ -158,7 +158,9 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 		r.mu.Unlock()
 		return false, r.abandon(c, fmt.Sprintf("create refused: HTTP %d: %v", out.Status, out.Err), moveReroute)
 	}
-	// 5xx, 529, a dropped connection: the batch may exist.
+	// 5xx, 529, a dropped connection: the batch may exist, created
+	// before now.
+	c.createdBy = r.now()
 	r.log.Warn("batch: create failed without a clear answer; looking for the batch before creating it again",
 		"org", o.label, "chunk", c.id, "err", out.Err)
 	found, err := r.reconcile(ctx, c)
@@ -303,7 +305,8 @@ func (r *Runner) reconcile(ctx context.Context, c *chunk) (bool, error) {
 }
 
 // findOrphan pages through the org's batches, newest first, back to the
-// intent time less the skew, and returns the oldest unclaimed batch with
+// intent time less the skew (and, after this run's own failed create, no
+// later than its return plus the skew), and returns the oldest unclaimed batch with
 // c's request count created at or after the intent (with one create at a
 // time per org, the first batch created after the intent is the intent's),
 // and apart the oldest such batch created in the clock-skew window before
@@ -335,6 +338,9 @@ func (r *Runner) findOrphan(ctx context.Context, key *keys.Key, c *chunk) (best,
 			}
 			if r.claimed[b.ID] || total(b.RequestCounts) != c.n() {
 				continue
+			}
+			if !c.createdBy.IsZero() && b.CreatedAt.After(c.createdBy.Add(r.cfg.ClockSkew)) {
+				continue // created after our create returned: not ours
 			}
 			// Newest first: the last match of each kind is the oldest.
 			if b.CreatedAt.Before(c.intentAt) {

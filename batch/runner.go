@@ -150,13 +150,17 @@ type chunk struct {
 
 	// lifecycle (the chunk's goroutine; read by others only after it ends)
 	intentAt time.Time
-	batch    string
-	created  time.Time
-	expires  time.Time
-	adopted  bool // found in the org's list: maybe not sluice's, never cancelled
-	cancelAt time.Time
-	canceled bool // the cancel was accepted
-	fresh    bool // created by this run: the first poll waits
+	// createdBy is when this run's failed create returned: its batch, if
+	// the API made one, was created before it (zero for a resumed intent,
+	// whose create ended with the process).
+	createdBy time.Time
+	batch     string
+	created   time.Time
+	expires   time.Time
+	adopted   bool // found in the org's list: maybe not sluice's, never cancelled
+	cancelAt  time.Time
+	canceled  bool // the cancel was accepted
+	fresh     bool // created by this run: the first poll waits
 
 	// guarded by Runner.mu
 	reqs       map[string]*dispatch.Request // attached requests
@@ -196,6 +200,10 @@ type Stats struct {
 	// Batches created, adopted after a crash or an ambiguous create,
 	// ended, cancelled by sluice, and given up (re-routed).
 	Created, Adopted, Ended, Cancelled, GivenUp int64
+	// Foreign is the adopted batches whose results showed them another's
+	// (other custom_ids, or answers from another model): nothing was
+	// harvested from them and their chunks were re-driven.
+	Foreign int64
 	// InFlight is, per org label, the requests in unended batches.
 	InFlight map[string]int
 }

@@ -1,0 +1,114 @@
+package batch
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// verifyAdopted reads an adopted batch's whole results file before any row
+// is handed over. A batch found in the org's list may be another job's —
+// the same dataset on another model, a colleague's run, another sluice job
+// in the workspace — with the same request count and the same custom_ids.
+// It is this chunk's only if its rows are exactly the chunk's custom_ids,
+// each once, and every answer is from the model its request asked for
+// (where the request is known to this run). why is empty when it is ours.
+func (r *Runner) verifyAdopted(ctx context.Context, c *chunk, key *keys.Key) (why string, err error) {
+	ctx, cancel := context.WithTimeout(ctx, resultsTimeout)
+	defer cancel()
+	resp, err := r.cfg.Client.Stream(ctx, key, batchesPath+"/"+url.PathEscape(c.batch)+"/results", "application/x-jsonl")
+	if err != nil {
+		return "", fmt.Errorf("batch: results: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return "", &httpError{status: resp.StatusCode, class: client.Classify(resp.StatusCode, resp.Header, body),
+			err: fmt.Errorf("%s", strings.TrimSpace(string(body)))}
+	}
+	seen := make(map[string]bool, c.n())
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	for {
+		line, rerr := br.ReadBytes('\n')
+		if len(strings.TrimSpace(string(line))) > 0 {
+			var row struct {
+				CustomID string `json:"custom_id"`
+				Result   struct {
+					Type    string `json:"type"`
+					Message struct {
+						Model string `json:"model"`
+					} `json:"message"`
+				} `json:"result"`
+			}
+			if err := json.Unmarshal(line, &row); err != nil || row.CustomID == "" {
+				if rerr == io.EOF {
+					return "", fmt.Errorf("batch: results of %s end in a torn line", c.batch)
+				}
+				return fmt.Sprintf("a results line is not a result: %.80q", line), nil
+			}
+			i, ok := c.index[row.CustomID]
+			switch {
+			case !ok:
+				return fmt.Sprintf("custom_id %q is not in the chunk", row.CustomID), nil
+			case seen[row.CustomID]:
+				return fmt.Sprintf("custom_id %q appears twice", row.CustomID), nil
+			}
+			seen[row.CustomID] = true
+			if row.Result.Type == "succeeded" {
+				if want := r.requestModel(c, i, row.CustomID); want != "" && !sameModel(want, row.Result.Message.Model) {
+					return fmt.Sprintf("custom_id %q was answered by %q, its request asked for %q", row.CustomID, row.Result.Message.Model, want), nil
+				}
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return "", fmt.Errorf("batch: results of %s cut short: %w", c.batch, rerr)
+		}
+	}
+	if len(seen) != c.n() {
+		return fmt.Sprintf("%d of the chunk's %d custom_ids are in its results", len(seen), c.n()), nil
+	}
+	return "", nil
+}
+
+// requestModel is the model the request with custom_id id (position i in
+// the chunk) asked for; "" when this run does not hold the request (a
+// resumed chunk's id not submitted yet).
+func (r *Runner) requestModel(c *chunk, i int, id string) string {
+	if i < len(c.list) && c.list[i] != nil && c.list[i].ID == id {
+		return c.list[i].Model
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := c.reqs[id]; q != nil {
+		return q.Model
+	}
+	return ""
+}
+
+// sameModel reports whether an answer's model is the one asked for: the
+// same catalog entry (an alias answers with its dated id), else, for
+// names the catalog does not know, the same family. Lenient on purpose:
+// a false "different" costs a chunk paid twice, never a wrong result.
+func sameModel(asked, answered string) bool {
+	if asked == answered {
+		return true
+	}
+	a, okA := api.LookupModel(asked)
+	b, okB := api.LookupModel(answered)
+	if okA && okB {
+		return a.ID == b.ID
+	}
+	return api.FamilyOf(asked) == api.FamilyOf(answered)
+}
