@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -31,9 +30,7 @@ func (r *Runner) verifyAdopted(ctx context.Context, c *chunk, key *keys.Key) (wh
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return "", &httpError{status: resp.StatusCode, class: client.Classify(resp.StatusCode, resp.Header, body),
-			err: fmt.Errorf("%s", strings.TrimSpace(string(body)))}
+		return "", resultsError(resp)
 	}
 	seen := make(map[string]bool, c.n())
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
@@ -50,8 +47,11 @@ func (r *Runner) verifyAdopted(ctx context.Context, c *chunk, key *keys.Key) (wh
 				} `json:"result"`
 			}
 			if err := json.Unmarshal(line, &row); err != nil || row.CustomID == "" {
-				if rerr == io.EOF {
-					return "", fmt.Errorf("batch: results of %s end in a torn line", c.batch)
+				if rerr != nil {
+					// A line cut by the read (EOF, a cut connection, a
+					// timeout, Ctrl-C) says nothing about the batch:
+					// download it again.
+					return "", fmt.Errorf("batch: results of %s cut in a line: %w", c.batch, rerr)
 				}
 				return fmt.Sprintf("a results line is not a result: %.80q", line), nil
 			}
@@ -99,7 +99,8 @@ func (r *Runner) requestModel(c *chunk, i int, id string) string {
 
 // sameModel reports whether an answer's model is the one asked for: the
 // same catalog entry (an alias answers with its dated id), else, for
-// names the catalog does not know, the same family. Lenient on purpose:
+// names the catalog does not know, the same family (or, without one, one
+// name a prefix of the other). Lenient on purpose:
 // a false "different" costs a chunk paid twice, never a wrong result.
 func sameModel(asked, answered string) bool {
 	if asked == answered {
@@ -110,5 +111,10 @@ func sameModel(asked, answered string) bool {
 	if okA && okB {
 		return a.ID == b.ID
 	}
-	return api.FamilyOf(asked) == api.FamilyOf(answered)
+	fa, fb := api.FamilyOf(asked), api.FamilyOf(answered)
+	if fa == api.FamilyUnknown || fb == api.FamilyUnknown {
+		// No family to go by: an alias is a prefix of the dated id.
+		return strings.HasPrefix(answered, asked) || strings.HasPrefix(asked, answered)
+	}
+	return fa == fb
 }

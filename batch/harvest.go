@@ -62,9 +62,7 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 				if why != "" {
 					r.log.Warn("batch: an adopted batch is not this chunk's; nothing is harvested from it and its requests are re-driven",
 						"org", o.label, "chunk", c.id, "batch", c.batch, "why", why)
-					r.mu.Lock()
-					r.stats.Foreign++
-					r.mu.Unlock()
+					r.markForeign(c)
 					return r.giveUp(c, "the adopted batch is another's: "+why, false)
 				}
 				verified = true
@@ -138,9 +136,7 @@ func (r *Runner) stream(ctx context.Context, c *chunk, key *keys.Key) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		return &httpError{status: resp.StatusCode, class: client.Classify(resp.StatusCode, resp.Header, body),
-			err: fmt.Errorf("%s", bytes.TrimSpace(body))}
+		return resultsError(resp)
 	}
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
@@ -214,7 +210,10 @@ func (r *Runner) handleLine(c *chunk, line []byte, complete bool) error {
 // deliverRow turns one row into the request's outcome:
 //
 //	succeeded                        → result, class ok
-//	errored, invalid_request_error   → result, class final (never retried)
+//	errored, invalid_request_error   → result, class final (never retried;
+//	                                   from an adopted batch: re-routed)
+//	succeeded from an adopted batch,
+//	  another model than asked for   → re-routed (the batch is another's)
 //	errored otherwise, expired       → re-routed to sync
 //	canceled, sluice cancelled       → re-routed to sync
 //	canceled by someone else         → result, class transport (a re-run drives it)
@@ -229,6 +228,7 @@ func (r *Runner) deliverRow(c *chunk, req *dispatch.Request, row *resultRow) {
 	switch row.Result.Type {
 	case api.ResultSucceeded:
 		var m struct {
+			Model      string    `json:"model"`
 			Usage      api.Usage `json:"usage"`
 			StopReason string    `json:"stop_reason"`
 		}
@@ -236,12 +236,21 @@ func (r *Runner) deliverRow(c *chunk, req *dispatch.Request, row *resultRow) {
 			r.transport(c, res, "a succeeded row without a message")
 			return
 		}
+		if c.adopted && !sameModel(req.Model, m.Model) {
+			// A resumed chunk's requests arrive after verifyAdopted ran,
+			// so each row is checked as it meets its request.
+			r.markForeign(c)
+			r.emitReroute(c, req, fmt.Sprintf("the adopted batch answered with %q, the request asked for %q: another's", m.Model, req.Model))
+			return
+		}
 		res.Class, res.Status, res.Body = api.ClassOK, http.StatusOK, row.Result.Message
 		res.Usage, res.StopReason = m.Usage, m.StopReason
 		r.emitResult(c, res)
 	case api.ResultErrored:
 		typ, msg := errorOf(row.Result.Error)
-		if typ != api.ErrInvalidRequest {
+		// From an adopted batch an invalid_request row may be another
+		// job's request's verdict: the sync path asks again.
+		if typ != api.ErrInvalidRequest || c.adopted {
 			r.emitReroute(c, req, fmt.Sprintf("errored row (%s)", typ))
 			return
 		}
@@ -285,4 +294,28 @@ func errorOf(raw json.RawMessage) (api.ErrorType, string) {
 		return outer.Error.Type, outer.Error.Message
 	}
 	return api.ErrorType(outer.Type), outer.Message
+}
+
+// markForeign counts c's adopted batch as another's, once.
+func (r *Runner) markForeign(c *chunk) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !c.foreign {
+		c.foreign = true
+		r.stats.Foreign++
+		r.log.Warn("batch: an adopted batch answers with another model than its requests asked for; its rows are re-routed",
+			"org", c.org.label, "chunk", c.id, "batch", c.batch)
+	}
+}
+
+// resultsError is a results download answered with a status other than
+// 200. A redirect's body repeats its target, query and all, so it is not
+// quoted: the client does not follow redirects, and says so.
+func resultsError(resp *http.Response) *httpError {
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	err := fmt.Errorf("%s", bytes.TrimSpace(body))
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		err = errors.New("a redirect (sluice never follows one: the API key would go with it)")
+	}
+	return &httpError{status: resp.StatusCode, class: client.Classify(resp.StatusCode, resp.Header, body), err: err}
 }

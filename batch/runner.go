@@ -150,9 +150,9 @@ type chunk struct {
 
 	// lifecycle (the chunk's goroutine; read by others only after it ends)
 	intentAt time.Time
-	// createdBy is when this run's failed create returned: its batch, if
-	// the API made one, was created before it (zero for a resumed intent,
-	// whose create ended with the process).
+	// createdBy bounds the creation of this chunk's batch from above: when
+	// this run's failed create returned, or, for a resumed intent, when
+	// this run opened the journal (the create ended with the process).
 	createdBy time.Time
 	batch     string
 	created   time.Time
@@ -176,6 +176,7 @@ type chunk struct {
 	closed     bool // a terminal journal record is written
 	finished   bool // this run is done with it
 	keepOpen   bool // given up but left open in the journal for a resume
+	foreign    bool // its adopted batch proved another's (counted once)
 }
 
 func (c *chunk) n() int { return len(c.ids) }
@@ -328,7 +329,9 @@ func (r *Runner) recover(id string, e *entry, now time.Time) error {
 		bytes: in.Bytes, recovered: true, journaled: true, adopted: e.adopted,
 		intentAt: in.At, batch: e.batch, created: e.created, expires: e.expires,
 		cancelAt: e.cancelAt, canceled: e.canceled,
-		reqs: map[string]*dispatch.Request{}, handled: map[string]bool{}, stale: map[string]bool{},
+		// Its create, if any, was the dead process's: before now.
+		createdBy: now,
+		reqs:      map[string]*dispatch.Request{}, handled: map[string]bool{}, stale: map[string]bool{},
 	}
 	for i, cid := range in.IDs {
 		c.index[cid] = i
