@@ -137,7 +137,7 @@ func TestSameModel(t *testing.T) {
 		want            bool
 	}{
 		{"claude-haiku-4-5", "claude-haiku-4-5", true},
-		{"claude-haiku-4-5", "claude-haiku-4-5-20251001", true}, // an alias answers with its dated id
+		{"claude-haiku-4-5", "claude-haiku-4-5-20251001", true},  // an alias answers with its dated id
 		{"claude-sonnet-4-5", "claude-sonnet-4-20250514", false}, // same pool, another model
 		{"claude-haiku-4-5", "claude-sonnet-4-5", false},
 		{"claude-sonnet-9-preview", "claude-sonnet-9-preview-20270101", true}, // unknown, same family
