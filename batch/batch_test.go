@@ -651,3 +651,45 @@ func TestErrorOf(t *testing.T) {
 		}
 	}
 }
+
+// TestResultsNotFoundRightAfterEnd: the API may answer a results download
+// with 404 for a moment after the batch ended. A few are retried and the
+// batch harvested; a 404 that lasts gives the batch up (re-routed), and
+// the wait before that is bounded.
+func TestResultsNotFoundRightAfterEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		notFound int32 // 404s before the results are served
+		harvest  bool
+	}{
+		{"transient", 3, true},
+		{"lasting", 1000, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorld(t, nil, "batch")
+				var n atomic.Int32
+				w.tap.resultsNotFound = func() bool { return n.Add(1) <= tc.notFound }
+				reqs := requests(10)
+				start := time.Now()
+				col, r, err := w.run(t, w.config(), reqs, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tc.harvest {
+					checkAllOK(t, reqs, col)
+					return
+				}
+				if len(col.results) != 0 || len(col.reroutes) != len(reqs) || r.Stats().GivenUp != 1 {
+					t.Errorf("%d results, %d re-routed, stats %+v: want all re-routed, the batch given up", len(col.results), len(col.reroutes), r.Stats())
+				}
+				if got := n.Load(); got != maxResultsNotFound+1 {
+					t.Errorf("%d downloads answered 404, want %d", got, maxResultsNotFound+1)
+				}
+				if el := time.Since(start); el > 30*time.Minute {
+					t.Errorf("gave up after %v: the 404s must be bounded in time too", el)
+				}
+			})
+		})
+	}
+}

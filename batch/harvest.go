@@ -50,6 +50,7 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 	o := c.org
 	delay := r.cfg.PollMin
 	verified := !c.adopted
+	notFound := 0
 	for try := 1; ; try++ {
 		key := r.orgKey(o)
 		if key == nil {
@@ -87,7 +88,19 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 				r.keyDead(o, key, &client.Outcome{Status: he.status, Err: he.err})
 				continue
 			case he.status == 404:
-				return r.giveUp(c, "results not found (archived, or deleted)", false)
+				// Right after a batch ends its results may not be served
+				// yet (the API shows transient 404s there): only a 404
+				// that lasts is "gone".
+				notFound++
+				if notFound > maxResultsNotFound {
+					return r.giveUp(c, fmt.Sprintf("results not found %d times (archived, or deleted)", notFound), false)
+				}
+				r.log.Info("batch: results not found yet; trying again", "org", o.label, "batch", c.batch, "tries", notFound)
+				if err := sleep(ctx, delay); err != nil {
+					return err
+				}
+				delay = min(delay*2, r.cfg.PollMax)
+				continue
 			}
 		}
 		if try >= maxHarvestTries {

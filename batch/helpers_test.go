@@ -57,6 +57,9 @@ type tap struct {
 	// failRetrieve, when set and true, answers a retrieve of one batch
 	// with a 500, unforwarded.
 	failRetrieve func() bool
+	// resultsNotFound, when set and true, answers a results download with
+	// a 404, unforwarded (the results not served yet after the end).
+	resultsNotFound func() bool
 }
 
 type createCall struct {
@@ -109,8 +112,11 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	isRetrieve := req.Method == "GET" && strings.HasPrefix(req.URL.Path, "/v1/messages/batches/") && !strings.HasSuffix(req.URL.Path, "/results")
 	tp.mu.Lock()
-	failRetrieve := tp.failRetrieve
+	failRetrieve, resultsNotFound := tp.failRetrieve, tp.resultsNotFound
 	tp.mu.Unlock()
+	if req.Method == "GET" && strings.HasSuffix(req.URL.Path, "/results") && resultsNotFound != nil && resultsNotFound() {
+		return answer(req, 404, "not_found_error", "results not found"), nil
+	}
 	if isRetrieve && failRetrieve != nil && failRetrieve() {
 		return answer(req, 500, "api_error", "the test gateway is down"), nil
 	}

@@ -28,6 +28,10 @@ const (
 	maxListFailures = 6
 	// maxHarvestTries bounds the downloads of one results file.
 	maxHarvestTries = 8
+	// maxResultsNotFound bounds the 404s tolerated on a results file (the
+	// API serves results a moment after a batch ends); with the doubling
+	// delay from PollMin they span about 2^6 PollMin (2 min at the default).
+	maxResultsNotFound = 6
 	// listPages bounds how far back a reconciliation looks.
 	listPages = 50
 )
