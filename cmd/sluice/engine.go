@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -64,6 +65,8 @@ func (f *engineFlags) loadKeys(log *slog.Logger) (*keys.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	redact := p.Redact
+	logRedact.Store(&redact)
 	for _, w := range p.Warnings() {
 		log.Warn(w)
 	}
@@ -128,6 +131,18 @@ func (f *engineFlags) totalConns(nKeys int) int {
 	return max(64, m*nKeys+16)
 }
 
+// logRedact is the loaded key pool's Redact, once there is one: every
+// logger newLogger made passes every line through it (keys.RedactingHandler),
+// so a key value a lower layer logs — a raw error body, a URL error — is
+// never printed.
+var logRedact atomic.Pointer[func(string) string]
+
 func newLogger() *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	h := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})
+	return slog.New(keys.RedactingHandler(h, func(s string) string {
+		if f := logRedact.Load(); f != nil {
+			return (*f)(s)
+		}
+		return s
+	}))
 }
