@@ -654,25 +654,46 @@ func TestErrorOf(t *testing.T) {
 
 // TestResultsNotFoundRightAfterEnd: the API may answer a results download
 // with 404 for a moment after the batch ended. A few are retried and the
-// batch harvested; a 404 that lasts gives the batch up (re-routed), and
-// the wait before that is bounded.
+// batch harvested; a 404 that lasts gives the batch up (re-routed) after
+// exactly maxResultsNotFound retries, spaced by the doubling delay; and the
+// 404s do not spend the budget of other download failures.
 func TestResultsNotFoundRightAfterEnd(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		notFound int32 // 404s before the results are served
-		harvest  bool
+		name    string
+		status  func(k int32) int // the k-th download's status, 0 served
+		harvest bool
 	}{
-		{"transient", 3, true},
-		{"lasting", 1000, false},
+		{"transient", func(k int32) int { return map[bool]int{true: 404}[k <= 3] }, true},
+		{"lasting", func(int32) int { return 404 }, false},
+		{"404s then 5xx", func(k int32) int {
+			switch {
+			case k <= maxResultsNotFound:
+				return 404
+			case k <= maxResultsNotFound+maxHarvestTries-1:
+				return 500
+			}
+			return 0
+		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				w := newWorld(t, nil, "batch")
 				var n atomic.Int32
-				w.tap.resultsNotFound = func() bool { return n.Add(1) <= tc.notFound }
+				var first, last time.Time
+				w.tap.resultsStatus = func() int {
+					k := n.Add(1)
+					st := tc.status(k)
+					if st == 404 {
+						if first.IsZero() {
+							first = time.Now()
+						}
+						last = time.Now()
+					}
+					return st
+				}
 				reqs := requests(10)
-				start := time.Now()
-				col, r, err := w.run(t, w.config(), reqs, nil, nil)
+				cfg := w.config()
+				col, r, err := w.run(t, cfg, reqs, nil, nil)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -686,8 +707,13 @@ func TestResultsNotFoundRightAfterEnd(t *testing.T) {
 				if got := n.Load(); got != maxResultsNotFound+1 {
 					t.Errorf("%d downloads answered 404, want %d", got, maxResultsNotFound+1)
 				}
-				if el := time.Since(start); el > 30*time.Minute {
-					t.Errorf("gave up after %v: the 404s must be bounded in time too", el)
+				// The retries wait PollMin, doubling, at most PollMax.
+				var want time.Duration
+				for i, d := 0, cfg.PollMin; i < maxResultsNotFound; i, d = i+1, min(2*d, cfg.PollMax) {
+					want += d
+				}
+				if got := last.Sub(first); got < want || got > want+time.Second {
+					t.Errorf("the 404s spanned %v, want %v (the doubling delay)", got, want)
 				}
 			})
 		})

@@ -100,6 +100,7 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 					return err
 				}
 				delay = min(delay*2, r.cfg.PollMax)
+				try-- // not a failed download: its own bound
 				continue
 			}
 		}

@@ -57,9 +57,10 @@ type tap struct {
 	// failRetrieve, when set and true, answers a retrieve of one batch
 	// with a 500, unforwarded.
 	failRetrieve func() bool
-	// resultsNotFound, when set and true, answers a results download with
-	// a 404, unforwarded (the results not served yet after the end).
-	resultsNotFound func() bool
+	// resultsStatus, when set and non-zero, answers a results download
+	// with that status (an error body), unforwarded: 404 is the results
+	// not served yet after the end.
+	resultsStatus func() int
 }
 
 type createCall struct {
@@ -112,10 +113,12 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	isRetrieve := req.Method == "GET" && strings.HasPrefix(req.URL.Path, "/v1/messages/batches/") && !strings.HasSuffix(req.URL.Path, "/results")
 	tp.mu.Lock()
-	failRetrieve, resultsNotFound := tp.failRetrieve, tp.resultsNotFound
+	failRetrieve, resultsStatus := tp.failRetrieve, tp.resultsStatus
 	tp.mu.Unlock()
-	if req.Method == "GET" && strings.HasSuffix(req.URL.Path, "/results") && resultsNotFound != nil && resultsNotFound() {
-		return answer(req, 404, "not_found_error", "results not found"), nil
+	if req.Method == "GET" && strings.HasSuffix(req.URL.Path, "/results") && resultsStatus != nil {
+		if st := resultsStatus(); st != 0 {
+			return answer(req, st, "api_error", "results status set by the test"), nil
+		}
 	}
 	if isRetrieve && failRetrieve != nil && failRetrieve() {
 		return answer(req, 500, "api_error", "the test gateway is down"), nil

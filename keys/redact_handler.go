@@ -2,6 +2,7 @@ package keys
 
 import (
 	"context"
+	"encoding"
 	"fmt"
 	"log/slog"
 )
@@ -58,14 +59,35 @@ func (r *redactHandler) attr(a slog.Attr) slog.Attr {
 		}
 		a.Value = slog.GroupValue(red...)
 	case slog.KindAny:
-		s := fmt.Sprint(v.Any())
-		if red := r.redact(s); red != s {
-			a.Value = slog.StringValue(red)
-		} else {
-			a.Value = v
+		a.Value = v
+		forms := printed(v.Any())
+		for _, f := range forms {
+			if r.redact(f) != f {
+				a.Value = slog.StringValue(r.redact(forms[0]))
+				break
+			}
 		}
 	default:
 		a.Value = v
 	}
 	return a
+}
+
+// printed is the forms a handler may print x in, the text handler's
+// first: a []byte as text, a TextMarshaler by MarshalText, an error by
+// Error, anything by %+v. The check must see what the output would hold,
+// not fmt's default form ([]byte prints as numbers).
+func printed(x any) []string {
+	plain := fmt.Sprintf("%+v", x)
+	switch v := x.(type) {
+	case []byte:
+		return []string{string(v)}
+	case encoding.TextMarshaler:
+		if b, err := v.MarshalText(); err == nil {
+			return []string{string(b), plain}
+		}
+	case error:
+		return []string{v.Error(), plain}
+	}
+	return []string{plain}
 }

@@ -24,7 +24,11 @@ func main() {
 	}
 	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "sluice:", err)
+		msg := err.Error()
+		if f := logRedact.Load(); f != nil {
+			msg = (*f)(msg) // an error may carry a lower layer's raw text
+		}
+		fmt.Fprintln(os.Stderr, "sluice:", msg)
 		var ee *exitError
 		if errors.As(err, &ee) {
 			stop()
