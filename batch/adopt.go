@@ -1,13 +1,9 @@
 package batch
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/url"
 	"strings"
 
 	"github.com/sluice-dev/sluice/api"
@@ -22,64 +18,55 @@ import (
 // each once, and every answer is from the model its request asked for
 // (where the request is known to this run). why is empty when it is ours.
 func (r *Runner) verifyAdopted(ctx context.Context, c *chunk, key *keys.Key) (why string, err error) {
-	ctx, cancel := context.WithTimeout(ctx, resultsTimeout)
-	defer cancel()
-	resp, err := r.cfg.Client.Stream(ctx, key, batchesPath+"/"+url.PathEscape(c.batch)+"/results", "application/x-jsonl")
-	if err != nil {
-		return "", fmt.Errorf("batch: results: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", resultsError(resp)
-	}
 	seen := make(map[string]bool, c.n())
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
-	for {
-		line, rerr := br.ReadBytes('\n')
-		if len(strings.TrimSpace(string(line))) > 0 {
-			var row struct {
-				CustomID string `json:"custom_id"`
-				Result   struct {
-					Type    string `json:"type"`
-					Message struct {
-						Model string `json:"model"`
-					} `json:"message"`
-				} `json:"result"`
+	err = r.eachResultLine(ctx, c, key, func(line []byte, complete bool) (bool, error) {
+		var row resultRow
+		if err := json.Unmarshal(line, &row); err != nil || row.CustomID == "" {
+			if !complete {
+				// A line cut by the read (EOF, a cut connection, a
+				// timeout, Ctrl-C) says nothing about the batch: download
+				// it again.
+				return false, fmt.Errorf("batch: results of %s cut in a line", c.batch)
 			}
-			if err := json.Unmarshal(line, &row); err != nil || row.CustomID == "" {
-				if rerr != nil {
-					// A line cut by the read (EOF, a cut connection, a
-					// timeout, Ctrl-C) says nothing about the batch:
-					// download it again.
-					return "", fmt.Errorf("batch: results of %s cut in a line: %w", c.batch, rerr)
-				}
-				return fmt.Sprintf("a results line is not a result: %.80q", line), nil
-			}
-			i, ok := c.index[row.CustomID]
-			switch {
-			case !ok:
-				return fmt.Sprintf("custom_id %q is not in the chunk", row.CustomID), nil
-			case seen[row.CustomID]:
-				return fmt.Sprintf("custom_id %q appears twice", row.CustomID), nil
-			}
-			seen[row.CustomID] = true
-			if row.Result.Type == "succeeded" {
-				if want := r.requestModel(c, i, row.CustomID); want != "" && !sameModel(want, row.Result.Message.Model) {
-					return fmt.Sprintf("custom_id %q was answered by %q, its request asked for %q", row.CustomID, row.Result.Message.Model, want), nil
-				}
+			why = fmt.Sprintf("a results line is not a result: %.80q", line)
+			return true, nil
+		}
+		id := row.CustomID
+		i, ok := c.index[id]
+		switch {
+		case !ok:
+			why = fmt.Sprintf("custom_id %q is not in the chunk", id)
+			return true, nil
+		case seen[id]:
+			why = fmt.Sprintf("custom_id %q appears twice", id)
+			return true, nil
+		}
+		seen[id] = true
+		if row.Result.Type == api.ResultSucceeded {
+			got := messageModel(row.Result.Message)
+			if want := r.requestModel(c, i, id); want != "" && !sameModel(want, got) {
+				why = fmt.Sprintf("custom_id %q was answered by %q, its request asked for %q", id, got, want)
+				return true, nil
 			}
 		}
-		if rerr == io.EOF {
-			break
-		}
-		if rerr != nil {
-			return "", fmt.Errorf("batch: results of %s cut short: %w", c.batch, rerr)
-		}
+		return false, nil
+	})
+	if err != nil || why != "" {
+		return why, err
 	}
 	if len(seen) != c.n() {
 		return fmt.Sprintf("%d of the chunk's %d custom_ids are in its results", len(seen), c.n()), nil
 	}
 	return "", nil
+}
+
+// messageModel is a Message's model field ("" when it has none).
+func messageModel(msg json.RawMessage) string {
+	var m struct {
+		Model string `json:"model"`
+	}
+	json.Unmarshal(msg, &m)
+	return m.Model
 }
 
 // requestModel is the model the request with custom_id id (position i in

@@ -50,8 +50,8 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 	o := c.org
 	delay := r.cfg.PollMin
 	verified := !c.adopted
-	notFound := 0
-	for try := 1; ; try++ {
+	failures, notFound := 0, 0 // failed downloads (a dead key counts), and 404s: each its own bound
+	for {
 		key := r.orgKey(o)
 		if key == nil {
 			return r.giveUp(c, "organization has no live key", true)
@@ -61,9 +61,7 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 			var why string
 			if why, err = r.verifyAdopted(ctx, c, key); err == nil {
 				if why != "" {
-					r.log.Warn("batch: an adopted batch is not this chunk's; nothing is harvested from it and its requests are re-driven",
-						"org", o.label, "chunk", c.id, "batch", c.batch, "why", why)
-					r.markForeign(c)
+					r.markForeign(c, why)
 					return r.giveUp(c, "the adopted batch is another's: "+why, false)
 				}
 				verified = true
@@ -85,6 +83,7 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 		if errors.As(err, &he) {
 			switch {
 			case he.class == client.KeyDead:
+				failures++
 				r.keyDead(o, key, &client.Outcome{Status: he.status, Err: he.err})
 				continue
 			case he.status == 404:
@@ -100,12 +99,11 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 					return err
 				}
 				delay = min(delay*2, r.cfg.PollMax)
-				try-- // not a failed download: its own bound
 				continue
 			}
 		}
-		if try >= maxHarvestTries {
-			return r.giveUp(c, fmt.Sprintf("results download failed %d times: %v", try, err), true)
+		if failures++; failures >= maxHarvestTries {
+			return r.giveUp(c, fmt.Sprintf("results download failed %d times: %v", failures, err), true)
 		}
 		r.log.Info("batch: results download failed; trying again", "org", o.label, "batch", c.batch, "err", err)
 		if err := sleep(ctx, delay); err != nil {
@@ -140,8 +138,23 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 }
 
 // stream downloads c's results file and handles each line as it arrives.
-// Lines have no length limit.
 func (r *Runner) stream(ctx context.Context, c *chunk, key *keys.Key) error {
+	return r.eachResultLine(ctx, c, key, func(line []byte, complete bool) (bool, error) {
+		if err := r.handleLine(c, line, complete); err != nil {
+			return false, err
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(c.handled) == c.n(), nil // every row handled: the rest is not needed
+	})
+}
+
+// eachResultLine downloads c's results file and calls fn on each
+// non-blank line as it arrives, until fn says stop, fails, or the file
+// ends. complete is false for a line the read cut (a last line without a
+// newline, a dropped connection): it must still parse. Lines have no
+// length limit.
+func (r *Runner) eachResultLine(ctx context.Context, c *chunk, key *keys.Key, fn func(line []byte, complete bool) (stop bool, err error)) error {
 	ctx, cancel := context.WithTimeout(ctx, resultsTimeout)
 	defer cancel()
 	resp, err := r.cfg.Client.Stream(ctx, key, batchesPath+"/"+url.PathEscape(c.batch)+"/results", "application/x-jsonl")
@@ -156,14 +169,12 @@ func (r *Runner) stream(ctx context.Context, c *chunk, key *keys.Key) error {
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			if herr := r.handleLine(c, line, err == nil); herr != nil {
-				return herr
+			stop, ferr := fn(line, err == nil)
+			if ferr != nil {
+				return ferr
 			}
-			r.mu.Lock()
-			all := len(c.handled) == c.n()
-			r.mu.Unlock()
-			if all {
-				return nil // every row handled: the rest of the file is not needed
+			if stop {
+				return nil
 			}
 		}
 		if err == io.EOF {
@@ -253,7 +264,7 @@ func (r *Runner) deliverRow(c *chunk, req *dispatch.Request, row *resultRow) {
 		if c.adopted && !sameModel(req.Model, m.Model) {
 			// A resumed chunk's requests arrive after verifyAdopted ran,
 			// so each row is checked as it meets its request.
-			r.markForeign(c)
+			r.markForeign(c, fmt.Sprintf("custom_id %q was answered by %q, its request asked for %q", req.ID, m.Model, req.Model))
 			r.emitReroute(c, req, fmt.Sprintf("the adopted batch answered with %q, the request asked for %q: another's", m.Model, req.Model))
 			return
 		}
@@ -310,15 +321,17 @@ func errorOf(raw json.RawMessage) (api.ErrorType, string) {
 	return api.ErrorType(outer.Type), outer.Message
 }
 
-// markForeign counts c's adopted batch as another's, once.
-func (r *Runner) markForeign(c *chunk) {
+// markForeign counts c's adopted batch as another's (why: the first
+// evidence), once: nothing more is harvested from it and its requests are
+// re-driven.
+func (r *Runner) markForeign(c *chunk, why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if !c.foreign {
 		c.foreign = true
 		r.stats.Foreign++
-		r.log.Warn("batch: an adopted batch answers with another model than its requests asked for; its rows are re-routed",
-			"org", c.org.label, "chunk", c.id, "batch", c.batch)
+		r.log.Warn("batch: an adopted batch is not this chunk's; its answers are not used and its requests are re-driven",
+			"org", c.org.label, "chunk", c.id, "batch", c.batch, "why", why)
 	}
 }
 

@@ -212,7 +212,8 @@ type Lane struct {
 	answered bool
 	// clockHi bounds (server clock − ours) from above, in seconds: from
 	// Date (whole seconds, truncated: the server's time is below Date + 1)
-	// and from every reset (never in the server's past).
+	// and from every reset (never in the server's past), each taken
+	// against the attempt's send (the headers may be older than Done).
 	clockHi    float64
 	clockKnown bool
 	depth      [budget.NumDims]float64 // the largest lower bound on the depth, decaying

@@ -1,35 +1,16 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/logbuf"
 	"github.com/sluice-dev/sluice/job"
 )
-
-// lockedBuffer is a bytes.Buffer safe for the watcher goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestFirstInterruptStopsSecondAborts: with one owner of the signals, the
 // first always says it is stopping and cancels the job's context, and the
@@ -40,7 +21,7 @@ func TestFirstInterruptStopsSecondAborts(t *testing.T) {
 	for range 50 { // a race shows in some runs, not every one
 		sigs := make(chan os.Signal, 4)
 		ctx, stop := interrupts(context.Background(), sigs)
-		var out lockedBuffer
+		var out logbuf.Buffer
 		started := make(chan struct{})
 		errc := make(chan error, 1)
 		go func() {
@@ -77,7 +58,7 @@ func TestEndWithoutInterruptSaysNothing(t *testing.T) {
 	parent, cancel := context.WithCancel(context.Background())
 	ctx, stop := interrupts(parent, sigs)
 	defer stop()
-	var out lockedBuffer
+	var out logbuf.Buffer
 	err := underInterrupts(ctx, &out, time.Minute, func(ctx context.Context, _ <-chan struct{}) error {
 		cancel()
 		<-ctx.Done()
