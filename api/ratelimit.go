@@ -117,7 +117,7 @@ func ParseRateLimitHeaders(h http.Header) RateLimitHeaders {
 func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 	if v := h.Get(HeaderRetryAfterMs); v != "" {
 		if ms, ok := parseNonNegative(v); ok {
-			return seconds(ms / 1000), true
+			return durationOf(ms, time.Millisecond), true
 		}
 	}
 	v := h.Get(HeaderRetryAfter)
@@ -125,7 +125,7 @@ func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 		return 0, false
 	}
 	if s, ok := parseNonNegative(v); ok {
-		return seconds(s), true
+		return durationOf(s, time.Second), true
 	} else if _, err := strconv.ParseFloat(v, 64); err == nil || isRange(err) {
 		return 0, false // a negative number
 	}
@@ -157,12 +157,15 @@ func isRange(err error) bool {
 	return errors.As(err, &ne) && ne.Err == strconv.ErrRange
 }
 
-// seconds converts s ≥ 0 to a Duration, saturating instead of overflowing.
-func seconds(s float64) time.Duration {
-	if s >= float64(math.MaxInt64)/float64(time.Second) {
+// durationOf converts x ≥ 0 units to a Duration, rounded to the nearest
+// nanosecond (truncating made "2.01" s, or 2010 ms, 1 ns short: a wait
+// shorter than the server asked for), saturating instead of overflowing.
+func durationOf(x float64, unit time.Duration) time.Duration {
+	ns := math.Round(x * float64(unit))
+	if ns >= float64(math.MaxInt64) {
 		return time.Duration(math.MaxInt64)
 	}
-	return time.Duration(s * float64(time.Second))
+	return time.Duration(ns)
 }
 
 // ParseDate returns the Date header of an answer (whole seconds), zero when
