@@ -562,6 +562,34 @@ func TestDeadKey(t *testing.T) {
 	})
 }
 
+// TestAuthBlipKeepsTheOrg: the only org's key is refused for five seconds
+// (an auth outage), then accepted again. The key is re-probed, not killed:
+// every request is answered from a batch on that org, none re-routed.
+func TestAuthBlipKeepsTheOrg(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, nil, "batch")
+		if err := w.sim.SetKeyStatus("batch", sim.KeyRevoked); err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(5*time.Second, func() { w.sim.SetKeyStatus("batch", sim.KeyActive) })
+		reqs := requests(30)
+		col, _, err := w.run(t, w.config(), reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAllOK(t, reqs, col)
+		if len(col.reroutes) != 0 {
+			t.Errorf("%d requests re-routed after a 5 s auth outage", len(col.reroutes))
+		}
+		if dead, why := w.key(t, "batch").Dead(); dead {
+			t.Errorf("the key died of a 5 s outage: %s", why)
+		}
+		if denied := w.sim.Stats().Orgs["batch"].Keys["batch"].Denied; denied == 0 || denied > 6 {
+			t.Errorf("the key was refused %d times in a 5 s outage; want 1..6 (re-probed at 1, 2, 4 s gaps)", denied)
+		}
+	})
+}
+
 // TestJournalRepair: a torn last line is cut; a bad line before the last
 // is refused.
 func TestJournalRepair(t *testing.T) {

@@ -52,11 +52,13 @@ func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) err
 	verified := !c.adopted
 	failures, notFound := 0, 0 // failed downloads (a dead key counts), and 404s: each its own bound
 	for {
-		key := r.orgKey(o)
+		key, err := r.orgKey(ctx, o)
+		if err != nil {
+			return err
+		}
 		if key == nil {
 			return r.giveUp(c, "organization has no live key", true)
 		}
-		var err error
 		if !verified {
 			var why string
 			if why, err = r.verifyAdopted(ctx, c, key); err == nil {

@@ -81,7 +81,10 @@ func (r *Runner) establish(ctx context.Context, c *chunk) (bool, error) {
 // create persists c's intent, then creates its batch.
 func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 	o := c.org
-	key := r.orgKey(o)
+	key, err := r.orgKey(ctx, o)
+	if err != nil {
+		return false, err
+	}
 	if key == nil {
 		return false, r.abandon(c, "organization has no live key", moveRequeue)
 	}
@@ -260,7 +263,10 @@ func (r *Runner) reconcile(ctx context.Context, c *chunk) (bool, error) {
 		if !wanted {
 			return false, nil
 		}
-		key := r.orgKey(o)
+		key, err := r.orgKey(ctx, o)
+		if err != nil {
+			return false, err
+		}
 		if key == nil {
 			r.log.Warn("batch: cannot look for a batch whose create may have happened; the organization has no live key (it may be paid twice)",
 				"org", o.label, "chunk", c.id)
@@ -393,7 +399,10 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 		if r.crash("mid-poll") {
 			return nil, errCrash
 		}
-		key := r.orgKey(o)
+		key, err := r.orgKey(ctx, o)
+		if err != nil {
+			return nil, err
+		}
 		if key == nil {
 			return nil, r.giveUp(c, "organization has no live key", true)
 		}
@@ -564,27 +573,61 @@ func (r *Runner) sendCancel(ctx context.Context, c *chunk, key *keys.Key) error 
 	return r.j.append(record{Op: opCanceled, Chunk: c.id, At: r.now(), Batch: c.batch}, false)
 }
 
-// orgKey returns o's live key, marking o dead when it has none.
-func (r *Runner) orgKey(o *orgState) *keys.Key {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	k := o.key()
-	if k == nil {
-		r.orgDead(o, "no live key")
+// orgKey returns o's key for the next call, marking o dead when it has no
+// live key. When its only live keys are suspect (refused lately), it waits
+// for the first one's re-probe time, so a refused key is re-probed at the
+// pace keys.Key.Refused sets, not hammered. The error is ctx's.
+func (r *Runner) orgKey(ctx context.Context, o *orgState) (*keys.Key, error) {
+	for {
+		r.mu.Lock()
+		k := o.key()
+		if k == nil {
+			r.orgDead(o, "no live key")
+		}
+		r.mu.Unlock()
+		if k == nil {
+			return nil, nil
+		}
+		now := r.now()
+		ok, next := k.Usable(now, keys.AllPools)
+		if ok {
+			k.Launched(now, keys.AllPools)
+			return k, nil
+		}
+		if next.IsZero() {
+			continue // died meanwhile: o.key skips it now
+		}
+		if err := sleep(ctx, next.Sub(now)); err != nil {
+			return nil, err
+		}
 	}
-	return k
 }
 
-// keyDead marks key dead (logged once, by label); its org's next key takes
-// over, or the org's batch path ends.
+// keyDead applies a refusal of key by its scope: a 401 or 403 goes to the
+// key's health rule (suspect first, dead only when refusals last, see
+// keys.Key.Refused); a 402, spend cap or exhausted credit kills it at once.
+// The org's next key takes over, or the org's batch path ends.
 func (r *Runner) keyDead(o *orgState, key *keys.Key, out *client.Outcome) {
 	reason := fmt.Sprintf("HTTP %d", out.Status)
 	if out.Err != nil {
 		reason = out.Err.Error()
 	}
-	if key.MarkDead(reason) {
-		_, why := key.Dead()
-		r.log.Warn("batch: key is dead for this run", "key", key, "reason", why)
+	now := r.now()
+	if out.Scope() == client.ScopeOrg {
+		if key.MarkDead(reason) {
+			_, why := key.Dead()
+			r.log.Warn("batch: key is dead for this run", "key", key, "reason", why)
+		}
+	} else {
+		// The batch endpoints are not per model: a 403 here is the key's.
+		switch key.Refused(now, now.Add(-out.Latency), keys.AllPools, reason) {
+		case keys.Suspected:
+			r.log.Warn("batch: key refused; it is held back and re-probed, and is dead only if refusals last",
+				"key", key, "status", out.Status, "dead_after", key.Health().DeadAfter.String())
+		case keys.Killed:
+			_, why := key.Dead()
+			r.log.Warn("batch: key is dead for this run", "key", key, "reason", why)
+		}
 	}
 	r.mu.Lock()
 	if o.key() == nil {

@@ -124,14 +124,22 @@ type orgState struct {
 	createMu  sync.Mutex
 }
 
-// key returns the org's first live key, or nil when it has none.
+// key returns the org's first live key that is not suspect, else its first
+// suspect one (which its next call re-probes), or nil when it has none.
 func (o *orgState) key() *keys.Key {
+	var suspect *keys.Key
 	for _, k := range o.keys {
-		if dead, _ := k.Dead(); !dead {
+		if dead, _ := k.Dead(); dead {
+			continue
+		}
+		if !k.Suspect(keys.AllPools) {
 			return k
 		}
+		if suspect == nil {
+			suspect = k
+		}
 	}
-	return nil
+	return suspect
 }
 
 // chunk is one batch: its requests and where it is in its life. The

@@ -24,7 +24,7 @@ func TestClassify(t *testing.T) {
 		{"request timeout", 408, `{}`, ServerError, ScopeAPI},
 		{"conflict", 409, `{}`, ServerError, ScopeAPI},
 		{"unauthorized", 401, `{}`, KeyDead, ScopeKey},
-		{"forbidden", 403, `{}`, KeyDead, ScopeKey},
+		{"forbidden", 403, `{}`, KeyDead, ScopeKeyModel},
 		{"billing", 402, `{}`, KeyDead, ScopeOrg},
 		{"self-set limit", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"You have reached your specified API usage limits."}}`, KeyDead, ScopeOrg},
 		{"credit", 400, `{"type":"error","error":{"type":"invalid_request_error","message":"Your credit balance is too low to access the API."}}`, KeyDead, ScopeOrg},

@@ -37,7 +37,9 @@ const (
 	Transport
 	// KeyDead: 401, 403, 402 billing_error, the spend-cap 429, or a 400
 	// saying the credit balance or a self-set usage limit is exhausted. The
-	// key is useless for the rest of the run; the request moves elsewhere.
+	// request moves elsewhere at no attempt cost; the Scope says what was
+	// refused (the key, the key for a model, the organization) and
+	// keys.Key.Refused decides when a refused key is dead.
 	KeyDead
 	// Invalid: 400, 404, 413, 422 and other 4xx: the request itself is
 	// wrong and will fail the same way on any key. Final.
@@ -58,8 +60,11 @@ const (
 	ScopeNone Scope = iota
 	// ScopeRequest: the request itself is wrong; any key would fail it.
 	ScopeRequest
-	// ScopeKey: this key (401, 403): other keys of its org are fine.
+	// ScopeKey: this key (401): other keys of its org are fine.
 	ScopeKey
+	// ScopeKeyModel: this key for the request's model pool (403
+	// permission_error: a key can be refused one model and allowed others).
+	ScopeKeyModel
 	// ScopeOrg: the key's organization (402, the spend cap, an exhausted
 	// credit balance or self-set usage limit): every key of it.
 	ScopeOrg
@@ -71,7 +76,7 @@ const (
 	ScopeAPI
 )
 
-var scopeNames = [...]string{"none", "request", "key", "organization", "lane", "api"}
+var scopeNames = [...]string{"none", "request", "key", "key × model", "organization", "lane", "api"}
 
 func (s Scope) String() string { return scopeNames[s] }
 
@@ -81,8 +86,11 @@ func ScopeOf(c Class, status int) Scope {
 	case Invalid:
 		return ScopeRequest
 	case KeyDead:
-		if status == 401 || status == 403 {
+		switch status {
+		case 401:
 			return ScopeKey
+		case 403:
+			return ScopeKeyModel
 		}
 		return ScopeOrg
 	case RateLimited:

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/keys"
 )
@@ -16,11 +18,13 @@ type Discovery struct {
 }
 
 // Discover probes every live key in parallel (free count_tokens calls),
-// sets each key's organization from the answer, and marks keys that get
-// 401/403 dead. A key whose probe is refused for another reason (a gateway
-// without count_tokens, a 5xx) gets a provisional org of its own, "key:" +
-// its label, so it still works; its real org shows in later answers. It
-// returns an error only when no key is left alive.
+// sets each key's organization from the answer, and marks a key refused
+// twice (a re-probe Health().ProbeAfter after the first refusal) dead: a
+// 401 for the run, a 403 for the probed model's pool only (the key stays
+// for other models). A key whose probe is refused for another reason (a
+// gateway without count_tokens, a 5xx) gets a provisional org of its own,
+// "key:" + its label, so it still works; its real org shows in later
+// answers. It returns an error only when no key is left alive.
 func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model string) ([]Discovery, error) {
 	out := make([]Discovery, len(ks))
 	var wg sync.WaitGroup
@@ -30,11 +34,13 @@ func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model strin
 			continue
 		}
 		wg.Go(func() {
-			var o client.Outcome
-			for try := 0; try < 3; try++ {
-				o = c.Probe(ctx, k, model)
-				if o.Class != client.Transport && o.Class != client.ServerError && o.Class != client.Overloaded {
-					break
+			o := probe(ctx, c, k, model)
+			if o.Class == client.KeyDead && o.Scope() != client.ScopeOrg {
+				// One refusal is not proof (auth can fail for everyone
+				// for a moment): the key is dead only if a re-probe a
+				// little later is refused too.
+				if sleepCtx(ctx, k.Health().ProbeAfter) == nil {
+					o = probe(ctx, c, k, model)
 				}
 			}
 			out[i] = Discovery{Key: k, Outcome: o}
@@ -56,6 +62,15 @@ func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model strin
 			continue
 		}
 		switch {
+		case o.Class == client.KeyDead && o.Scope() == client.ScopeKeyModel:
+			// Refused this model, not necessarily every model: the key
+			// stays for the others, and is not counted live for this one.
+			k.MarkDeadFor(api.PoolOf(model), fmt.Sprintf("probe: HTTP %d for %s", o.Status, model))
+			k.SetOrg(o.OrgID)
+			if k.Org() == "" {
+				k.SetOrg("key:" + k.Label())
+			}
+			continue
 		case o.Class == client.KeyDead:
 			k.MarkDead(fmt.Sprintf("probe: HTTP %d", o.Status))
 			continue
@@ -70,4 +85,29 @@ func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model strin
 		return out, fmt.Errorf("%w: every key failed its probe", ErrNoLiveKey)
 	}
 	return out, nil
+}
+
+// probe is one key probe, tried again (up to three times) when the API
+// did not answer it.
+func probe(ctx context.Context, c *client.Client, k *keys.Key, model string) client.Outcome {
+	var o client.Outcome
+	for try := 0; try < 3; try++ {
+		o = c.Probe(ctx, k, model)
+		if o.Class != client.Transport && o.Class != client.ServerError && o.Class != client.Overloaded {
+			break
+		}
+	}
+	return o
+}
+
+// sleepCtx waits d or until ctx ends, and returns ctx's error then.
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -5,10 +5,15 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/pipenet"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -32,4 +37,69 @@ func TestDiscoverStopsOnARedirect(t *testing.T) {
 	if dead, _ := p.Keys()[0].Dead(); dead {
 		t.Error("a redirect killed the key")
 	}
+}
+
+// TestDiscoverReprobesARefusal runs in fake time: a key refused once at
+// start (an auth blip) is re-probed and kept; a key refused twice is dead; a
+// key refused the probed model (403) twice is dead for that model's pool
+// only.
+func TestDiscoverReprobesARefusal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const blip, revoked, forbidden = "sk-ant-test-fake-key-0000000001", "sk-ant-test-fake-key-0000000002", "sk-ant-test-fake-key-0000000003"
+		var mu sync.Mutex
+		calls := map[string]int{}
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			k := r.Header.Get("x-api-key")
+			mu.Lock()
+			calls[k]++
+			n := calls[k]
+			mu.Unlock()
+			w.Header().Set("anthropic-organization-id", "org-"+k[len(k)-1:])
+			switch {
+			case k == revoked || (k == blip && n == 1):
+				w.WriteHeader(401)
+				w.Write(api.NewErrorBody(api.ErrAuthentication, "req_a", "invalid x-api-key").Marshal())
+			case k == forbidden:
+				w.WriteHeader(403)
+				w.Write(api.NewErrorBody(api.ErrPermission, "req_p", "no permission").Marshal())
+			default:
+				w.Write([]byte(`{"input_tokens":3}`))
+			}
+		})
+		ln := pipenet.Listen()
+		srv := &http.Server{Handler: h}
+		go srv.Serve(ln)
+		defer srv.Close()
+		tr := &http.Transport{DialContext: ln.DialContext}
+		defer tr.CloseIdleConnections()
+		p, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(map[string]string{
+			keys.EnvAPIKey: blip, keys.EnvBatch: revoked, keys.EnvLowPrio: forbidden}), NoDotEnv: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := dispatch.Discover(t.Context(), client.New(client.Config{BaseURL: "http://fake", Transport: tr}), p.Keys(), "claude-sonnet-4-5"); err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != keys.DefaultHealth.ProbeAfter {
+			t.Errorf("Discover took %v, want one re-probe delay (%v)", took, keys.DefaultHealth.ProbeAfter)
+		}
+		get := func(label string) *keys.Key { k, _ := p.ByLabel(label); return k }
+		if dead, why := get("high_prio").Dead(); dead || get("high_prio").Org() != "org-1" {
+			t.Errorf("the key refused once is dead (%s) or has no org (%q)", why, get("high_prio").Org())
+		}
+		if dead, _ := get("batch").Dead(); !dead {
+			t.Error("the key refused twice is live")
+		}
+		k := get("low_prio")
+		if dead, _ := k.DeadFor(api.PoolSonnet4); !dead {
+			t.Error("the key refused Sonnet twice may still serve Sonnet")
+		}
+		if dead, _ := k.Dead(); dead || k.Org() != "org-3" {
+			t.Errorf("the key refused one model is dead for all (%v) or has no org (%q)", dead, k.Org())
+		}
+		if calls[blip] != 2 || calls[revoked] != 2 || calls[forbidden] != 2 {
+			t.Errorf("probes per key %v, want two each", calls)
+		}
+	})
 }

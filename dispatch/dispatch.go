@@ -146,6 +146,10 @@ type Dispatcher struct {
 	stats    Stats
 	laneList []*laneState
 	meters   map[api.Pool]*poolMeter
+	// unservable counts the queued requests of pools no key may use any
+	// more (every key dead, or dead for the pool), as of the last admit.
+	// Loop-owned.
+	unservable int
 }
 
 type laneKey struct {
@@ -212,6 +216,10 @@ type attempt struct {
 	// sent: the request was written to the server whole, so the API may
 	// have done (and billed) the work even if the attempt was canceled.
 	sent bool
+	// sentAt is when the attempt was launched: a refusal is new evidence
+	// against a suspect key only from an attempt sent after it fell under
+	// suspicion.
+	sentAt time.Time
 }
 
 // New returns a Dispatcher over cfg.Keys. Keys must have an org (Discover
@@ -349,7 +357,7 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 		}
 		if !stopping {
 			wake = d.admit(now)
-			if d.noLiveLane() && d.queued > 0 && d.flying == 0 {
+			if d.queued > 0 && d.flying == 0 && (d.noLiveLane() || d.unservable == d.queued) {
 				d.err = ErrNoLiveKey
 				stopping = true
 			}
@@ -467,6 +475,7 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 			wake = t
 		}
 	}
+	d.unservable = 0
 	// Retries whose time has come go to the front of their pool's queue.
 	for d.retries.Len() > 0 && !d.retries[0].due.After(now) {
 		it := heap.Pop(&d.retries).(*item)
@@ -490,7 +499,13 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 			if d.dropWithdrawn(q, it) {
 				continue
 			}
-			ls, tk, wait := d.pick(lanes, it, now)
+			ls, key, tk, wait, none := d.pick(lanes, it, now)
+			if none {
+				// No key may ever use this pool again: its requests wait
+				// for the rest of the work, then end with ErrNoLiveKey.
+				d.unservable += q.len()
+				break
+			}
 			if ls == nil {
 				if wait > 0 {
 					soon(now.Add(wait))
@@ -498,7 +513,7 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 				break
 			}
 			q.pop()
-			d.launch(it, ls, tk, now)
+			d.launch(it, ls, key, tk, now)
 		}
 		if len(lanes) > 0 {
 			lanes[0].meter.setWaiting(q.len())
@@ -515,37 +530,70 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 }
 
 // pick tries the live lanes of the request's pool in order of headroom and
-// returns the first that admits it, or the shortest known wait.
-func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (*laneState, lane.Ticket, time.Duration) {
+// returns the first that admits it (with the key to send with), or the
+// shortest known wait. none reports that no lane of the pool has a key
+// that can ever serve it (every key dead, or dead for this pool).
+func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *laneState, key int, tk lane.Ticket, wait time.Duration, none bool) {
 	type cand struct {
-		ls *laneState
-		h  float64
+		ls  *laneState
+		key int
+		h   float64
 	}
 	var cs [8]cand
 	c := cs[:0]
+	none = true
 	for _, ls := range lanes {
-		if len(ls.org.keys) == 0 {
+		k, next := d.keyFor(ls, now)
+		switch {
+		case k >= 0:
+			c = append(c, cand{ls, k, ls.l.Headroom(now)})
+		case next.IsZero():
 			ls.l.Idle(now) // dead: holds nothing back from here on
 			continue
+		default:
+			// Every key suspect: nothing is held back by the lane's
+			// limits until the next re-probe.
+			ls.l.Idle(now)
+			if wait == 0 || next.Sub(now) < wait {
+				wait = next.Sub(now)
+			}
 		}
-		c = append(c, cand{ls, ls.l.Headroom(now)})
+		none = false
 	}
 	sort.SliceStable(c, func(i, j int) bool { return c[i].h > c[j].h })
-	var wait time.Duration
 	for _, x := range c {
 		dem := x.ls.l.Demand(float64(it.req.EstInput), float64(it.req.MaxTokens))
 		tk, r, w := x.ls.l.TryAcquire(now, dem, float64(it.req.EstInput))
 		if r == budget.Granted {
-			return x.ls, tk, 0
+			return x.ls, x.key, tk, 0, false
 		}
 		if w > 0 && (wait == 0 || w < wait) {
 			wait = w
 		}
 	}
-	return nil, lane.Ticket{}, wait
+	return nil, -1, lane.Ticket{}, wait, none
 }
 
-func (d *Dispatcher) launch(it *item, ls *laneState, tk lane.Ticket, now time.Time) {
+// keyFor returns the index in ls's org of the next key (round robin) that
+// may send for ls's pool now, or -1 and when one may (a suspect key's
+// re-probe), or -1 and a zero time when none ever will. Loop-owned.
+func (d *Dispatcher) keyFor(ls *laneState, now time.Time) (int, time.Time) {
+	o := ls.org
+	var soonest time.Time
+	for i := range o.keys {
+		j := (o.rr + i) % len(o.keys)
+		ok, next := o.keys[j].Usable(now, ls.pool)
+		if ok {
+			return j, time.Time{}
+		}
+		if !next.IsZero() && (soonest.IsZero() || next.Before(soonest)) {
+			soonest = next
+		}
+	}
+	return -1, soonest
+}
+
+func (d *Dispatcher) launch(it *item, ls *laneState, keyIdx int, tk lane.Ticket, now time.Time) {
 	d.queued--
 	d.flying++
 	it.where = atFlight
@@ -555,9 +603,10 @@ func (d *Dispatcher) launch(it *item, ls *laneState, tk lane.Ticket, now time.Ti
 	}
 	ls.meter.admitted(now)
 	o := ls.org
-	key := o.keys[o.rr%len(o.keys)]
-	o.rr++
-	a := &attempt{it: it, ls: ls, key: key, ticket: tk}
+	key := o.keys[keyIdx]
+	o.rr = keyIdx + 1
+	key.Launched(now, ls.pool)
+	a := &attempt{it: it, ls: ls, key: key, ticket: tk, sentAt: now}
 	go func() {
 		a.out, a.sent = d.send(it, key)
 		d.done <- a
@@ -577,6 +626,13 @@ func (d *Dispatcher) finish(a *attempt) {
 
 	retry := false
 	switch o.Class {
+	case client.OK, client.Invalid, client.RateLimited:
+		// Past authentication: a suspect key is fine again.
+		if a.key.Answered(a.sentAt, a.ls.pool) {
+			d.log.Info("key answered again; no longer suspect", "key", a.key, "pool", a.ls.pool)
+		}
+	}
+	switch o.Class {
 	case client.OK:
 		d.complete(it, api.ClassOK, a, now)
 		return
@@ -589,8 +645,8 @@ func (d *Dispatcher) finish(a *attempt) {
 		d.complete(it, api.ClassFinal, a, now)
 		return
 	case client.KeyDead:
-		d.killKey(a.key, o)
-		it.attempts-- // a dead key costs the request nothing
+		d.refused(a, now)
+		it.attempts-- // a refusal costs the request nothing
 		if d.endWithdrawn(it) {
 			return
 		}
@@ -702,16 +758,42 @@ func (d *Dispatcher) requeue(it *item) {
 	}
 }
 
-// killKey marks key dead (logging once, by label) and removes it from its
-// org; an org without keys stops receiving requests.
-func (d *Dispatcher) killKey(k *keys.Key, o *client.Outcome) {
+// refused applies a key refusal by its scope: a 401 or 403 goes to the key's
+// health rule (keys.Key.Refused: suspect first, dead only when refusals
+// last), a 402, spend cap or exhausted credit kills every key of the org at
+// once (it does not come back within a run). Loop-owned.
+func (d *Dispatcher) refused(a *attempt, now time.Time) {
+	o, k := &a.out, a.key
 	reason := fmt.Sprintf("HTTP %d", o.Status)
 	if o.Err != nil {
 		reason = o.Err.Error()
 	}
-	// A spend cap, billing or credit problem belongs to the organization:
-	// every key of it is dead. 401/403 belong to the key alone.
-	orgWide := o.Scope() == client.ScopeOrg
+	pool := a.ls.pool
+	switch o.Scope() {
+	case client.ScopeOrg:
+		d.killKeys(k, true, reason)
+		return
+	case client.ScopeKey:
+		pool = keys.AllPools
+	}
+	switch k.Refused(now, a.sentAt, pool, reason) {
+	case keys.Suspected:
+		d.log.Warn("key refused; it is held back and re-probed, and is dead only if refusals last",
+			"key", k, "pool", pool, "status", o.Status, "dead_after", k.Health().DeadAfter.String())
+	case keys.Killed:
+		if pool == keys.AllPools {
+			d.killKeys(k, false, "")
+			return
+		}
+		_, why := k.DeadFor(pool)
+		d.log.Warn("key can no longer use this model pool for this run; its requests move", "key", k, "pool", pool, "reason", why)
+	}
+}
+
+// killKeys removes a dead key from its org (and, orgWide, marks every key
+// of the org dead with reason first); an org without keys stops receiving
+// requests. Each death is logged once, by label. Loop-owned.
+func (d *Dispatcher) killKeys(k *keys.Key, orgWide bool, reason string) {
 	for _, org := range d.orgs {
 		var victims []*keys.Key
 		for _, x := range org.keys {
@@ -720,7 +802,7 @@ func (d *Dispatcher) killKey(k *keys.Key, o *client.Outcome) {
 			}
 		}
 		for _, x := range victims {
-			if x.MarkDead(reason) {
+			if x.MarkDead(reason) || !orgWide {
 				// Dead() holds the reason with any key value redacted.
 				_, why := x.Dead()
 				d.log.Warn("key is dead for this run; its requests move to live keys", "key", x, "reason", why)

@@ -3,6 +3,7 @@ package dispatch_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -189,64 +190,136 @@ func TestFaultsAreRetried(t *testing.T) {
 	}
 }
 
+// TestKeyRevokedMidRun runs in fake time: a key revoked for good is held
+// back at its first refusals, re-probed, and dead once its refusals have
+// lasted keys.DefaultHealth.DeadAfter; its requests move to the live keys and none is
+// lost.
 func TestKeyRevokedMidRun(t *testing.T) {
-	w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 200 })
-	d := w.dispatcher(t, dispatch.Config{})
-	reqs := requests(2000, "claude-sonnet-4-5")
-	var once sync.Once
-	got := runAll(t, d, reqs, func(n int) {
-		if n == 300 {
-			once.Do(func() { w.sim.SetKeyStatus("batch", sim.KeyRevoked) })
+	synctest.Test(t, func(t *testing.T) {
+		w := pipeWorld(t, nil)
+		d := w.dispatcher(t, dispatch.Config{})
+		reqs := requests(9000, "claude-sonnet-4-5")
+		var once sync.Once
+		var revokedAt time.Time
+		start := time.Now()
+		got := runAll(t, d, reqs, func(n int) {
+			if n == 300 {
+				once.Do(func() { w.sim.SetKeyStatus("batch", sim.KeyRevoked); revokedAt = time.Now() })
+			}
+		})
+		checkAnswers(t, reqs, got)
+		t.Logf("%d requests in %v of fake time, revoked at %v", len(reqs), time.Since(start), revokedAt.Sub(start))
+		if time.Since(revokedAt) < keys.DefaultHealth.DeadAfter+keys.DefaultHealth.MaxProbeGap {
+			t.Fatalf("the run lasted only %v after the revocation: too short to see the key die", time.Since(revokedAt))
+		}
+		k, _ := w.pool.ByLabel("batch")
+		if dead, _ := k.Dead(); !dead {
+			t.Fatal("the revoked key should be dead once its refusals lasted keys.DefaultHealth.DeadAfter")
+		}
+		_, lanes := d.Snapshot()
+		for _, l := range lanes {
+			if l.Org == "batch" && !l.Dead {
+				t.Fatal("the batch org's lane should be dead")
+			}
+		}
+		// Only the requests in flight when it was revoked (at most its cap
+		// of 100) and one re-probe per gap (1+2+4+8+15+15+15 s: seven)
+		// were refused.
+		if denied := w.sim.Stats().Orgs["batch"].Keys["batch"].Denied; denied == 0 || denied > 100+8 {
+			t.Fatalf("the revoked key was refused %d times; want 1..108", denied)
 		}
 	})
-	checkAnswers(t, reqs, got)
-	k, _ := w.pool.ByLabel("batch")
-	if dead, _ := k.Dead(); !dead {
-		t.Fatal("the revoked key should be marked dead")
-	}
-	_, lanes := d.Snapshot()
-	for _, l := range lanes {
-		if l.Org == "batch" && !l.Dead {
-			t.Fatal("the batch org's lane should be dead")
-		}
-	}
-	// Once dead, the key gets nothing more: only the requests already in
-	// flight when it was revoked (at most its cap of 100) were refused.
-	if denied := w.sim.Stats().Orgs["batch"].Keys["batch"].Denied; denied == 0 || denied > 100 {
-		t.Fatalf("the revoked key was refused %d times; want 1..100", denied)
-	}
 }
 
+// TestAuthBlipKillsNoKey runs in fake time: every key is refused (401) for
+// five seconds mid-run, then accepted again. No key dies, the run does not
+// end with "no live key", every request is answered.
+func TestAuthBlipKillsNoKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := pipeWorld(t, nil)
+		d := w.dispatcher(t, dispatch.Config{})
+		reqs := requests(2000, "claude-sonnet-4-5")
+		labels := []string{"high_prio", "batch", "low_prio"}
+		var once sync.Once
+		got := runAll(t, d, reqs, func(n int) {
+			if n == 300 {
+				once.Do(func() {
+					for _, l := range labels {
+						w.sim.SetKeyStatus(l, sim.KeyRevoked)
+					}
+					time.AfterFunc(5*time.Second, func() {
+						for _, l := range labels {
+							w.sim.SetKeyStatus(l, sim.KeyActive)
+						}
+					})
+				})
+			}
+		})
+		checkAnswers(t, reqs, got)
+		var denied int64
+		for _, l := range labels {
+			k, _ := w.pool.ByLabel(l)
+			if dead, why := k.Dead(); dead {
+				t.Errorf("key %s died of a 5 s auth outage: %s", l, why)
+			}
+			if k.Suspect(api.PoolSonnet4) {
+				t.Errorf("key %s still suspect after the outage", l)
+			}
+			org := k.Org()
+			for o, st := range w.sim.Stats().Orgs {
+				if o == org || st.Keys[l].Denied > 0 {
+					denied += st.Keys[l].Denied
+				}
+			}
+		}
+		if denied == 0 {
+			t.Fatal("no request was refused: the outage did not happen")
+		}
+	})
+}
+
+// TestNoLiveKeyStopsCleanly runs in fake time: every key refused for good,
+// by 401 (the key) or 403 (the model): once the refusals have lasted, Serve
+// ends with ErrNoLiveKey and every request is ended Aborted, none final.
 func TestNoLiveKeyStopsCleanly(t *testing.T) {
-	w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 200 })
-	d := w.dispatcher(t, dispatch.Config{})
-	for _, l := range []string{"high_prio", "batch", "low_prio"} {
-		w.sim.SetKeyStatus(l, sim.KeyForbidden)
-	}
-	reqs := requests(50, "claude-sonnet-4-5")
-	var mu sync.Mutex
-	aborted := 0
-	go func() {
-		for _, r := range reqs {
-			d.Submit(t.Context(), r, func(res dispatch.Result) {
+	for _, status := range []string{sim.KeyRevoked, sim.KeyForbidden} {
+		t.Run(status, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := pipeWorld(t, nil)
+				d := w.dispatcher(t, dispatch.Config{})
+				for _, l := range []string{"high_prio", "batch", "low_prio"} {
+					w.sim.SetKeyStatus(l, status)
+				}
+				reqs := requests(50, "claude-sonnet-4-5")
+				var mu sync.Mutex
+				aborted := 0
+				go func() {
+					for _, r := range reqs {
+						d.Submit(t.Context(), r, func(res dispatch.Result) {
+							mu.Lock()
+							defer mu.Unlock()
+							if !res.Aborted || !errors.Is(res.Err, dispatch.ErrNoLiveKey) {
+								t.Errorf("%s: class %q aborted %v err %v, want aborted with ErrNoLiveKey", res.Request.ID, res.Class, res.Aborted, res.Err)
+							}
+							aborted++
+						})
+					}
+					d.Close()
+				}()
+				start := time.Now()
+				if err := d.Serve(t.Context()); err != dispatch.ErrNoLiveKey {
+					t.Fatalf("serve = %v, want ErrNoLiveKey", err)
+				}
+				if took := time.Since(start); took < keys.DefaultHealth.DeadAfter {
+					t.Errorf("gave up after %v, before the refusals lasted %v", took, keys.DefaultHealth.DeadAfter)
+				}
 				mu.Lock()
 				defer mu.Unlock()
-				if !res.Aborted {
-					t.Errorf("%s: %+v, want aborted", res.Request.ID, res)
+				if aborted != len(reqs) {
+					t.Fatalf("%d aborted results for %d requests", aborted, len(reqs))
 				}
-				aborted++
 			})
-		}
-		d.Close()
-	}()
-	if err := d.Serve(t.Context()); err != dispatch.ErrNoLiveKey {
-		t.Fatalf("serve = %v, want ErrNoLiveKey", err)
-	}
-	// Every submitted request got its (aborted) result.
-	mu.Lock()
-	defer mu.Unlock()
-	if aborted == 0 {
-		t.Fatal("no request was aborted")
+		})
 	}
 }
 

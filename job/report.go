@@ -115,11 +115,14 @@ type BucketReport struct {
 
 // KeyReport is one key, by label and last four characters only.
 type KeyReport struct {
-	Label  string `json:"label"`
-	Last4  string `json:"last4"`
-	Org    string `json:"org"`
-	Dead   bool   `json:"dead"`
-	Reason string `json:"reason,omitempty"`
+	Label string `json:"label"`
+	Last4 string `json:"last4"`
+	Org   string `json:"org"`
+	Dead  bool   `json:"dead"`
+	// Suspect: refused lately (401/403) and not yet answered again nor
+	// dead; a live key's suspicion is not a fault of the run.
+	Suspect bool   `json:"suspect,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, wall time.Duration) {

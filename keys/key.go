@@ -89,10 +89,12 @@ type key struct {
 	org    string // guarded by mu
 	dead   bool   // guarded by mu
 	reason string // guarded by mu
+	health health // guarded by mu
+	policy Health // guarded by mu
 }
 
 func newKey(label, source, secret string) *Key {
-	k := &key{secret: func() string { return secret }, label: label, source: source}
+	k := &key{secret: func() string { return secret }, label: label, source: source, policy: DefaultHealth}
 	if len(secret) >= last4Min {
 		k.last4 = secret[len(secret)-4:]
 	}
@@ -201,8 +203,9 @@ func (k Key) Org() string {
 	return k.k.org
 }
 
-// MarkDead marks the key unusable for the rest of the run (revoked, no
-// permission, out of credit) with a reason for the report. It returns true
+// MarkDead marks the key unusable for the rest of the run (its org out of
+// credit or at its spend cap, a failed re-probe at start) with a reason for
+// the report; a 401/403 in flight goes through [Key.Refused] instead. It returns true
 // only for the call that killed the key, so the caller logs the death once;
 // later calls change nothing, not even the reason. Any occurrence of the
 // key's own value in reason is redacted.

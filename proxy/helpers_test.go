@@ -49,7 +49,12 @@ type options struct {
 	keysEnv  func(map[string]string) // change the keys' environment
 	orgs     map[string]string       // fake: label → org id (default one org)
 	simOf    *env                    // serve in front of this env's simulator (a restart)
+	health   *keys.Health            // the keys' refusal rule (default keys.DefaultHealth)
 }
+
+// dieAtOnce is a refusal rule under which the first refusal kills a key:
+// for tests of what happens once keys are dead, not of the rule.
+var dieAtOnce = &keys.Health{DeadAfter: 0, DeadStrikes: 1}
 
 // newEnv starts a simulator (or o.upstream), a dispatcher and a proxy.
 func newEnv(t *testing.T, o options) *env {
@@ -87,6 +92,9 @@ func newEnv(t *testing.T, o options) *env {
 		t.Fatal(err)
 	}
 	e.pool = pool
+	if o.health != nil {
+		pool.SetHealth(*o.health)
+	}
 	c := client.New(client.Config{BaseURL: base, MaxConns: 512})
 	if o.upstream != nil {
 		for _, k := range pool.Keys() {

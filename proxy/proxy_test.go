@@ -680,8 +680,8 @@ func TestKeysNeverLeak(t *testing.T) {
 	e.do("GET", "/nowhere", nil)
 	e.close()
 
-	if !strings.Contains(e.logs.String(), "key is dead") {
-		t.Errorf("the revoked key was not logged as dead; log:\n%s", e.logs.String())
+	if !strings.Contains(e.logs.String(), "key refused") {
+		t.Errorf("the revoked key's refusal was not logged; log:\n%s", e.logs.String())
 	}
 	places := map[string]string{"log": e.logs.String()}
 	e.seen.mu.Lock()
@@ -712,7 +712,7 @@ func TestKeysNeverLeak(t *testing.T) {
 // TestNoLiveKey: once every key is dead the dispatcher stops; calls get a
 // 500 that says not to retry, and /healthz says why.
 func TestNoLiveKey(t *testing.T) {
-	e := newEnv(t, options{})
+	e := newEnv(t, options{health: dieAtOnce})
 	for _, label := range []string{"high_prio", "batch", "low_prio"} {
 		if err := e.sim.SetKeyStatus(label, sim.KeyRevoked); err != nil {
 			t.Fatal(err)

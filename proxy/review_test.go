@@ -228,7 +228,7 @@ func TestBatchRowsNeverBlockTheDispatcher(t *testing.T) {
 // TestBatchEndsWhenEveryKeyIsDead: once the dispatcher stopped for want
 // of a live key, a batch's rows end errored and the batch ends.
 func TestBatchEndsWhenEveryKeyIsDead(t *testing.T) {
-	e := newEnv(t, options{})
+	e := newEnv(t, options{health: dieAtOnce})
 	for _, label := range []string{"high_prio", "batch", "low_prio"} {
 		if err := e.sim.SetKeyStatus(label, sim.KeyRevoked); err != nil {
 			t.Fatal(err)

@@ -30,6 +30,7 @@ type engineFlags struct {
 	caps         map[api.Family]*int
 	reserve      float64
 	maxRetryWait time.Duration
+	keyDeadAfter time.Duration
 	seed         uint64
 	fleet        fleetFlags
 }
@@ -55,6 +56,7 @@ func (f *engineFlags) register(cmd *cobra.Command) {
 	}
 	fl.Float64Var(&f.reserve, "reserve", 0.15, "share of every rate-limit bucket (of its depth, learned from the headers) left for colleagues")
 	fl.DurationVar(&f.maxRetryWait, "max-retry-after", dispatch.DefaultMaxRetryAfter, "honour an API retry-after up to this long (a longer one is logged and capped)")
+	fl.DurationVar(&f.keyDeadAfter, "key-dead-after", keys.DefaultHealth.DeadAfter, "a key refused (401, or 403 for a model) is held back and re-probed; it is dead only once its refusals have lasted this long (and number 3)")
 	fl.Uint64Var(&f.seed, "jitter-seed", 1, "seed of the backoff jitter")
 	f.fleet.register(cmd, f)
 }
@@ -65,6 +67,10 @@ func (f *engineFlags) loadKeys(log *slog.Logger) (*keys.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.keyDeadAfter < 0 {
+		return nil, fmt.Errorf("--key-dead-after %v: must not be negative", f.keyDeadAfter)
+	}
+	p.SetHealth(keys.Health{DeadAfter: f.keyDeadAfter})
 	redact := p.Redact
 	logRedact.Store(&redact)
 	for _, w := range p.Warnings() {
