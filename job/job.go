@@ -366,9 +366,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	serveCtx, stopServe := context.WithCancel(context.Background())
 	defer stopServe()
 	var stopReason atomic.Value
-	// halt stops feeding and admitting; requests in flight finish.
+	// halt stops feeding and admitting; requests in flight finish within
+	// Grace (step 6), or sooner on an interrupt.
 	halt := func(why string) {
-		stopReason.CompareAndSwap(nil, why)
+		if stopReason.CompareAndSwap(nil, why) {
+			o.Logger.Warn("stopping: "+why+"; requests in flight finish (interrupt to abort them)", "grace", o.Grace.String())
+		}
 		stopFeed()
 		stopServe()
 	}
@@ -482,25 +485,30 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	var progWG sync.WaitGroup
 	progWG.Go(func() { prog.run(progDone) })
 
-	// 6. Wait for the end, an interrupt, or a fatal write error.
+	// 6. Wait for the end, an interrupt, or a halt (write error,
+	// --max-cost). Stopped either way, attempts in flight finish within
+	// Grace; the second interrupt (o.Abort) cuts them short, and so does
+	// the first when a halt is already draining.
 	var serveErr error
+	drain := func(interrupt <-chan struct{}) error {
+		select {
+		case err := <-served:
+			return err
+		case <-time.After(o.Grace):
+		case <-o.Abort:
+		case <-interrupt:
+		}
+		d.Abort()
+		return <-served
+	}
 	select {
 	case serveErr = <-served:
 	case <-serveCtx.Done():
-		// halted (write error, --max-cost): attempts in flight finish
-		serveErr = <-served
+		serveErr = drain(ctx.Done())
 	case <-ctx.Done():
 		stopFeed()
 		stopServe() // stop admitting; attempts in flight finish
-		select {
-		case serveErr = <-served:
-		case <-time.After(o.Grace):
-			d.Abort()
-			serveErr = <-served
-		case <-o.Abort:
-			d.Abort()
-			serveErr = <-served
-		}
+		serveErr = drain(nil)
 	}
 	fed.Wait()
 	closeErr := w.Close()
@@ -752,7 +760,8 @@ func keyReports(disc []dispatch.Discovery) []KeyReport {
 	var out []KeyReport
 	for _, d := range disc {
 		dead, why := d.Key.Dead()
-		out = append(out, KeyReport{Label: d.Key.Label(), Last4: d.Key.Last4(), Org: d.Key.Org(), Dead: dead, Reason: why})
+		out = append(out, KeyReport{Label: d.Key.Label(), Last4: d.Key.Last4(), Org: d.Key.Org(), Dead: dead,
+			Suspect: !dead && d.Key.Suspect(keys.AllPools), Reason: why})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
 	return out

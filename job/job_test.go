@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -437,6 +438,70 @@ func TestMaxCostStopsAdmitting(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.checkExactlyOnce()
+}
+
+// TestHaltHonoursGrace: a halt (here --max-cost) with attempts in flight
+// that would take minutes lets them finish only within Grace, then cuts
+// them; an interrupt while a halt drains cuts them at once. Either way the
+// run returns, and a re-run finishes the job with each request once.
+func TestHaltHonoursGrace(t *testing.T) {
+	for _, how := range []string{"grace", "interrupt"} {
+		t.Run(how, func(t *testing.T) {
+			// Every fourth answer takes 1000× as long: about 100 s here.
+			e := newEnv(t, 1000, func(c *sim.Config) { c.TimeScale = 20; c.Faults.PSlow, c.Faults.SlowFactor = 0.25, 1000 })
+			o := e.options()
+			o.MaxCost = 0.2
+			o.Grace = time.Hour
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			if how == "grace" {
+				o.Grace = 200 * time.Millisecond
+			} else {
+				var once sync.Once
+				o.Logger = slog.New(hookHandler{slog.NewTextHandler(e.logBuf, nil), func(msg string) {
+					if strings.HasPrefix(msg, "stopping: --max-cost") {
+						once.Do(func() { time.AfterFunc(100*time.Millisecond, cancel) })
+					}
+				}})
+			}
+			done := make(chan error, 1)
+			go func() { _, err := job.Run(ctx, o); done <- err }()
+			select {
+			case err := <-done:
+				if err == nil || !strings.Contains(err.Error(), "max-cost") {
+					t.Fatalf("err = %v, want the max-cost halt", err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatal("the halted run did not return: its attempts in flight were not cut")
+			}
+			// The re-run, against a world without the slow answers.
+			again := e.options()
+			again.Dispatch.Client = client.New(client.Config{BaseURL: newEnv(t, 0, nil).base, MaxConns: 512})
+			if _, err := e.run(again); err != nil {
+				t.Fatal(err)
+			}
+			e.checkExactlyOnce()
+		})
+	}
+}
+
+// hookHandler calls onMsg with every record's message.
+type hookHandler struct {
+	slog.Handler
+	onMsg func(string)
+}
+
+func (h hookHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.onMsg(r.Message)
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h hookHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return hookHandler{h.Handler.WithAttrs(as), h.onMsg}
+}
+
+func (h hookHandler) WithGroup(g string) slog.Handler {
+	return hookHandler{h.Handler.WithGroup(g), h.onMsg}
 }
 
 func batchRouting(share float64) func(jsonl.Summary, int) (job.Routing, error) {

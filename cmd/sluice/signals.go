@@ -24,14 +24,20 @@ type againKey struct{}
 func notifyInterrupts(parent context.Context) (context.Context, func()) {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	ctx, stop := interrupts(parent, sigs)
+	ctx, stop := interrupts(parent, sigs, func() {
+		fmt.Fprintln(os.Stderr, "\nsluice: interrupted a third time; exiting now (re-run the same command to resume)")
+		os.Exit(exitInterrupted)
+	})
 	return ctx, func() { signal.Stop(sigs); stop() }
 }
 
 // interrupts returns a context that the first signal from sigs cancels
 // (cause errInterrupt) and whose interruptedAgain channel the second
-// closes; later ones are ignored. stop ends the watch.
-func interrupts(parent context.Context, sigs <-chan os.Signal) (context.Context, func()) {
+// closes; the third calls third (the process exits: something did not
+// stop when asked twice, and the results file and journals survive a hard
+// exit as they survive a kill); later ones are ignored. stop ends the
+// watch.
+func interrupts(parent context.Context, sigs <-chan os.Signal, third func()) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	again := make(chan struct{})
 	done := make(chan struct{})
@@ -44,6 +50,8 @@ func interrupts(parent context.Context, sigs <-chan os.Signal) (context.Context,
 					cancel(errInterrupt)
 				case 2:
 					close(again)
+				case 3:
+					third()
 				}
 			case <-done:
 				return

@@ -20,7 +20,7 @@ import (
 func TestFirstInterruptStopsSecondAborts(t *testing.T) {
 	for range 50 { // a race shows in some runs, not every one
 		sigs := make(chan os.Signal, 4)
-		ctx, stop := interrupts(context.Background(), sigs)
+		ctx, stop := interrupts(context.Background(), sigs, func() {})
 		var out logbuf.Buffer
 		started := make(chan struct{})
 		errc := make(chan error, 1)
@@ -56,7 +56,7 @@ func TestFirstInterruptStopsSecondAborts(t *testing.T) {
 func TestEndWithoutInterruptSaysNothing(t *testing.T) {
 	sigs := make(chan os.Signal, 1)
 	parent, cancel := context.WithCancel(context.Background())
-	ctx, stop := interrupts(parent, sigs)
+	ctx, stop := interrupts(parent, sigs, func() {})
 	defer stop()
 	var out logbuf.Buffer
 	err := underInterrupts(ctx, &out, time.Minute, func(ctx context.Context, _ <-chan struct{}) error {
@@ -66,5 +66,34 @@ func TestEndWithoutInterruptSaysNothing(t *testing.T) {
 	})
 	if err != nil || out.String() != "" {
 		t.Errorf("err %v, output %q: want nil and nothing", err, out.String())
+	}
+}
+
+// TestThirdInterruptExits: a third signal calls the hard exit, once; the
+// first two do not.
+func TestThirdInterruptExits(t *testing.T) {
+	sigs := make(chan os.Signal, 4)
+	exited := make(chan struct{}, 4)
+	ctx, stop := interrupts(context.Background(), sigs, func() { exited <- struct{}{} })
+	defer stop()
+	sigs <- os.Interrupt
+	sigs <- os.Interrupt
+	<-interruptedAgain(ctx)
+	select {
+	case <-exited:
+		t.Fatal("exited after two interrupts")
+	case <-time.After(50 * time.Millisecond):
+	}
+	sigs <- os.Interrupt
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the third interrupt did not exit")
+	}
+	sigs <- os.Interrupt
+	select {
+	case <-exited:
+		t.Fatal("the fourth interrupt called the exit again")
+	case <-time.After(50 * time.Millisecond):
 	}
 }
