@@ -302,6 +302,14 @@ func (s *Server) handleBatchCreate(rw http.ResponseWriter, r *http.Request) {
 	q.byID[b.id] = b
 	q.counters.Created++
 	q.counters.Requests += int64(len(rows))
+	if p := s.cfg.Faults.PCreateLost; p > 0 && c.w.rng.float() < p {
+		q.counters.CreateLost++
+		if c.w.rng.float() < 0.5 {
+			panic(http.ErrAbortHandler) // created, and the connection drops (the deferred Unlock runs)
+		}
+		c.fail(&requestError{500, api.ErrAPI, "Internal server error"})
+		return
+	}
 	c.writeJSON(q.object(b, r))
 }
 

@@ -213,6 +213,11 @@ type Faults struct {
 	P529   float64 `json:"p529"`   // 529 overloaded_error
 	PReset float64 `json:"preset"` // admitted and billed, then the connection drops with no answer
 	PSlow  float64 `json:"pslow"`  // latency multiplied by SlowFactor
+	// PCreateLost: a batch create succeeds (the batch exists and runs),
+	// then its answer is lost — half the time the connection drops, half
+	// the time a 500 api_error comes back instead of the batch. What the
+	// caller must reconcile through the list, or pay twice.
+	PCreateLost float64 `json:"pcreate_lost"`
 	// SlowFactor multiplies the latency of a slow answer (default 20).
 	SlowFactor float64 `json:"slow_factor"`
 	// Storms are windows of extra 529s.
@@ -329,7 +334,7 @@ func (c *Config) Validate() error {
 		}
 	}
 	f := c.Faults
-	for _, p := range []float64{f.P500, f.P529, f.PReset, f.PSlow} {
+	for _, p := range []float64{f.P500, f.P529, f.PReset, f.PSlow, f.PCreateLost} {
 		if p < 0 || p > 1 {
 			return fmt.Errorf("sim: fault probabilities must be in [0,1]")
 		}

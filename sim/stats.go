@@ -63,9 +63,12 @@ type OrgCounters struct {
 
 // BatchCounters count an org's Message Batches activity.
 type BatchCounters struct {
-	Created        int64 `json:"created"`
-	Requests       int64 `json:"requests"`
-	QueueFull      int64 `json:"queue_full"`
+	Created   int64 `json:"created"`
+	Requests  int64 `json:"requests"`
+	QueueFull int64 `json:"queue_full"`
+	// CreateLost counts creates whose batch exists but whose answer was
+	// lost (faults.pcreate_lost); they are in Created too.
+	CreateLost     int64 `json:"create_lost"`
 	RateLimited    int64 `json:"rate_limited"`
 	CancelRequests int64 `json:"cancel_requests"`
 	Ended          int64 `json:"ended"`
