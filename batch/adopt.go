@@ -31,11 +31,11 @@ func (r *Runner) verifyAdopted(ctx context.Context, c *chunk, key *keys.Key) (wh
 			why = fmt.Sprintf("a results line is not a result: %.80q", line)
 			return true, nil
 		}
-		id := row.CustomID
-		i, ok := c.index[id]
+		id, ok := c.rowID(row.CustomID)
+		i := c.index[id]
 		switch {
 		case !ok:
-			why = fmt.Sprintf("custom_id %q is not in the chunk", id)
+			why = fmt.Sprintf("custom_id %q is not one this chunk sent", row.CustomID)
 			return true, nil
 		case seen[id]:
 			why = fmt.Sprintf("custom_id %q appears twice", id)

@@ -42,7 +42,12 @@ func TestFit(t *testing.T) {
 				if n < 1 || n > tc.maxN {
 					t.Fatalf("fit at %d = %d requests, max %d", off, n, tc.maxN)
 				}
-				body := buildBody(reqs[off:off+n], size)
+				ch := &chunk{wire: wirePrefix("run-1"), index: map[string]int{}}
+				for i, q := range reqs[off : off+n] {
+					ch.ids = append(ch.ids, q.ID)
+					ch.index[q.ID] = i
+				}
+				body := buildBody(reqs[off:off+n], size, ch.wireID)
 				if int64(len(body)) != size {
 					t.Fatalf("body is %d bytes, fit said %d", len(body), size)
 				}
@@ -58,8 +63,10 @@ func TestFit(t *testing.T) {
 					t.Fatalf("body does not decode to %d requests: %v", n, err)
 				}
 				for i, br := range c.Requests {
-					if q := reqs[off+i]; br.CustomID != q.ID || string(br.Params) != string(q.Params) {
-						t.Fatalf("item %d = %s, want %s byte for byte", i, br.CustomID, q.ID)
+					// On the wire, the chunk's id for the request; mapped back, the caller's.
+					q := reqs[off+i]
+					if back, ok := ch.rowID(br.CustomID); br.CustomID != ch.wireID(i) || !ok || back != q.ID || string(br.Params) != string(q.Params) {
+						t.Fatalf("item %d = %s (back to %q), want %s for %s, params byte for byte", i, br.CustomID, back, ch.wireID(i), q.ID)
 					}
 				}
 				off += n
@@ -745,5 +752,43 @@ func TestResultsNotFoundRightAfterEnd(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestWireIDs: a chunk's wire ids are its own — another chunk's, a
+// caller's id, a wrong length or an index past the chunk map to nothing —
+// and a chunk journaled before wire ids keeps the caller's ids.
+func TestWireIDs(t *testing.T) {
+	mk := func(id string, wire bool, ids ...string) *chunk {
+		c := &chunk{id: id, ids: ids, index: map[string]int{}}
+		if wire {
+			c.wire = wirePrefix(id)
+		}
+		for i, x := range ids {
+			c.index[x] = i
+		}
+		return c
+	}
+	a, b := mk("run-a-1", true, "q1", "q2"), mk("run-b-1", true, "q1", "q2")
+	if a.wireID(1) == b.wireID(1) {
+		t.Fatal("two chunks share a wire id")
+	}
+	if len(a.wireID(0)) != wireIDLen {
+		t.Fatalf("wire id %q is not %d long", a.wireID(0), wireIDLen)
+	}
+	for _, bad := range []string{b.wireID(0), "q1", a.wire + "000002", a.wire + "-00001", a.wire + "00001", ""} {
+		if id, ok := a.rowID(bad); ok {
+			t.Errorf("rowID(%q) = %q: another's id taken as the chunk's", bad, id)
+		}
+	}
+	if id, ok := a.rowID(a.wireID(1)); !ok || id != "q2" {
+		t.Errorf("rowID(own) = %q, %v", id, ok)
+	}
+	old := mk("run-old-1", false, "q1")
+	if old.wireID(0) != "q1" {
+		t.Errorf("a chunk without a prefix sends %q, want the caller's id", old.wireID(0))
+	}
+	if id, ok := old.rowID("q1"); !ok || id != "q1" {
+		t.Errorf("old rowID = %q, %v", id, ok)
 	}
 }

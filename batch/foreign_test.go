@@ -101,3 +101,77 @@ func TestTwoJobsNeverTakeEachOthersBatches(t *testing.T) {
 		}
 	})
 }
+
+// TestTwoJobsSameModelSameIDs is the case a lost create answer made wrong
+// before wire ids: two jobs at once on three orgs, 1,500 requests each, the
+// same custom_ids on the same model with different bodies, the default
+// chunk size, and half of all batch creates losing their answer after
+// the batch was made (the simulator's pcreate_lost). Each job must end
+// with exactly its own answers, each request once — none of the other's.
+func TestTwoJobsSameModelSameIDs(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, func(c *sim.Config) { c.Faults.PCreateLost = 0.5 })
+		const model = "claude-haiku-4-5"
+		type job struct {
+			name string
+			reqs []*dispatch.Request
+			col  *collector
+			r    *Runner
+		}
+		jobs := []*job{{name: "job-a"}, {name: "job-b"}}
+		var wg sync.WaitGroup
+		for _, j := range jobs {
+			j.reqs = jobRequests(1500, model, j.name)
+			cfg := w.config()
+			cfg.ChunkSize = DefaultChunkSize
+			cfg.Journal = filepath.Join(t.TempDir(), j.name+".journal")
+			j.col = newCollector(t)
+			wg.Go(func() {
+				_, r, err := w.runWith(t, j.col, cfg, j.reqs, nil, nil, nil)
+				if err != nil {
+					t.Errorf("%s: %v", j.name, err)
+				}
+				j.r = r
+			})
+		}
+		wg.Wait()
+		var adopted int64
+		for _, j := range jobs {
+			mine := map[string]*dispatch.Request{}
+			for _, q := range j.reqs {
+				mine[q.ID] = q
+			}
+			foreign := 0
+			for id, res := range j.col.results {
+				var m api.Message
+				if err := json.Unmarshal(res.Body, &m); err != nil || len(m.Content) == 0 {
+					t.Errorf("%s %s: body %s", j.name, id, res.Body)
+					continue
+				}
+				if !strings.HasPrefix(m.Content[0].Text, sim.AnswerTag(mine[id].Params)) {
+					foreign++
+				}
+			}
+			if foreign > 0 {
+				t.Errorf("%s: %d of %d rows are the other job's answers", j.name, foreign, len(j.col.results))
+			}
+			for _, q := range j.reqs {
+				_, ok := j.col.results[q.ID]
+				_, moved := j.col.reroutes[q.ID]
+				if ok == moved {
+					t.Errorf("%s %s: result %v, re-routed %v: want exactly one outcome", j.name, q.ID, ok, moved)
+				}
+			}
+			st := j.r.Stats()
+			adopted += st.Adopted
+			t.Logf("%s: %d results, %d re-routed; stats %+v", j.name, len(j.col.results), len(j.col.reroutes), st)
+		}
+		var lost int64
+		for _, o := range w.sim.Stats().Orgs {
+			lost += o.Batches.CreateLost
+		}
+		if lost == 0 || adopted == 0 {
+			t.Errorf("%d creates lost their answer, %d adopted: the case did not happen", lost, adopted)
+		}
+	})
+}

@@ -200,14 +200,15 @@ func (r *Runner) handleLine(c *chunk, line []byte, complete bool) error {
 		}
 		return fmt.Errorf("batch: results of %s hold a line that is not a result: %.200q", c.batch, line)
 	}
-	id := row.CustomID
+	id, ok := c.rowID(row.CustomID)
 	r.mu.Lock()
-	i, ok := c.index[id]
+	i := c.index[id]
 	if !ok {
 		r.mu.Unlock()
-		r.log.Warn("batch: a results line names a custom_id the chunk does not have", "batch", c.batch, "custom_id", id)
+		r.log.Warn("batch: a results line names a custom_id the chunk did not send", "batch", c.batch, "custom_id", row.CustomID)
 		return nil
 	}
+	row.CustomID = id // the caller's, from here on
 	if c.handled[id] {
 		r.mu.Unlock()
 		return nil

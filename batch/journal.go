@@ -48,6 +48,7 @@ type record struct {
 	Hash     string   `json:"hash,omitempty"`
 	IDs      []string `json:"ids,omitempty"`
 	Params   []string `json:"params,omitempty"` // params hash per id
+	Wire     string   `json:"wire,omitempty"`   // wire-id prefix of the chunk's custom_ids
 	// created, cancel
 	Batch     string     `json:"batch,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`

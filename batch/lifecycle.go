@@ -99,10 +99,10 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 		r.mu.Unlock()
 		return false, r.abandon(c, why, moveReroute)
 	}
-	body := buildBody(c.list, c.bytes)
+	body := buildBody(c.list, c.bytes, c.wireID)
 	c.intentAt = now
 	in := record{Op: opIntent, Chunk: c.id, At: c.intentAt, Org: o.id, OrgLabel: o.label,
-		N: c.n(), Bytes: int64(len(body)), Hash: chunkHash(c.ids, c.hashes), IDs: c.ids, Params: c.hashes}
+		N: c.n(), Bytes: int64(len(body)), Hash: chunkHash(c.ids, c.hashes), IDs: c.ids, Params: c.hashes, Wire: c.wire}
 	if err := r.j.append(in, true); err != nil {
 		return false, err
 	}
