@@ -17,6 +17,7 @@ import (
 	"hash/fnv"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,7 +131,7 @@ type orgState struct {
 func (o *orgState) key() *keys.Key {
 	var suspect *keys.Key
 	for _, k := range o.keys {
-		if dead, _ := k.Dead(); dead {
+		if dead, _ := k.Dead(); dead || k.Retired() {
 			continue
 		}
 		if !k.Suspect(keys.AllPools) {
@@ -884,6 +885,35 @@ func (r *Runner) orgDead(o *orgState, why string) {
 	}
 	o.dead = true
 	r.log.Warn("batch: organization can no longer take batches; its requests move", "org", o.label, "reason", why)
+}
+
+// AddKeys adds keys to a running Runner (a rotation): a key of an org the
+// runner batches on joins it; a key of an org it does not know serves the
+// sync path only until the next run (logged). A key is taken out by
+// retiring it (keys.Key.Retire): the runner's next call uses another.
+func (r *Runner) AddKeys(_ context.Context, ks []*keys.Key) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	defer r.poke()
+	for _, k := range ks {
+		var to *orgState
+		for _, o := range r.orgs {
+			if o.id == k.Org() {
+				to = o
+			}
+		}
+		switch {
+		case to == nil:
+			r.log.Info("batch: a new key's organization is not on the batch path of this run; it serves sync requests", "key", k)
+		case !slices.Contains(to.keys, k):
+			to.keys = append(to.keys, k)
+			if to.dead {
+				to.dead = false // a live key again: new chunks may go there
+				r.log.Info("batch: organization takes batches again (a new key)", "org", to.label, "key", k)
+			}
+		}
+	}
+	return nil
 }
 
 // fingerprint is how many requests fewer than the target this run's chunks

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -146,6 +147,7 @@ type Dispatcher struct {
 	stats    Stats
 	laneList []*laneState
 	meters   map[api.Pool]*poolMeter
+	addKeys  chan []*keys.Key // AddKeys → the loop
 	// unservable counts the queued requests of pools no key may use any
 	// more (every key dead, or dead for the pool), as of the last admit.
 	// Loop-owned.
@@ -252,7 +254,8 @@ func New(cfg Config) (*Dispatcher, error) {
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		orgs:   map[string]*orgState{},
 		submit: make(chan *item), withdraw: make(chan *item), closed: make(chan struct{}), served: make(chan struct{}),
-		lanes: map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
+		addKeys: make(chan []*keys.Key),
+		lanes:   map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
 		meters: map[api.Pool]*poolMeter{},
 	}
 	d.attemptCtx, d.abortAttempt = context.WithCancel(context.Background())
@@ -401,12 +404,60 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 			d.finish(a)
 		case it := <-d.withdraw:
 			d.withdrawItem(it)
+		case ks := <-d.addKeys:
+			d.addKeysNow(ks, now)
 		case <-timer.C:
 		case <-closed:
 			accepting = false
 		case <-ctxDone:
 			stopping = true
 		}
+	}
+}
+
+// AddKeys adds keys to a serving dispatcher (a rotation: the key sources
+// were re-read). Each key must have its org (Discover sets it); a key of a
+// known org joins its lanes, a key of a new org gets lanes of its own for
+// every pool in use. Keys already present, dead or retired are skipped. A
+// key is taken out by retiring it (keys.Key.Retire): it takes no new
+// attempt, and its attempts in flight finish. AddKeys returns ErrStopped
+// once Serve has returned.
+func (d *Dispatcher) AddKeys(ctx context.Context, ks []*keys.Key) error {
+	for _, k := range ks {
+		if k.Org() == "" {
+			return fmt.Errorf("dispatch: key %s has no organization; run Discover first", k)
+		}
+	}
+	select {
+	case d.addKeys <- ks:
+		return nil
+	case <-d.served:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// addKeysNow is AddKeys on the loop.
+func (d *Dispatcher) addKeysNow(ks []*keys.Key, now time.Time) {
+	for _, k := range ks {
+		if dead, _ := k.Dead(); dead || k.Retired() {
+			continue
+		}
+		o, ok := d.orgs[k.Org()]
+		if !ok {
+			o = &orgState{id: k.Org(), label: k.Label()}
+			d.orgs[o.id] = o
+			for pool := range d.byPool {
+				d.addLane(o, pool, now)
+			}
+		}
+		if slices.Contains(o.keys, k) {
+			continue
+		}
+		o.keys = append(o.keys, k)
+		o.live.Add(1)
+		d.log.Info("key joined the run", "key", k, "org", o.label)
 	}
 }
 
@@ -436,24 +487,26 @@ func (d *Dispatcher) ensureLanes(pool api.Pool, now time.Time) {
 	if _, ok := d.byPool[pool]; ok {
 		return
 	}
-	fam := familyOfPool(pool)
 	ids := make([]string, 0, len(d.orgs))
 	for id := range d.orgs {
 		ids = append(ids, id)
 	}
 	sort.Strings(ids)
-	var ls []*laneState
+	d.byPool[pool] = nil
 	for _, id := range ids {
-		o := d.orgs[id]
-		cfg := d.cfg.Lane
-		cfg.Cap = d.capFor(fam)
-		s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.id, pool), now), meter: d.meter(pool)}
-		d.lanes[laneKey{o.id, pool}] = s
-		ls = append(ls, s)
+		d.addLane(d.orgs[id], pool, now)
 	}
-	d.byPool[pool] = ls
+}
+
+// addLane creates the lane of org o for pool. Loop-owned.
+func (d *Dispatcher) addLane(o *orgState, pool api.Pool, now time.Time) {
+	cfg := d.cfg.Lane
+	cfg.Cap = d.capFor(familyOfPool(pool))
+	s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.id, pool), now), meter: d.meter(pool)}
+	d.lanes[laneKey{o.id, pool}] = s
+	d.byPool[pool] = append(d.byPool[pool], s)
 	d.mu.Lock()
-	d.laneList = append(d.laneList, ls...)
+	d.laneList = append(d.laneList, s)
 	d.mu.Unlock()
 }
 

@@ -64,6 +64,11 @@ type Options struct {
 	SyncOff bool
 	// MaxErrors is how many invalid lines are listed (default 50).
 	MaxErrors int
+	// Rotations, if set, brings the changes of re-read key sources
+	// (SIGHUP, the keys file changed) while the job runs: new keys join
+	// after a probe, removed keys take no new request and their requests
+	// in flight finish (dispatch.ApplyRotation).
+	Rotations <-chan keys.Rotation
 	// Redact, if set, scrubs key values from error text before it is
 	// logged or written (keys.Pool.Redact): a gateway may echo a key.
 	Redact func(string) string
@@ -480,6 +485,33 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	})
 
+	// Key rotations while the job runs. Its discoveries join the report
+	// (read after rotWG.Wait).
+	rotDone := make(chan struct{})
+	var rotWG sync.WaitGroup
+	if o.Rotations != nil {
+		rotWG.Go(func() {
+			for {
+				select {
+				case rot := <-o.Rotations:
+					joiners := []dispatch.KeyJoiner{d}
+					if br != nil {
+						joiners = append(joiners, br)
+					}
+					more, err := dispatch.ApplyRotation(ctx, o.Dispatch.Client, rot, model, o.Logger, joiners...)
+					if err != nil && ctx.Err() == nil && !errors.Is(err, dispatch.ErrStopped) {
+						o.Logger.Warn("key rotation failed", "err", err)
+					}
+					disc = append(disc, more...)
+				case <-rotDone:
+					return
+				case <-ctx.Done():
+					return
+				}
+			}
+		})
+	}
+
 	prog := newProgress(o, d, &ledger, &durable, todo, len(st.Done))
 	progDone := make(chan struct{})
 	var progWG sync.WaitGroup
@@ -524,6 +556,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// 7. Report. Keys as they are now: one may have died during the run.
 	rep.finish(d, &ledger, durable.Load(), time.Since(started))
+	close(rotDone)
+	rotWG.Wait()
 	rep.Keys = keyReports(disc)
 	if e, _ := writeErr.Load().(error); e != nil {
 		return rep, fmt.Errorf("job: writing results: %w", e)

@@ -199,7 +199,7 @@ func (k Key) Usable(now time.Time, pool api.Pool) (ok bool, next time.Time) {
 	}
 	k.k.mu.Lock()
 	defer k.k.mu.Unlock()
-	if k.k.dead {
+	if k.k.dead || k.k.retired {
 		return false, time.Time{}
 	}
 	h := &k.k.health

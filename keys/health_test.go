@@ -197,3 +197,35 @@ func TestSetHealth(t *testing.T) {
 		t.Errorf("third refusal under DeadAfter 0 = %v, want Killed", v)
 	}
 }
+
+// TestRotation: Diff finds new and gone keys by value; a kept key keeps its
+// handle; the rotated pool redacts the removed keys' values as well as the
+// new ones; a retired key takes no attempt and is not dead.
+func TestRotation(t *testing.T) {
+	old := loadEnv(t, map[string]string{EnvAPIKey: secretHigh, EnvBatch: secretBatch})
+	next := loadEnv(t, map[string]string{EnvAPIKey: secretHigh, EnvLowPrio: secretLow})
+	added, removed := old.Diff(next)
+	if len(added) != 1 || added[0].Label() != "low_prio" || len(removed) != 1 || removed[0].Label() != "batch" {
+		t.Fatalf("added %v removed %v", added, removed)
+	}
+	rot := old.Rotated(added, removed)
+	if ks := rot.Keys(); len(ks) != 2 || ks[0] != old.Keys()[0] || ks[1] != added[0] {
+		t.Fatalf("rotated keys %v: want the kept handle, then the new key", ks)
+	}
+	for _, s := range []string{secretHigh, secretBatch, secretLow} {
+		assertNoSecret(t, "rotated Redact", rot.Redact("x "+s+" y"))
+	}
+	k := removed[0]
+	if !k.Retire() || k.Retire() {
+		t.Fatal("Retire must be true once")
+	}
+	if ok, next := k.Usable(at(0), AllPools); ok || !next.IsZero() {
+		t.Error("a retired key is usable")
+	}
+	if dead, _ := k.Dead(); dead || !k.Retired() {
+		t.Error("a retired key is dead, or not retired")
+	}
+	if a, r := rot.Diff(rot); len(a)+len(r) != 0 {
+		t.Errorf("Diff of a pool with itself: %v %v", a, r)
+	}
+}

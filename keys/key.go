@@ -85,12 +85,13 @@ type key struct {
 	last4    string
 	redacted string
 
-	mu     sync.Mutex
-	org    string // guarded by mu
-	dead   bool   // guarded by mu
-	reason string // guarded by mu
-	health health // guarded by mu
-	policy Health // guarded by mu
+	mu      sync.Mutex
+	org     string // guarded by mu
+	dead    bool   // guarded by mu
+	reason  string // guarded by mu
+	health  health // guarded by mu
+	policy  Health // guarded by mu
+	retired bool   // guarded by mu
 }
 
 func newKey(label, source, secret string) *Key {

@@ -9,7 +9,8 @@ import (
 
 // Pool is the set of keys a run drives, in load order. Its set of keys is
 // fixed by Load (the keys' org and dead state change, the set does not), so
-// a Pool is safe for concurrent use. The methods accept a nil *Pool, which
+// a Pool is safe for concurrent use; a rotation makes a new Pool
+// ([Pool.Diff], [Pool.Rotated]). The methods accept a nil *Pool, which
 // holds no keys.
 type Pool struct {
 	keys     []*Key
@@ -49,8 +50,18 @@ func newPool(cands []candidate, warnings []string) *Pool {
 	}
 	p.warnings = warnings
 
+	p.redact = redactorOf(p.keys)
+	return p
+}
+
+// redactorOf replaces every value of ks (plain and query-escaped) with its
+// redacted form; nil for no keys.
+func redactorOf(ks []*Key) func(string) string {
+	if len(ks) == 0 {
+		return nil
+	}
 	// Longest value first, so a value that contains another is replaced whole.
-	sorted := append([]*Key(nil), p.keys...)
+	sorted := append([]*Key(nil), ks...)
 	sort.SliceStable(sorted, func(i, j int) bool { return len(sorted[i].k.secret()) > len(sorted[j].k.secret()) })
 	var pairs []string
 	for _, k := range sorted {
@@ -61,8 +72,7 @@ func newPool(cands []candidate, warnings []string) *Pool {
 		}
 	}
 	r := strings.NewReplacer(pairs...)
-	p.redact = r.Replace
-	return p
+	return r.Replace
 }
 
 // Keys returns every key in load order: ANTHROPIC_API_KEY,
@@ -75,14 +85,14 @@ func (p *Pool) Keys() []*Key {
 	return append([]*Key(nil), p.keys...)
 }
 
-// Live returns the keys not marked dead, in load order.
+// Live returns the keys neither dead nor retired, in load order.
 func (p *Pool) Live() []*Key {
 	if p == nil {
 		return nil
 	}
 	var live []*Key
 	for _, k := range p.keys {
-		if dead, _ := k.Dead(); !dead {
+		if dead, _ := k.Dead(); !dead && !k.Retired() {
 			live = append(live, k)
 		}
 	}

@@ -231,7 +231,7 @@ func (p *Proxy) newBatchRoute(b *vbatch, routing job.Routing, ids []string) (*ba
 	// On a sync route the Runner only finishes what the journal left
 	// open: it creates nothing.
 	bc.HarvestOnly = routing.Route == job.RouteSync
-	bc.Client, bc.Keys, bc.Logger = p.cfg.Client, p.cfg.Pool.Keys(), p.log
+	bc.Client, bc.Keys, bc.Logger = p.cfg.Client, p.pool().Keys(), p.log
 	bc.Journal = p.batches.journalPath(b.id)
 	bc.Done = func(id string) bool {
 		i, ok := br.index[id]

@@ -57,7 +57,7 @@ func (p *Proxy) handleMessages(w http.ResponseWriter, r *http.Request) {
 	var sink *streamSink
 	var inner dispatch.Sender
 	if info.stream {
-		sink = &streamSink{w: w, rc: http.NewResponseController(w), c: c, redact: p.cfg.Pool.Redact, writeTimeout: p.cfg.StreamWriteTimeout}
+		sink = &streamSink{w: w, rc: http.NewResponseController(w), c: c, redact: p.pool().Redact, writeTimeout: p.cfg.StreamWriteTimeout}
 		defer sink.close()
 		inner = p.d.StreamSender(body, extra, sink)
 	} else {
@@ -223,7 +223,7 @@ func (p *Proxy) account(c *call, res dispatch.Result, arrival time.Time, pool ap
 func (p *Proxy) cachePut(k cache.Key, message []byte) {
 	p.goBackground(nil, func() {
 		if err := p.cfg.Cache.Put(k, message, cache.Meta{Origin: "proxy"}); err != nil && !errors.Is(err, cache.ErrNotAnswer) {
-			p.log.Warn("cache write failed", "err", p.cfg.Pool.Redact(err.Error()))
+			p.log.Warn("cache write failed", "err", p.pool().Redact(err.Error()))
 		}
 	})
 }
@@ -552,7 +552,7 @@ func (p *Proxy) handleModels(w http.ResponseWriter, r *http.Request) {
 // limits of their own, and cost nothing) on the live keys in turn: a
 // 429/529/5xx or no answer tries the next key, once each.
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, method, path string, body []byte) {
-	live := p.cfg.Pool.Live()
+	live := p.pool().Live()
 	if len(live) == 0 {
 		p.unavailable(w, dispatch.ErrNoLiveKey)
 		return

@@ -246,7 +246,7 @@ func (p *Proxy) writeMetrics(w io.Writer) {
 	family(w, "sluice_dispatch_retries_rate_limited_total", "counter", "429 answers the dispatcher retried or gave up on.").add(float64(st.Retries429))
 	family(w, "sluice_dispatch_retries_overloaded_total", "counter", "529 answers the dispatcher retried or gave up on.").add(float64(st.Retries529))
 	family(w, "sluice_dispatch_retries_failed_total", "counter", "5xx answers and lost connections.").add(float64(st.RetriesFailed))
-	family(w, "sluice_keys_live", "gauge", "Keys not marked dead.").add(float64(len(p.cfg.Pool.Live())))
+	family(w, "sluice_keys_live", "gauge", "Keys not marked dead.").add(float64(len(p.pool().Live())))
 	byStatus := p.batches.counts()
 	s = family(w, "sluice_proxy_batches", "gauge", "Virtual batches by processing status.")
 	for _, st := range []string{api.BatchInProgress, api.BatchCanceling, api.BatchEnded} {

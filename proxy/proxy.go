@@ -100,6 +100,7 @@ type Proxy struct {
 	mux      *http.ServeMux
 	draining atomic.Bool
 	rr       atomic.Uint64 // round robin over live keys for count_tokens, models
+	keyPool  atomic.Pointer[keys.Pool]
 	metrics  metrics
 	batches  batchSet
 
@@ -136,6 +137,7 @@ func New(cfg Config) (*Proxy, error) {
 		cfg.Now = time.Now
 	}
 	p := &Proxy{cfg: cfg, d: cfg.Dispatcher, log: cfg.Logger, now: cfg.Now}
+	p.keyPool.Store(cfg.Pool)
 	p.life, p.endLife = context.WithCancelCause(context.Background())
 	p.metrics.init()
 	if err := p.batches.init(p, cfg.StateDir); err != nil {
@@ -276,7 +278,7 @@ func (p *Proxy) goBackground(first func(), fs ...func()) bool {
 }
 
 func (p *Proxy) handleHealth(w http.ResponseWriter, _ *http.Request) {
-	live := len(p.cfg.Pool.Live())
+	live := len(p.pool().Live())
 	status, code := "ok", 200
 	switch {
 	case p.draining.Load():
@@ -303,7 +305,7 @@ func (p *Proxy) fail(w http.ResponseWriter, status int, t api.ErrorType, msg str
 	w.Header().Set(api.HeaderRequestID, id)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(api.NewErrorBody(t, id, "%s", p.cfg.Pool.Redact(msg)).Marshal())
+	w.Write(api.NewErrorBody(t, id, "%s", p.pool().Redact(msg)).Marshal())
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -401,3 +403,12 @@ func endpointOf(r *http.Request) string {
 	}
 	return "other"
 }
+
+// SetPool replaces the key pool after a rotation (keys.Pool.Rotated): the
+// pass-through endpoints, new virtual batches, redaction and /healthz use
+// it from then on. The dispatcher takes its keys through
+// dispatch.ApplyRotation.
+func (p *Proxy) SetPool(pool *keys.Pool) { p.keyPool.Store(pool) }
+
+// pool is the key pool in use.
+func (p *Proxy) pool() *keys.Pool { return p.keyPool.Load() }

@@ -63,6 +63,20 @@ func (f *engineFlags) register(cmd *cobra.Command) {
 
 // loadKeys reads the key pool and logs its warnings.
 func (f *engineFlags) loadKeys(log *slog.Logger) (*keys.Pool, error) {
+	p, err := f.loadPool()
+	if err != nil {
+		return nil, err
+	}
+	redact := p.Redact
+	logRedact.Store(&redact)
+	for _, w := range p.Warnings() {
+		log.Warn(w)
+	}
+	return p, nil
+}
+
+// loadPool reads the key sources into a pool with the run's refusal rule.
+func (f *engineFlags) loadPool() (*keys.Pool, error) {
 	p, err := keys.Load(keys.LoadOptions{KeysFile: f.keysFile, NoDotEnv: f.noDotEnv})
 	if err != nil {
 		return nil, err
@@ -71,11 +85,6 @@ func (f *engineFlags) loadKeys(log *slog.Logger) (*keys.Pool, error) {
 		return nil, fmt.Errorf("--key-dead-after %v: must not be negative", f.keyDeadAfter)
 	}
 	p.SetHealth(keys.Health{DeadAfter: f.keyDeadAfter})
-	redact := p.Redact
-	logRedact.Store(&redact)
-	for _, w := range p.Warnings() {
-		log.Warn(w)
-	}
 	return p, nil
 }
 
@@ -142,6 +151,14 @@ func (f *engineFlags) totalConns(nKeys int) int {
 // so a key value a lower layer logs — a raw error body, a URL error — is
 // never printed.
 var logRedact atomic.Pointer[func(string) string]
+
+// redactLoaded redacts every key loaded so far (rotations included).
+func redactLoaded(s string) string {
+	if f := logRedact.Load(); f != nil {
+		return (*f)(s)
+	}
+	return s
+}
 
 func newLogger() *slog.Logger {
 	h := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})

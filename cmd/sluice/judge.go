@@ -96,9 +96,10 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 			cfg.Cache = rc
 			cfg.Engine = job.Options{
 				MaxCost: maxCost, Grace: grace, Dispatch: eng.dispatchConfig(c, pool, log),
-				Terminal: term.IsTerminal(int(os.Stderr.Fd())), Logger: log, Redact: pool.Redact,
-				Command: "sluice " + strings.Join(os.Args[1:], " "),
-				Plan:    rf.router(pool.Keys(), nil, log),
+				Terminal: term.IsTerminal(int(os.Stderr.Fd())), Logger: log, Redact: redactLoaded,
+				Rotations: eng.watchKeys(cmd.Context(), pool, log),
+				Command:   "sluice " + strings.Join(os.Args[1:], " "),
+				Plan:      rf.router(pool.Keys(), nil, log),
 			}
 			if !noProgress {
 				cfg.Engine.Progress = os.Stderr

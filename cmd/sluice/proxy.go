@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/route"
@@ -133,6 +134,25 @@ aborts them. See docs/proxy.md.`,
 			dctx, dstop := context.WithCancel(context.Background())
 			defer dstop()
 			go d.Serve(dctx)
+			// Key rotation (SIGHUP, the keys file changed): new keys join,
+			// removed ones drain and leave, without a restart.
+			rotations := eng.watchKeys(dctx, pool, log)
+			go func() {
+				cur := pool
+				for {
+					var rot keys.Rotation
+					select {
+					case rot = <-rotations:
+					case <-dctx.Done():
+						return
+					}
+					if _, err := dispatch.ApplyRotation(dctx, c, rot, "claude-sonnet-4-5", log, d); err != nil && dctx.Err() == nil {
+						log.Warn("key rotation failed", "err", err)
+					}
+					cur = cur.Rotated(rot.Added, rot.Removed)
+					px.SetPool(cur)
+				}
+			}()
 			srv := &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second,
 				ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 			errc := make(chan error, 1)

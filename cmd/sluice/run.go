@@ -66,8 +66,9 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 			opts := job.Options{
 				Input: args[0], Output: output, SkipInvalid: skipInvalid, AllowChanged: allowChanged,
 				MaxCost: maxCost, Grace: grace, Dispatch: eng.dispatchConfig(c, pool, log),
-				Terminal: tty, Logger: log, Redact: pool.Redact,
-				Command: "sluice " + strings.Join(os.Args[1:], " "),
+				Terminal: tty, Logger: log, Redact: redactLoaded,
+				Rotations: eng.watchKeys(cmd.Context(), pool, log),
+				Command:   "sluice " + strings.Join(os.Args[1:], " "),
 			}
 			if !noProgress {
 				opts.Progress = os.Stderr
