@@ -159,6 +159,7 @@ func (r *Runner) stream(ctx context.Context, c *chunk, key *keys.Key) error {
 func (r *Runner) eachResultLine(ctx context.Context, c *chunk, key *keys.Key, fn func(line []byte, complete bool) (stop bool, err error)) error {
 	ctx, cancel := context.WithTimeout(ctx, resultsTimeout)
 	defer cancel()
+	sent := r.now()
 	resp, err := r.cfg.Client.Stream(ctx, key, batchesPath+"/"+url.PathEscape(c.batch)+"/results", "application/x-jsonl")
 	if err != nil {
 		return fmt.Errorf("batch: results: %w", err)
@@ -167,6 +168,7 @@ func (r *Runner) eachResultLine(ctx context.Context, c *chunk, key *keys.Key, fn
 	if resp.StatusCode != http.StatusOK {
 		return resultsError(resp)
 	}
+	key.Answered(sent, keys.AllPools)
 	br := bufio.NewReaderSize(resp.Body, 64<<10)
 	for {
 		line, err := br.ReadBytes('\n')
@@ -250,9 +252,11 @@ func (r *Runner) deliverRow(c *chunk, req *dispatch.Request, row *resultRow) {
 	res := Result{BatchID: c.batch, Result: dispatch.Result{
 		Request: req, Org: c.org.label, Attempts: 1, Latency: r.now().Sub(c.intentAt),
 	}}
+	r.mu.Lock()
 	if k := c.org.key(); k != nil {
 		res.Key = k.Label()
 	}
+	r.mu.Unlock()
 	switch row.Result.Type {
 	case api.ResultSucceeded:
 		var m struct {

@@ -85,7 +85,7 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if key == nil {
+	if key == nil || key.Retired() {
 		return false, r.abandon(c, "organization has no live key", moveRequeue)
 	}
 	if why := r.cancelReason(); why != "" {
@@ -113,7 +113,7 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 	if why := r.cancelReason(); why != "" {
 		return false, r.abandon(c, why, moveReroute) // a Cancel while the intent was written
 	}
-	out := r.cfg.Client.Do(ctx, key, "POST", batchesPath, body)
+	out := r.do(ctx, key, "POST", batchesPath, body)
 	var b api.MessageBatch
 	if out.Class == client.OK {
 		if err := json.Unmarshal(out.Body, &b); err != nil || b.ID == "" {
@@ -330,7 +330,7 @@ func (r *Runner) findOrphan(ctx context.Context, key *keys.Key, c *chunk) (best,
 		if after != "" {
 			q.Set("after_id", after)
 		}
-		out := r.cfg.Client.Do(ctx, key, "GET", batchesPath+"?"+q.Encode(), nil)
+		out := r.do(ctx, key, "GET", batchesPath+"?"+q.Encode(), nil)
 		if out.Class != client.OK {
 			return nil, nil, out, fmt.Errorf("batch: listing batches: HTTP %d: %v", out.Status, out.Err)
 		}
@@ -415,7 +415,7 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 				return nil, err
 			}
 		}
-		out := r.cfg.Client.Do(ctx, key, "GET", path, nil)
+		out := r.do(ctx, key, "GET", path, nil)
 		now := r.now()
 		var b api.MessageBatch
 		if out.Class == client.OK {
@@ -550,7 +550,7 @@ func (r *Runner) escape(ctx context.Context, c *chunk, key *keys.Key, why string
 // is tried again on the next poll.
 func (r *Runner) sendCancel(ctx context.Context, c *chunk, key *keys.Key) error {
 	path := batchesPath + "/" + url.PathEscape(c.batch)
-	out := r.cfg.Client.Do(ctx, key, "POST", path+"/cancel", nil)
+	out := r.do(ctx, key, "POST", path+"/cancel", nil)
 	if out.Class == client.Canceled {
 		return context.Cause(ctx)
 	}
@@ -558,7 +558,7 @@ func (r *Runner) sendCancel(ctx context.Context, c *chunk, key *keys.Key) error 
 	var b api.MessageBatch
 	if out.Class == client.OK && json.Unmarshal(out.Body, &b) == nil {
 		ok = true
-	} else if g := r.cfg.Client.Do(ctx, key, "GET", path, nil); g.Class == client.OK && json.Unmarshal(g.Body, &b) == nil {
+	} else if g := r.do(ctx, key, "GET", path, nil); g.Class == client.OK && json.Unmarshal(g.Body, &b) == nil {
 		ok = b.ProcessingStatus == api.BatchCanceling || b.ProcessingStatus == api.BatchEnded
 	}
 	if !ok {
@@ -571,6 +571,21 @@ func (r *Runner) sendCancel(ctx context.Context, c *chunk, key *keys.Key) error 
 	}
 	c.canceled = true
 	return r.j.append(record{Op: opCanceled, Chunk: c.id, At: r.now(), Batch: c.batch}, false)
+}
+
+// do is the client's Do for a batch call, and tells key's health rule when
+// the call got past authentication (any answer but 401/403, 5xx, 529): a
+// suspicion ends, so two blips hours apart are two episodes, not one.
+func (r *Runner) do(ctx context.Context, key *keys.Key, method, path string, body []byte) client.Outcome {
+	sent := r.now()
+	out := r.cfg.Client.Do(ctx, key, method, path, body)
+	switch out.Class {
+	case client.OK, client.Invalid, client.RateLimited:
+		if key.Answered(sent, keys.AllPools) {
+			r.log.Info("batch: key answered again; no longer suspect", "key", key)
+		}
+	}
+	return out
 }
 
 // orgKey returns o's key for the next call, marking o dead when it has no
@@ -587,6 +602,9 @@ func (r *Runner) orgKey(ctx context.Context, o *orgState) (*keys.Key, error) {
 		r.mu.Unlock()
 		if k == nil {
 			return nil, nil
+		}
+		if k.Retired() {
+			return k, nil // removed from the sources: it finishes what it started
 		}
 		now := r.now()
 		ok, next := k.Usable(now, keys.AllPools)

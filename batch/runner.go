@@ -126,22 +126,43 @@ type orgState struct {
 	createMu  sync.Mutex
 }
 
-// key returns the org's first live key that is not suspect, else its first
-// suspect one (which its next call re-probes), or nil when it has none.
+// key returns the org's first live key that is neither suspect nor
+// retired, else its first suspect one (which its next call re-probes),
+// else a retired one (removed from the key sources: it still polls and
+// harvests the batches in flight, it creates none — see creatable), or nil
+// when it has none. Requires Runner.mu.
 func (o *orgState) key() *keys.Key {
-	var suspect *keys.Key
+	var suspect, retired *keys.Key
 	for _, k := range o.keys {
-		if dead, _ := k.Dead(); dead || k.Retired() {
+		if dead, _ := k.Dead(); dead {
 			continue
 		}
-		if !k.Suspect(keys.AllPools) {
+		switch {
+		case k.Retired():
+			if retired == nil {
+				retired = k
+			}
+		case !k.Suspect(keys.AllPools):
 			return k
-		}
-		if suspect == nil {
+		case suspect == nil:
 			suspect = k
 		}
 	}
-	return suspect
+	if suspect != nil {
+		return suspect
+	}
+	return retired
+}
+
+// creatable reports whether o has a live key that is not retired: new
+// batches go only there. Requires Runner.mu.
+func (o *orgState) creatable() bool {
+	for _, k := range o.keys {
+		if dead, _ := k.Dead(); !dead && !k.Retired() {
+			return true
+		}
+	}
+	return false
 }
 
 // chunk is one batch: its requests and where it is in its life. The
@@ -854,6 +875,9 @@ func (r *Runner) pickOrg(n int, now time.Time) (*orgState, time.Time) {
 		if o.key() == nil {
 			r.orgDead(o, "no live key")
 			continue
+		}
+		if !o.creatable() {
+			continue // its keys left the run: it finishes its batches, starts none
 		}
 		if now.Before(o.paused) {
 			if wake.IsZero() || o.paused.Before(wake) {

@@ -119,36 +119,40 @@ type KeyJoiner interface {
 	AddKeys(ctx context.Context, ks []*keys.Key) error
 }
 
-// ApplyRotation applies re-read key sources to a running job: it retires
-// the removed keys (each takes no new attempt; its attempts in flight
-// finish), probes the added ones (Discover, so a bad new key is dead before
-// it is sent anything) and adds the live ones to every joiner. It returns
-// the added keys' discoveries, for the report. The one owner of a rotation:
-// run, judge and the proxy all call it.
+// ApplyRotation applies re-read key sources to a running job: it probes the
+// added keys (Discover, so a bad new key is dead before it is sent
+// anything) and adds the live ones to every joiner, then retires the
+// removed keys (each takes no new attempt; its attempts in flight, and its
+// batches in flight, finish). Adding first matters: replacing an org's only
+// key must never leave a moment with no usable key, which a dispatcher
+// with queued work would end with ErrNoLiveKey. It returns the added keys'
+// discoveries, for the report. The one owner of a rotation: run, judge and
+// the proxy all call it.
 func ApplyRotation(ctx context.Context, c *client.Client, rot keys.Rotation, model string, log *slog.Logger, joiners ...KeyJoiner) ([]Discovery, error) {
+	var disc []Discovery
+	if len(rot.Added) > 0 {
+		var err error
+		disc, err = Discover(ctx, c, rot.Added, model)
+		if err != nil && !errors.Is(err, ErrNoLiveKey) {
+			return disc, err
+		}
+		var live []*keys.Key
+		for _, d := range disc {
+			if dead, why := d.Key.Dead(); dead {
+				log.Warn("a new key is not usable", "key", d.Key, "reason", why)
+				continue
+			}
+			live = append(live, d.Key)
+		}
+		for _, j := range joiners {
+			if err := j.AddKeys(ctx, live); err != nil {
+				return disc, err
+			}
+		}
+	}
 	for _, k := range rot.Removed {
 		if k.Retire() {
 			log.Info("key left the run (removed from its sources); its requests in flight finish", "key", k)
-		}
-	}
-	if len(rot.Added) == 0 {
-		return nil, nil
-	}
-	disc, err := Discover(ctx, c, rot.Added, model)
-	if err != nil && !errors.Is(err, ErrNoLiveKey) {
-		return disc, err
-	}
-	var live []*keys.Key
-	for _, d := range disc {
-		if dead, why := d.Key.Dead(); dead {
-			log.Warn("a new key is not usable", "key", d.Key, "reason", why)
-			continue
-		}
-		live = append(live, d.Key)
-	}
-	for _, j := range joiners {
-		if err := j.AddKeys(ctx, live); err != nil {
-			return disc, err
 		}
 	}
 	return disc, nil

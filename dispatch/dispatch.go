@@ -168,6 +168,10 @@ type orgState struct {
 }
 
 type laneState struct {
+	// noKey: no key of the org can ever serve this pool again (dead,
+	// dead for the pool, or retired), as of the last admit; for Snapshot
+	// and ExpectedWait, which read it from other goroutines.
+	noKey atomic.Bool
 	org   *orgState
 	pool  api.Pool
 	l     *lane.Lane
@@ -360,7 +364,10 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 		}
 		if !stopping {
 			wake = d.admit(now)
-			if d.queued > 0 && d.flying == 0 && (d.noLiveLane() || d.unservable == d.queued) {
+			// Queued work no key can serve ends the run only once no
+			// more can come (closed, or the queue is full of it).
+			unservable := d.unservable == d.queued && (!accepting || d.queued >= d.cfg.MaxQueued)
+			if d.queued > 0 && d.flying == 0 && (d.noLiveLane() || unservable) {
 				d.err = ErrNoLiveKey
 				stopping = true
 			}
@@ -597,6 +604,7 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *lane
 	none = true
 	for _, ls := range lanes {
 		k, next := d.keyFor(ls, now)
+		ls.noKey.Store(k < 0 && next.IsZero())
 		switch {
 		case k >= 0:
 			c = append(c, cand{ls, k, ls.l.Headroom(now)})

@@ -83,7 +83,7 @@ func (d *Dispatcher) ExpectedWait(pool api.Pool) time.Duration {
 	d.mu.Unlock()
 	held, any := time.Duration(0), false
 	for _, ls := range lanes {
-		if ls.pool == pool && ls.org.live.Load() > 0 {
+		if ls.pool == pool && ls.org.live.Load() > 0 && !ls.noKey.Load() {
 			if b := ls.l.Blocked(now); !any || b < held {
 				held, any = b, true
 			}

@@ -52,7 +52,7 @@ func (d *Dispatcher) Snapshot() (Stats, []LaneView) {
 			views[i].LaneStats = *c
 		}
 		views[i].Org, views[i].Pool = ls.org.label, ls.pool
-		views[i].Dead = ls.org.live.Load() == 0
+		views[i].Dead = ls.org.live.Load() == 0 || ls.noKey.Load()
 	}
 	d.mu.Unlock()
 	for i, ls := range lanes {

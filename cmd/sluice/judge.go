@@ -94,10 +94,12 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 			}
 			defer rc.Close()
 			cfg.Cache = rc
+			watchCtx, stopWatch := context.WithCancel(cmd.Context()) // the key watch ends with the job
+			defer stopWatch()
 			cfg.Engine = job.Options{
 				MaxCost: maxCost, Grace: grace, Dispatch: eng.dispatchConfig(c, pool, log),
 				Terminal: term.IsTerminal(int(os.Stderr.Fd())), Logger: log, Redact: redactLoaded,
-				Rotations: eng.watchKeys(cmd.Context(), pool, log),
+				Rotations: eng.watchKeys(watchCtx, pool, log),
 				Command:   "sluice " + strings.Join(os.Args[1:], " "),
 				Plan:      rf.router(pool.Keys(), nil, log),
 			}

@@ -16,7 +16,8 @@ import (
 const keyFilePoll = 2 * time.Second
 
 // watchKeys re-reads the key sources on SIGHUP and whenever the keys file
-// (or ./.env) changes, and sends what changed: keys added and removed, by
+// (or ./.env) changes and then holds still for one poll (a file half-way
+// through a save is not read), and sends what changed: keys added and removed, by
 // value, relative to pool and every rotation since. A source that fails to
 // load is logged and ignored (the run keeps its keys). Redaction follows:
 // from the first change on, every log line redacts the new keys' values as
@@ -36,6 +37,7 @@ func (f *engineFlags) watchKeys(ctx context.Context, pool *keys.Pool, log *slog.
 	go func() {
 		defer signal.Stop(hup)
 		seen := stamps(files)
+		pending := "" // a change seen once: read only when it holds still
 		tick := time.NewTicker(keyFilePoll)
 		defer tick.Stop()
 		cur := pool
@@ -48,9 +50,16 @@ func (f *engineFlags) watchKeys(ctx context.Context, pool *keys.Pool, log *slog.
 			case <-tick.C:
 				now := stamps(files)
 				if now == seen {
+					pending = ""
 					continue
 				}
-				seen = now
+				if now != pending {
+					// Changed since the last look: an editor may be
+					// half-way through writing it.
+					pending = now
+					continue
+				}
+				seen, pending = now, ""
 				log.Info("a key file changed: reading the key sources again")
 			}
 			next, err := f.loadPool()

@@ -63,11 +63,13 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 				return err
 			}
 			tty := term.IsTerminal(int(os.Stderr.Fd()))
+			watchCtx, stopWatch := context.WithCancel(cmd.Context()) // the key watch ends with the job
+			defer stopWatch()
 			opts := job.Options{
 				Input: args[0], Output: output, SkipInvalid: skipInvalid, AllowChanged: allowChanged,
 				MaxCost: maxCost, Grace: grace, Dispatch: eng.dispatchConfig(c, pool, log),
 				Terminal: tty, Logger: log, Redact: redactLoaded,
-				Rotations: eng.watchKeys(cmd.Context(), pool, log),
+				Rotations: eng.watchKeys(watchCtx, pool, log),
 				Command:   "sluice " + strings.Join(os.Args[1:], " "),
 			}
 			if !noProgress {
