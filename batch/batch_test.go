@@ -442,6 +442,50 @@ func TestResumeParked(t *testing.T) {
 	})
 }
 
+// TestStopInputKeepsParkedChunks: a resumed chunk's batch ended and its
+// rows wait (parked) for requests the run never submits, because the run
+// was cut short (Ctrl-C, a write error). StopInput must leave the chunk
+// open in the journal, so the third run still harvests it — closing it (as
+// CloseInput does for a finished input) made the next run batch, and pay
+// for, those requests again (found by sluice bench chaos).
+func TestStopInputKeepsParkedChunks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, nil, "batch")
+		reqs := requests(10)
+		cfg := w.config()
+		if _, _, err := w.run(t, cfg, reqs, nil, func(p string) bool { return p == "mid-poll" }); !errors.Is(err, errCrash) {
+			t.Fatalf("first run: %v", err)
+		}
+		c2 := cfg
+		col2 := newCollector(t)
+		c2.OnResult, c2.OnReroute = col2.onResult, col2.onReroute
+		r, err := New(c2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		col2.r = r
+		errc := make(chan error, 1)
+		go func() { errc <- r.Run(t.Context()) }()
+		time.Sleep(30 * time.Minute) // the batch ends; its rows are parked
+		r.StopInput()                // cut short: nothing was submitted
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+		if ops := journalOps(t, w.journal); count(ops, opHarvested)+count(ops, opDropped) != 0 {
+			t.Fatalf("the cut-short run closed the resumed chunk: journal ops %v", ops)
+		}
+		col, _, err := w.run(t, cfg, reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAllOK(t, reqs, col)
+		if got := w.created(); got != 1 {
+			t.Errorf("simulator saw %d creates, want 1: the third run paid again", got)
+		}
+	})
+}
+
 // TestRowClasses: an invalid request is a final errored result; a batch
 // cancelled by someone else gives transport results, not re-routes.
 func TestRowClasses(t *testing.T) {

@@ -520,9 +520,34 @@ func (r *Runner) cancelReason() string {
 	return r.cancelWhy
 }
 
-// CloseInput says no more requests will be submitted: a partial chunk may
-// be cut, and rows of resumed chunks whose requests were not submitted are
-// not wanted.
+// StopInput says no more requests will be submitted because the input was
+// not fed to its end (an interrupt, a halt, a write error): a partial chunk
+// may be cut, but the rows of resumed chunks whose requests never came are
+// still the next run's — those chunks stay open in the journal, never
+// recorded harvested (closing them made the next run batch, and pay for,
+// their requests again).
+func (r *Runner) StopInput() {
+	r.mu.Lock()
+	if !r.inputClosed {
+		r.inputClosed = true
+		for id, p := range r.parked {
+			delete(r.parked, id)
+			p.c.parkedN--
+			p.c.keepOpen = true
+		}
+		for id, c := range r.recovered {
+			delete(r.recovered, id)
+			c.unattached--
+			c.keepOpen = true
+		}
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// CloseInput says the whole input was submitted: a partial chunk may be
+// cut, and rows of resumed chunks whose requests were not submitted are
+// not wanted (the input no longer holds them).
 func (r *Runner) CloseInput() {
 	r.mu.Lock()
 	if !r.inputClosed {

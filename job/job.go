@@ -468,7 +468,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if br != nil {
 			bf.Go(func() {
 				batchFeedErr = feed(feedCtx, o, st, drop, toBatch, cached.serve, func(req *dispatch.Request) error { return br.Submit(feedCtx, req) }, nil)
-				br.CloseInput()
+				if batchFeedErr != nil || feedCtx.Err() != nil {
+					br.StopInput() // cut short: resumed chunks stay the next run's
+				} else {
+					br.CloseInput()
+				}
 			})
 		}
 		feedErr = feed(feedCtx, o, st, drop, func(id string) bool { return !toBatch(id) }, cached.serve,
