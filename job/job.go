@@ -571,10 +571,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	// ErrStopped: the dispatcher stopped first (no live key, a halt); the
 	// reason is reported below.
-	if feedErr != nil && !errors.Is(feedErr, context.Canceled) && !errors.Is(feedErr, dispatch.ErrStopped) && !errors.Is(feedErr, batch.ErrStopped) {
+	// An interrupt cancels ctx with the caller's own cause (not
+	// context.Canceled): an error then is the interrupt, reported below as
+	// resumable, not a failure (the batch path exited 1 on Ctrl-C).
+	interrupted := ctx.Err() != nil
+	if feedErr != nil && !interrupted && !errors.Is(feedErr, context.Canceled) && !errors.Is(feedErr, dispatch.ErrStopped) && !errors.Is(feedErr, batch.ErrStopped) {
 		return rep, feedErr
 	}
-	if batchErr != nil && !errors.Is(batchErr, context.Canceled) {
+	if batchErr != nil && !interrupted && !errors.Is(batchErr, context.Canceled) {
 		return rep, fmt.Errorf("job: batch path: %w", batchErr)
 	}
 	remaining := max(0, todo-int(durable.Load()))
