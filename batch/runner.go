@@ -526,40 +526,32 @@ func (r *Runner) cancelReason() string {
 // still the next run's — those chunks stay open in the journal, never
 // recorded harvested (closing them made the next run batch, and pay for,
 // their requests again).
-func (r *Runner) StopInput() {
-	r.mu.Lock()
-	if !r.inputClosed {
-		r.inputClosed = true
-		for id, p := range r.parked {
-			delete(r.parked, id)
-			p.c.parkedN--
-			p.c.keepOpen = true
-		}
-		for id, c := range r.recovered {
-			delete(r.recovered, id)
-			c.unattached--
-			c.keepOpen = true
-		}
-	}
-	r.mu.Unlock()
-	r.poke()
-}
+func (r *Runner) StopInput() { r.endInput(true) }
 
 // CloseInput says the whole input was submitted: a partial chunk may be
 // cut, and rows of resumed chunks whose requests were not submitted are
 // not wanted (the input no longer holds them).
-func (r *Runner) CloseInput() {
+func (r *Runner) CloseInput() { r.endInput(false) }
+
+// endInput ends the input; keep leaves resumed chunks with unsubmitted
+// requests open for the next run instead of closing them.
+func (r *Runner) endInput(keep bool) {
 	r.mu.Lock()
 	if !r.inputClosed {
 		r.inputClosed = true
 		for id, p := range r.parked {
 			delete(r.parked, id)
 			p.c.parkedN--
-			r.maybeClose(p.c)
+			if keep {
+				p.c.keepOpen = true
+			} else {
+				r.maybeClose(p.c)
+			}
 		}
 		for id, c := range r.recovered {
 			delete(r.recovered, id)
 			c.unattached--
+			c.keepOpen = c.keepOpen || keep
 		}
 	}
 	r.mu.Unlock()
