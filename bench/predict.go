@@ -21,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
 )
@@ -32,7 +33,7 @@ const PredictTolerance = 0.10
 // PredictCell is one job of the prediction check: N judge requests on one
 // route at one time scale.
 type PredictCell struct {
-	Route     string // job.RouteSync or job.RouteBatch
+	Route     string // route.Sync or route.Batch
 	N         int
 	TimeScale float64
 }
@@ -140,7 +141,7 @@ func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, e
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: sp.Base, Transport: tt}),
 			Keys: pool.Keys()},
 		OnDurable: steady.observe,
-		Plan: func(s jsonl.Summary, pending int) (job.Routing, error) {
+		Plan: func(s jsonl.Summary, pending int) (route.Routing, error) {
 			mu.Lock()
 			planStart = time.Now()
 			mu.Unlock()
@@ -245,31 +246,31 @@ func (t *timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // forced route. It returns the routing, the decision and the predicted
 // range of the route taken. k is the simulator's time scale: the batch
 // path's poll intervals run on the simulator's clock, like the lanes.
-func predictRouting(w plan.World, route string, s jsonl.Summary, pending int, k float64) (job.Routing, plan.Decision, plan.Range, error) {
+func predictRouting(w plan.World, forced string, s jsonl.Summary, pending int, k float64) (route.Routing, plan.Decision, plan.Range, error) {
 	j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
-	switch route {
-	case job.RouteSync:
+	switch forced {
+	case route.Sync:
 		// No batch candidate (MinBatch above N): the decision is the whole
 		// job on sync, its lanes, rate and last send included (the latency
 		// priority would split a large job).
 		d, err := plan.Decide(w, j, plan.Options{Priority: plan.PreferLatency, MinBatch: pending + 1})
 		if err != nil {
-			return job.Routing{}, d, plan.Range{}, err
+			return route.Routing{}, d, plan.Range{}, err
 		}
-		return job.Routing{Route: job.RouteSync, Why: "forced sync", Predicted: d.SyncWall.Mid}, d, d.SyncWall, nil
-	case job.RouteBatch:
+		return route.Routing{Route: route.Sync, Why: "forced sync", Predicted: d.SyncWall.Mid}, d, d.SyncWall, nil
+	case route.Batch:
 		// The cost priority sends everything to batch (MinBatch 1), so the
 		// decision's chunk, window and stuck threshold are the batch
 		// route's own.
 		d, err := plan.Decide(w, j, plan.Options{Priority: plan.PreferCost, MinBatch: 1})
 		if err != nil {
-			return job.Routing{}, d, plan.Range{}, err
+			return route.Routing{}, d, plan.Range{}, err
 		}
 		br, stuck := d.Batch, d.StuckAfter
 		if d.Route != plan.RouteBatch {
 			run, err := w.SimulateBatch(pending, 0, 0)
 			if err != nil {
-				return job.Routing{}, d, plan.Range{}, err
+				return route.Routing{}, d, plan.Range{}, err
 			}
 			br, stuck = &run, 0
 		}
@@ -281,9 +282,9 @@ func predictRouting(w plan.World, route string, s jsonl.Summary, pending int, k 
 			StuckAfter: max(stuck, time.Duration(float64(batch.MinStuckAfter)/k)),
 			PollMin:    time.Duration(float64(batch.DefaultPollMin) / k), PollMax: time.Duration(float64(batch.DefaultPollMax) / k),
 		}
-		return job.Routing{Route: job.RouteBatch, Why: "forced batch", Predicted: d.BatchWall.Mid, Batch: bc}, d, d.BatchWall, nil
+		return route.Routing{Route: route.Batch, Why: "forced batch", Predicted: d.BatchWall.Mid, Batch: bc}, d, d.BatchWall, nil
 	}
-	return job.Routing{}, plan.Decision{}, plan.Range{}, fmt.Errorf("bench: route must be sync or batch, got %q", route)
+	return route.Routing{}, plan.Decision{}, plan.Range{}, fmt.Errorf("bench: route must be sync or batch, got %q", forced)
 }
 
 // PredictSection is the heading WritePredictTable writes and
@@ -318,7 +319,7 @@ func WritePredictTable(w io.Writer, results []PredictResult, command string, whe
 	fmt.Fprintln(w)
 	var syncs, batches []PredictResult
 	for _, r := range results {
-		if r.Route == job.RouteSync {
+		if r.Route == route.Sync {
 			syncs = append(syncs, r)
 		} else {
 			batches = append(batches, r)

@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/results"
+	"github.com/sluice-dev/sluice/route"
 )
 
 // cacheSide is a run's use of the response cache: lookups before a request
@@ -26,7 +27,7 @@ type cacheSide struct {
 }
 
 func newCacheSide(o Options, w *results.Writer) *cacheSide {
-	cs := &cacheSide{w: w, extra: o.CacheExtra, accept: o.CacheAccept}
+	cs := &cacheSide{w: w, extra: o.CacheExtra, accept: o.Redrive.accept}
 	if o.Cache == nil || o.Cache.Mode() == cache.Off {
 		return cs
 	}
@@ -48,7 +49,7 @@ func (cs *cacheSide) serve(req *dispatch.Request) (bool, error) {
 		return false, nil
 	}
 	msg, ok := cs.c.Get(k)
-	if !ok || (cs.accept != nil && !cs.accept(msg)) {
+	if !ok || !cs.accept(msg) {
 		return false, nil
 	}
 	var m struct {
@@ -64,7 +65,7 @@ func (cs *cacheSide) serve(req *dispatch.Request) (bool, error) {
 	}
 	res := append(append([]byte(`{"type":"succeeded","message":`), msg...), '}')
 	rec := api.ResultRecord{CustomID: req.ID, Result: res, Sluice: &api.RunMeta{
-		ParamsHash: req.ParamsHash, Class: api.ClassOK, Route: RouteCache,
+		ParamsHash: req.ParamsHash, Class: api.ClassOK, Route: route.Cache,
 	}}
 	if err := cs.w.Write(rec); err != nil {
 		return true, err

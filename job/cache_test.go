@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
 )
@@ -71,7 +72,7 @@ func TestCacheAnswersASecondRunWithoutACall(t *testing.T) {
 		t.Fatalf("the cached run made %d calls: %+v %+v route %s keys %+v", e.simCalls()-calls, rep.Requests, rep.Cache, rep.Route, rep.Keys)
 	}
 	if rep.Cache.Hits != 1000 || rep.Requests.FromCache != 1000 || rep.Requests.Written != 1000 ||
-		rep.Cost.Total.USD != 0 || rep.Cache.SavedUSD <= 0 || rep.Route != job.RouteCache {
+		rep.Cost.Total.USD != 0 || rep.Cache.SavedUSD <= 0 || rep.Route != route.Cache {
 		t.Fatalf("cached run: requests %+v cache %+v cost %v route %s", rep.Requests, rep.Cache, rep.Cost.Total.USD, rep.Route)
 	}
 	e.out = o.Output
@@ -80,7 +81,7 @@ func TestCacheAnswersASecondRunWithoutACall(t *testing.T) {
 		json.Unmarshal(first[id].Result, &a)
 		json.Unmarshal(r.Result, &b)
 		if b.Type != api.ResultSucceeded || b.Message.Content[0].Text != a.Message.Content[0].Text ||
-			r.Sluice.Route != job.RouteCache || r.Sluice.ParamsHash != first[id].Sluice.ParamsHash {
+			r.Sluice.Route != route.Cache || r.Sluice.ParamsHash != first[id].Sluice.ParamsHash {
 			t.Fatalf("%s: cached row %s %+v differs from the first run's", id, r.Result, r.Sluice)
 		}
 	}
@@ -188,7 +189,7 @@ func TestCacheSharedWithBatchPath(t *testing.T) {
 		routes[r.Sluice.Route]++
 	}
 	sent := 1000 - cachedHalf
-	if routes[job.RouteCache] != cachedHalf || routes[job.RouteBatch] != sent || rep.Cache.Stored+rep.Cache.Refused != int64(sent) || rep.Cache.Stored < int64(sent)*9/10 {
+	if routes[route.Cache] != cachedHalf || routes[route.Batch] != sent || rep.Cache.Stored+rep.Cache.Refused != int64(sent) || rep.Cache.Stored < int64(sent)*9/10 {
 		t.Fatalf("routes %v, cache %+v", routes, rep.Cache)
 	}
 	if n := batchesCreated(e.sim); n != int64((sent+199)/200) {
@@ -220,7 +221,7 @@ func TestRedriveAndCacheAccept(t *testing.T) {
 			again[id] = true
 		}
 	}
-	o.Redrive = func(id string) bool { return again[id] }
+	o.Redrive.Again = func(id string) bool { return again[id] }
 
 	// Accepted: the cache answers every re-driven id it holds.
 	calls := e.simCalls()
@@ -237,7 +238,7 @@ func TestRedriveAndCacheAccept(t *testing.T) {
 
 	// Rejected: every re-driven id is sent.
 	var vetted int
-	o.CacheAccept = func([]byte) bool { vetted++; return false }
+	o.Redrive.AcceptCached = func([]byte) bool { vetted++; return false }
 	calls = e.simCalls()
 	rep, err = e.run(o)
 	if err != nil {
@@ -259,11 +260,11 @@ func TestKeepChanged(t *testing.T) {
 	}
 	b, _ := os.ReadFile(e.in)
 	os.WriteFile(e.in, bytes.ReplaceAll(b, []byte(`"max_tokens":256`), []byte(`"max_tokens":300`)), 0o644)
-	o.KeepChanged = func(id string) bool { return id != "item-0000007" }
+	o.Redrive.KeepChanged = func(id string) bool { return id != "item-0000007" }
 	if _, err := e.run(o); !errors.As(err, new(*job.ChangedError)) || !strings.Contains(err.Error(), "item-0000007") {
 		t.Fatalf("a changed row not named by KeepChanged: %v", err)
 	}
-	o.KeepChanged = func(string) bool { return true }
+	o.Redrive.KeepChanged = func(string) bool { return true }
 	calls := e.simCalls()
 	if rep, err := e.run(o); err != nil || rep.Requests.Written != 0 || e.simCalls() != calls {
 		t.Fatalf("kept rows re-sent: %v %+v", err, rep)

@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/results"
+	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 	"github.com/sluice-dev/sluice/workload"
 )
@@ -142,7 +143,7 @@ func (e *env) checkOnce(allowCache bool) {
 		if !strings.HasPrefix(res.Message.Content[0].Text, sim.AnswerTag(params)) {
 			e.t.Fatalf("%s: answer belongs to another request", id)
 		}
-		if r.Sluice == nil || r.Sluice.Class != api.ClassOK || (r.Sluice.Org == "" && !(allowCache && r.Sluice.Route == job.RouteCache)) || r.Sluice.ParamsHash == "" {
+		if r.Sluice == nil || r.Sluice.Class != api.ClassOK || (r.Sluice.Org == "" && !(allowCache && r.Sluice.Route == route.Cache)) || r.Sluice.ParamsHash == "" {
 			e.t.Fatalf("%s: metadata %+v", id, r.Sluice)
 		}
 	}
@@ -504,13 +505,13 @@ func (h hookHandler) WithGroup(g string) slog.Handler {
 	return hookHandler{h.Handler.WithGroup(g), h.onMsg}
 }
 
-func batchRouting(share float64) func(jsonl.Summary, int) (job.Routing, error) {
-	route := job.RouteBatch
+func batchRouting(share float64) func(jsonl.Summary, int) (route.Routing, error) {
+	via := route.Batch
 	if share < 1 {
-		route = job.RouteSplit
+		via = route.Split
 	}
-	return func(jsonl.Summary, int) (job.Routing, error) {
-		return job.Routing{Route: route, BatchShare: share, Why: "test",
+	return func(jsonl.Summary, int) (route.Routing, error) {
+		return route.Routing{Route: via, BatchShare: share, Why: "test",
 			Batch: batch.Config{ChunkSize: 200, WindowPerOrg: 600, PollMin: 10 * time.Millisecond, PollMax: 50 * time.Millisecond}}, nil
 	}
 }
@@ -540,7 +541,7 @@ func TestBatchRoute(t *testing.T) {
 	}
 	e.checkExactlyOnce()
 	for id, r := range e.readResults() {
-		if r.Sluice.Route != job.RouteBatch || r.Sluice.BatchID == "" || !strings.Contains(string(r.Result), `"service_tier":"batch"`) {
+		if r.Sluice.Route != route.Batch || r.Sluice.BatchID == "" || !strings.Contains(string(r.Result), `"service_tier":"batch"`) {
 			t.Fatalf("%s: %+v %s", id, r.Sluice, r.Result)
 		}
 	}
@@ -548,7 +549,7 @@ func TestBatchRoute(t *testing.T) {
 	if n, reqs := batchesCreated(e.sim), batchRequests(e.sim); n < 10 || n > 11 || reqs != 2000 {
 		t.Fatalf("%d batches of %d requests in all created for 2000 requests in chunks of 200", n, reqs)
 	}
-	if rep.Cost.Total.BatchUSD <= 0 || rep.Cost.Total.SyncUSD != 0 || rep.Route != job.RouteBatch {
+	if rep.Cost.Total.BatchUSD <= 0 || rep.Cost.Total.SyncUSD != 0 || rep.Route != route.Batch {
 		t.Fatalf("report %+v", rep)
 	}
 }

@@ -27,7 +27,7 @@ type progress struct {
 }
 
 func newProgress(o Options, d *dispatch.Dispatcher, l *cost.Ledger, durable *atomic.Int64, todo, done0 int) *progress {
-	return &progress{o: o, d: d, ledger: l, durable: durable, todo: todo, done0: done0, start: time.Now(), prev: map[string][3]int64{}}
+	return &progress{o: o, d: d, ledger: l, durable: durable, todo: todo, done0: done0, start: o.Now(), prev: map[string][3]int64{}}
 }
 
 func (p *progress) run(stop <-chan struct{}) {
@@ -49,7 +49,7 @@ func (p *progress) run(stop <-chan struct{}) {
 }
 
 func (p *progress) render(final bool) {
-	now := time.Now()
+	now := p.o.Now()
 	st, lanes := p.d.Snapshot()
 	done := int(p.durable.Load())
 	elapsed := now.Sub(p.start)

@@ -40,6 +40,7 @@ import (
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/judge"
 	"github.com/sluice-dev/sluice/results"
+	"github.com/sluice-dev/sluice/route"
 )
 
 // Config is one judge job.
@@ -66,7 +67,7 @@ type Config struct {
 	Cache *cache.Cache
 	// Engine is the run's configuration: Dispatch (client and keys) is
 	// required; Plan, Logger, Progress, MaxCost and the rest are optional.
-	// Input, Output, Cache, CacheExtra, Redrive and KeepChanged are set
+	// Input, Output, Cache, CacheExtra and Redrive are set
 	// by the judge job.
 	Engine job.Options
 }
@@ -271,30 +272,30 @@ func run(ctx context.Context, source string, items func(func(int, judge.Item, er
 	// re-asked already.
 	o := cfg.Engine
 	inner := o.Plan
-	o.Plan = func(s jsonl.Summary, pending int) (job.Routing, error) {
+	o.Plan = func(s jsonl.Summary, pending int) (route.Routing, error) {
 		if len(cfg.Redrive) > 0 && !resuming {
 			if err := writeMeta(p.meta, meta{Rubric: fp, Model: cfg.Model, Redriving: cfg.Redrive}); err != nil {
-				return job.Routing{}, err
+				return route.Routing{}, err
 			}
 		}
 		if inner == nil {
-			return job.Routing{Route: job.RouteSync}, nil
+			return route.Routing{Route: route.Sync}, nil
 		}
 		return inner(s, pending)
 	}
 	o.Input, o.Output = p.requests, p.results
 	o.Cache, o.CacheExtra = cfg.Cache, []string{fp}
-	o.Redrive = func(id string) bool { return redrive[id] }
+	o.Redrive.Again = func(id string) bool { return redrive[id] }
 	if len(cfg.Redrive) > 0 {
 		// Rows kept as they are may have been asked with another
 		// max_tokens or temperature: that is the point of a re-drive. An
 		// item whose text changed is refused as usual (before holds only
 		// the ids whose request is the same but for those two). The
 		// rubric and model are held equal by OUT.judge.json.
-		o.KeepChanged = func(id string) bool { _, same := before[id]; return same }
+		o.Redrive.KeepChanged = func(id string) bool { _, same := before[id]; return same }
 		// A cached answer that reads as a class being re-asked would be
 		// handed back on every resume: it is a miss.
-		o.CacheAccept = func(message []byte) bool {
+		o.Redrive.AcceptCached = func(message []byte) bool {
 			res := append(append([]byte(`{"type":"succeeded","message":`), message...), '}')
 			v := judge.Classify(api.ResultRecord{Result: res}, cfg.Rubric, false)
 			return !slices.Contains(cfg.Redrive, v.Class)

@@ -11,7 +11,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"hash/fnv"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -19,8 +18,8 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/route"
 )
 
 // driveBatch sends the rows todo of b (rows holds every row's params) and
@@ -43,30 +42,23 @@ func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
 	routing := p.routeBatch(b, rows, drive)
 	var br *batchRoute
 	if len(drive) > 0 && s.dir != "" {
-		open, err := batch.HasJournal(s.journalPath(b.id))
-		if err != nil {
-			p.log.Warn("virtual batch: its batch journal cannot be read; its rows wait for a restart", "batch", b.id, "err", err)
+		var err error
+		br, err = p.newBatchRoute(b, routing, ids)
+		switch {
+		case errors.Is(err, route.ErrOpenBatches):
+			// Its batches may be running: sending their rows on sync
+			// could pay for them twice.
+			p.log.Warn("virtual batch: the batch path cannot resume; its rows wait for a restart", "batch", b.id, "err", err)
 			p.leaveUnresolved(b, drive)
 			drive = nil
-		} else if routing.Route != job.RouteSync || open {
-			br, err = p.newBatchRoute(b, routing, ids)
-			if err != nil {
-				if open {
-					// Its batches may be running: sending their rows on
-					// sync could pay for them twice.
-					p.log.Warn("virtual batch: the batch path cannot resume; its rows wait for a restart", "batch", b.id, "err", err)
-					p.leaveUnresolved(b, drive)
-					drive = nil
-				} else {
-					p.log.Warn("virtual batch: the batch path cannot start; every row goes sync", "batch", b.id, "err", err)
-				}
-			}
+		case err != nil:
+			p.log.Warn("virtual batch: the batch path cannot start; every row goes sync", "batch", b.id, "err", err)
 		}
 	}
 
 	var toBatch, toSync []int
 	for _, i := range drive {
-		if br != nil && (br.r.Holds(ids[i]) || routesToBatch(routing, ids[i])) {
+		if br.toBatch(ids[i]) {
 			toBatch = append(toBatch, i)
 		} else {
 			toSync = append(toSync, i)
@@ -170,8 +162,8 @@ func (p *Proxy) leaveUnresolved(b *vbatch, rows []int) {
 // routeBatch asks the planner how to send the rows drive of b: sync
 // without a planner or a state dir (the batch path needs a journal), for
 // a batch being cancelled, or when the planner fails.
-func (p *Proxy) routeBatch(b *vbatch, rows []json.RawMessage, drive []int) job.Routing {
-	sync := job.Routing{Route: job.RouteSync, Why: "no planner"}
+func (p *Proxy) routeBatch(b *vbatch, rows []json.RawMessage, drive []int) route.Routing {
+	sync := route.Routing{Route: route.Sync, Why: "no planner"}
 	if p.cfg.Plan == nil || p.batches.dir == "" || len(drive) == 0 || b.ctx.Err() != nil {
 		return sync
 	}
@@ -197,75 +189,64 @@ func (p *Proxy) routeBatch(b *vbatch, rows []json.RawMessage, drive []int) job.R
 	return r
 }
 
-// routesToBatch reports whether the row with this custom_id goes to the
-// batch path: all of them on the batch route, a share on a split (a
-// function of the custom_id, as job routes it, so a restart agrees).
-func routesToBatch(r job.Routing, id string) bool {
-	switch r.Route {
-	case job.RouteBatch:
-		return true
-	case job.RouteSplit:
-		h := fnv.New32a()
-		h.Write([]byte(id))
-		return float64(h.Sum32()%10000) < r.BatchShare*10000
-	}
-	return false
-}
-
-// batchRoute is a virtual batch's batch path: one batch.Runner, with a
-// journal of its own next to the batch's files.
+// batchRoute is a virtual batch's batch path: its fan-out (route.Open),
+// with a journal of its own next to the batch's files.
 type batchRoute struct {
+	fan   *route.Fanout
 	r     *batch.Runner
 	index map[string]int
 	// in[i]: row i was handed to the Runner and has had no callback yet.
 	in []atomic.Bool
 }
 
-// newBatchRoute opens the Runner of b (resuming its journal, if any).
-func (p *Proxy) newBatchRoute(b *vbatch, routing job.Routing, ids []string) (*batchRoute, error) {
+// newBatchRoute opens the fan-out of b (resuming its journal, if any). It
+// is nil, with no error, when the routing sends nothing to batch and no
+// journal is open: every row goes sync.
+func (p *Proxy) newBatchRoute(b *vbatch, routing route.Routing, ids []string) (*batchRoute, error) {
 	br := &batchRoute{index: make(map[string]int, len(ids)), in: make([]atomic.Bool, len(ids))}
 	for i, id := range ids {
 		br.index[id] = i
 	}
-	bc := routing.Batch
-	// On a sync route the Runner only finishes what the journal left
-	// open: it creates nothing.
-	bc.HarvestOnly = routing.Route == job.RouteSync
-	bc.Client, bc.Keys, bc.Logger = p.cfg.Client, p.pool().Keys(), p.log
-	bc.Journal = p.batches.journalPath(b.id)
-	bc.Done = func(id string) bool {
-		i, ok := br.index[id]
-		return ok && b.finished[i].Load()
-	}
-	bc.OnResult = func(r batch.Result) {
-		i, ok := br.index[r.Request.ID]
-		if !ok {
-			return
-		}
-		br.in[i].Store(false)
-		p.metrics.usage(r.Org, api.PoolOf(r.Request.Model), r.Request.Model, r.Usage, true)
-		b.deliver(rowDone{i: i, typ: rowType(r.Result), line: rowLine(ids[i], r.Result)})
-	}
-	bc.OnReroute = func(req *dispatch.Request, why string) {
-		i, ok := br.index[req.ID]
-		if !ok {
-			return
-		}
-		br.in[i].Store(false)
-		if err := b.ctx.Err(); err != nil {
-			b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
-			return
-		}
-		p.log.Debug("virtual batch row re-routed to sync", "batch", b.id, "id", req.ID, "why", why)
-		p.submitRow(b, i, req.Params)
-	}
-	r, err := batch.New(bc)
-	if err != nil {
+	fan, err := route.Open(route.Config{
+		Routing: routing, Client: p.cfg.Client, Keys: p.pool().Keys(), Logger: p.log,
+		Journal: p.batches.journalPath(b.id),
+		Done: func(id string) bool {
+			i, ok := br.index[id]
+			return ok && b.finished[i].Load()
+		},
+		Sink: func(r dispatch.Result, _ string) {
+			i, ok := br.index[r.Request.ID]
+			if !ok {
+				return
+			}
+			br.in[i].Store(false)
+			p.metrics.usage(r.Org, api.PoolOf(r.Request.Model), r.Request.Model, r.Usage, true)
+			b.deliver(rowDone{i: i, typ: rowType(r), line: rowLine(ids[i], r)})
+		},
+		Reroute: func(req *dispatch.Request, why string) {
+			i, ok := br.index[req.ID]
+			if !ok {
+				return
+			}
+			br.in[i].Store(false)
+			if err := b.ctx.Err(); err != nil {
+				b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
+				return
+			}
+			p.log.Debug("virtual batch row re-routed to sync", "batch", b.id, "id", req.ID, "why", why)
+			p.submitRow(b, i, req.Params)
+		},
+	})
+	if err != nil || fan.Batch() == nil {
 		return nil, err
 	}
-	br.r = r
+	br.fan, br.r = fan, fan.Batch()
 	return br, nil
 }
+
+// toBatch reports whether the row with this custom_id goes to the batch
+// path (route.Fanout.ToBatch); with no batch path (br nil), none does.
+func (br *batchRoute) toBatch(id string) bool { return br != nil && br.fan.ToBatch(id) }
 
 // feed submits the rows of b to the Runner, in order, with its
 // backpressure. A row the Runner holds (its batch was created before a

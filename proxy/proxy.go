@@ -30,9 +30,9 @@ import (
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/route"
 )
 
 // Config configures a Proxy.
@@ -79,7 +79,7 @@ type Config struct {
 	// the batch part goes through package batch, with a journal of its
 	// own in StateDir. Nil, or no StateDir: every row runs on the sync
 	// dispatcher.
-	Plan func(s jsonl.Summary, n int) (job.Routing, error)
+	Plan func(s jsonl.Summary, n int) (route.Routing, error)
 	// Now reads the clock (default time.Now): batch times and the 29-day
 	// archive of their results.
 	Now func() time.Time

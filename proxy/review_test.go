@@ -25,7 +25,6 @@ import (
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/simtest"
-	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/plan"
@@ -461,8 +460,8 @@ func TestUnreachableUpstreamPastMaxWaitIs500(t *testing.T) {
 
 // batchRouting routes every virtual batch to the batch path, polling on
 // the simulator's clock.
-func batchRouting(jsonl.Summary, int) (job.Routing, error) {
-	return job.Routing{Route: job.RouteBatch, Why: "test", Batch: batch.Config{
+func batchRouting(jsonl.Summary, int) (route.Routing, error) {
+	return route.Routing{Route: route.Batch, Why: "test", Batch: batch.Config{
 		PollMin: time.Millisecond, PollMax: 5 * time.Millisecond, StuckAfter: time.Hour,
 		CreateGrace: 100 * time.Millisecond, ClockSkew: time.Second,
 	}}, nil

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/batch"
-	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/route"
@@ -25,7 +24,7 @@ func TestSyncRouteNeedsNoWorld(t *testing.T) {
 		return plan.World{}, nil
 	}})
 	r, err := p(summary(1000), 1000)
-	if err != nil || r.Route != job.RouteSync {
+	if err != nil || r.Route != route.Sync {
 		t.Fatalf("%+v, %v", r, err)
 	}
 }
@@ -50,7 +49,7 @@ func TestBatchRouteOnTheSimulatorsClock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.Route != job.RouteBatch || r.Batch.ChunkSize <= 0 || r.Batch.ChunkSize > 5000 || r.Batch.WindowPerOrg <= 0 || decided == nil {
+		if r.Route != route.Batch || r.Batch.ChunkSize <= 0 || r.Batch.ChunkSize > 5000 || r.Batch.WindowPerOrg <= 0 || decided == nil {
 			t.Fatalf("k=%g: %+v", k, r)
 		}
 		floor := time.Duration(float64(batch.MinStuckAfter) / k)
@@ -80,7 +79,7 @@ func TestAutoSplitsALargeLatencyJob(t *testing.T) {
 	if string(d.Route) != r.Route || r.Predicted != d.Wall.Mid {
 		t.Fatalf("routing %+v does not follow the decision %s", r, d.Route)
 	}
-	if r.Route == job.RouteSplit && (r.BatchShare <= 0 || r.BatchShare >= 1 || r.BatchShare != float64(d.BatchN)/141600) {
+	if r.Route == route.Split && (r.BatchShare <= 0 || r.BatchShare >= 1 || r.BatchShare != float64(d.BatchN)/141600) {
 		t.Fatalf("split share %v for %d of 141600", r.BatchShare, d.BatchN)
 	}
 }

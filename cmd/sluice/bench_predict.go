@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/bench"
-	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 )
 
@@ -45,10 +45,10 @@ as a markdown table. --write FILE replaces (or appends) the section
 			}
 			var cells []bench.PredictCell
 			for _, n := range syncN {
-				cells = append(cells, bench.PredictCell{Route: job.RouteSync, N: n, TimeScale: syncScale})
+				cells = append(cells, bench.PredictCell{Route: route.Sync, N: n, TimeScale: syncScale})
 			}
 			for _, n := range batchN {
-				cells = append(cells, bench.PredictCell{Route: job.RouteBatch, N: n, TimeScale: batchScale})
+				cells = append(cells, bench.PredictCell{Route: route.Batch, N: n, TimeScale: batchScale})
 			}
 			if len(cells) == 0 {
 				return errors.New("bench predict: no cells (--sync-n and --batch-n are both empty)")

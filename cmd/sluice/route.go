@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/plan"
@@ -56,11 +55,11 @@ func (f *routeFlags) fromEnv(cmd *cobra.Command) error {
 // from --limits-file (without one, from the etiquette caps alone: no paid
 // probe is sent). world, if set, is the planner's world (the demo's
 // simulator), and timeScale the simulator's clock (1 for the real API).
-func (f routeFlags) router(ks []*keys.Key, world *plan.World, log *slog.Logger) func(jsonl.Summary, int) (job.Routing, error) {
+func (f routeFlags) router(ks []*keys.Key, world *plan.World, log *slog.Logger) func(jsonl.Summary, int) (route.Routing, error) {
 	return f.routerScaled(ks, world, 1, log)
 }
 
-func (f routeFlags) routerScaled(ks []*keys.Key, world *plan.World, timeScale float64, log *slog.Logger) func(jsonl.Summary, int) (job.Routing, error) {
+func (f routeFlags) routerScaled(ks []*keys.Key, world *plan.World, timeScale float64, log *slog.Logger) func(jsonl.Summary, int) (route.Routing, error) {
 	return route.Planner(route.Options{
 		Route: f.route, Prefer: f.prefer, Deadline: f.deadline, Chunk: f.chunk, Window: f.window,
 		StuckAfter: f.stuckAfter, TimeScale: timeScale, Log: log,

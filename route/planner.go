@@ -1,7 +1,8 @@
-// Package route turns the planner's decision into a run's routing: the
-// job.Options.Plan hook `sluice run`, `sluice judge`, the demo and the
-// benchmarks share, so they all route a job the same way.
 package route
+
+// The planner hook: the planner's decision for a surveyed input, as a
+// Routing. `sluice run`, `sluice judge`, the demo, the benchmarks and the
+// proxy's virtual batches share it, so they all route a job the same way.
 
 import (
 	"fmt"
@@ -9,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/batch"
-	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/plan"
 )
@@ -35,33 +35,39 @@ type Options struct {
 	// OnDecision, if set, sees the planner's decision (benchmarks report
 	// it beside the measurement).
 	OnDecision func(plan.Decision)
+	// Now reads the clock a Deadline counts from (default time.Now).
+	Now func() time.Time
 }
 
-// Planner returns the job.Options.Plan hook for o.
-func Planner(o Options) func(jsonl.Summary, int) (job.Routing, error) {
+// Planner returns the hook that routes a surveyed input for o
+// (job.Options.Plan, proxy.Config.Plan).
+func Planner(o Options) func(jsonl.Summary, int) (Routing, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	k := o.TimeScale
 	if k <= 0 {
 		k = 1
 	}
 	scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) / k) }
-	return func(s jsonl.Summary, pending int) (job.Routing, error) {
+	return func(s jsonl.Summary, pending int) (Routing, error) {
 		switch o.Route {
 		case "sync":
-			return job.Routing{Route: job.RouteSync, Why: "--route sync"}, nil
+			return Routing{Route: Sync, Why: "--route sync"}, nil
 		case "batch", "auto":
 		default:
-			return job.Routing{}, fmt.Errorf("--route must be auto, sync or batch, got %q", o.Route)
+			return Routing{}, fmt.Errorf("--route must be auto, sync or batch, got %q", o.Route)
 		}
 		prio, err := plan.ParsePriority(o.Prefer)
 		if err != nil {
-			return job.Routing{}, err
+			return Routing{}, err
 		}
 		w, err := o.World()
 		if err != nil {
-			return job.Routing{}, err
+			return Routing{}, err
 		}
 		j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
 		opts := plan.Options{Priority: prio, Deadline: o.Deadline, Chunk: o.Chunk, Window: o.Window}
@@ -70,32 +76,32 @@ func Planner(o Options) func(jsonl.Summary, int) (job.Routing, error) {
 		}
 		d, err := plan.Decide(w, j, opts)
 		if err != nil {
-			return job.Routing{}, err
+			return Routing{}, err
 		}
 		for _, warn := range d.Warnings {
 			o.Log.Warn("plan: " + warn)
 		}
-		r := job.Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid}
+		r := Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid}
 		if d.Route == plan.RouteSync {
 			r.SyncOrgs = d.Orgs // a small job needs fewer organizations
 		}
 		if o.Route == "batch" {
-			r.Route, r.Why = job.RouteBatch, "--route batch"
+			r.Route, r.Why = Batch, "--route batch"
 			r.Predicted = d.BatchWall.Mid
 			if d.Batch == nil || d.Route != plan.RouteBatch {
 				// The planner would not send it all to batch; size the
 				// chunks and the window as it would, or as asked.
 				br, err := w.SimulateBatch(pending, o.Chunk, o.Window)
 				if err != nil {
-					return job.Routing{}, err
+					return Routing{}, err
 				}
 				d.Batch = &br
 			}
 		}
-		if pending > 0 && r.Route == job.RouteSplit {
+		if pending > 0 && r.Route == Split {
 			r.BatchShare = float64(d.BatchN) / float64(pending)
 		}
-		if r.Route != job.RouteSync {
+		if r.Route != Sync {
 			// The planner's stuck threshold, floored: against the real API
 			// a healthy batch may take far longer than its prediction, and a
 			// needless escape re-drives it at full price.
@@ -117,7 +123,7 @@ func Planner(o Options) func(jsonl.Summary, int) (job.Routing, error) {
 				bc.StuckAfter = o.StuckAfter
 			}
 			if o.Deadline > 0 {
-				bc.Deadline = time.Now().Add(o.Deadline)
+				bc.Deadline = o.Now().Add(o.Deadline)
 			}
 			r.Batch = bc
 		}

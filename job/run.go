@@ -1,0 +1,500 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/cost"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/results"
+	"github.com/sluice-dev/sluice/route"
+)
+
+// Run runs the job to completion, or until ctx ends (then it stops
+// admitting, lets requests in flight finish within Grace, makes everything
+// written durable and returns an error wrapping ErrInterrupted).
+//
+// The steps are the methods of run, in this order (docs/route.md).
+func Run(ctx context.Context, o Options) (*Report, error) {
+	r := newRun(o)
+	unlock, err := results.Lock(r.o.Output) // one run per results file, its journal included
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := r.scan(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.validate(); err != nil {
+		return nil, err
+	}
+	if err := r.open(); err != nil {
+		return nil, err
+	}
+	defer r.cache.finish(r.rep) // on every path: the cache writer is flushed
+	switch {
+	case r.todo > 0 && r.todo == r.in.cached:
+		return r.fromCache(ctx)
+	case r.todo == 0:
+		return r.nothingToDo()
+	}
+	if err := r.discover(ctx); err != nil {
+		r.w.Close()
+		return nil, err
+	}
+	if err := r.plan(); err != nil {
+		r.w.Close()
+		return nil, err
+	}
+	if err := r.send(ctx); err != nil {
+		r.w.Close()
+		return nil, err
+	}
+	defer r.stopFeed()
+	defer r.stopServe()
+	r.drain(ctx)
+	return r.report(ctx)
+}
+
+// run is one job run: what each step learns, for the steps after it.
+type run struct {
+	o       Options
+	started time.Time
+	rep     *Report
+
+	// scan
+	st *results.State
+	in *surveyed
+	// open
+	w       *results.Writer
+	durable atomic.Int64
+	cache   *cacheSide
+	ledger  cost.Ledger
+	todo    int    // requests this run gives a result
+	model   string // for the key probes: the input's first model
+	// discover (rotations append while the run sends)
+	disc []dispatch.Discovery
+	// plan
+	routing route.Routing
+	d       *dispatch.Dispatcher
+	// send
+	fan                 *route.Fanout
+	batchRunner         atomic.Pointer[batch.Runner] // for OnDurable, set once the fan-out opens
+	feedCtx, serveCtx   context.Context
+	stopFeed, stopServe context.CancelFunc
+	served, batchDone   chan error
+	fed, rotWG, progWG  sync.WaitGroup
+	rotDone, progDone   chan struct{}
+	feedErr, batchErr   error
+	stopReason          atomic.Value // string: why a halt stopped the run
+	writeErr            atomic.Value // error: the results file failed
+	// drain
+	serveErr error
+}
+
+func newRun(o Options) *run {
+	if o.Logger == nil {
+		o.Logger = nopLogger
+	}
+	if o.Grace <= 0 {
+		o.Grace = 30 * time.Second
+	}
+	if o.MaxErrors <= 0 {
+		o.MaxErrors = 50
+	}
+	if o.ProgressInterval <= 0 {
+		o.ProgressInterval = time.Second
+		if !o.Terminal {
+			o.ProgressInterval = 10 * time.Second
+		}
+	}
+	if o.Command == "" {
+		o.Command = "the same command"
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &run{o: o, started: o.Now()}
+	r.rep = &Report{Input: o.Input, Output: o.Output, StartedAt: r.started.UTC()}
+	return r
+}
+
+func (r *run) since() time.Duration { return r.o.Now().Sub(r.started) }
+
+// scan reads the resume state and surveys the input: every line validated
+// before anything is sent, requests already done compared with their
+// recorded fingerprint.
+func (r *run) scan(ctx context.Context) error {
+	var err error
+	if r.st, err = results.Scan(r.o.Output); err != nil {
+		return err
+	}
+	if r.in, err = survey(ctx, r.o, r.st); err != nil {
+		return err
+	}
+	r.rep.Requests.Total = r.in.summary.Lines
+	r.rep.Requests.Invalid = r.in.summary.Invalid
+	return nil
+}
+
+// validate refuses invalid input (unless SkipInvalid) and changed requests
+// (unless AllowChanged) before anything is sent.
+func (r *run) validate() error {
+	if r.in.summary.Invalid > 0 && !r.o.SkipInvalid {
+		return &InvalidInputError{File: r.o.Input, Errors: r.in.errors, Total: r.in.summary.Invalid, Scanned: r.in.summary.Lines}
+	}
+	if len(r.in.changed) > 0 && !r.o.AllowChanged {
+		return &ChangedError{Output: r.o.Output, IDs: r.in.changed, Total: r.in.nChanged}
+	}
+	r.rep.Requests.Redriven = len(r.in.redrive)
+	if r.o.AllowChanged {
+		r.rep.Requests.Redriven += r.in.nChanged
+	}
+	return nil
+}
+
+// drop names the rows driven again: only ids of this input (a row of
+// another input is kept as it is).
+func (r *run) drop(id string, _ results.Entry) bool {
+	return r.in.redrive[id] || (r.o.AllowChanged && r.in.changedSet[id])
+}
+
+// open opens the results file, counting durable results as they land, and
+// the cache side.
+func (r *run) open() error {
+	if r.st.TornBytes > 0 {
+		r.o.Logger.Info("repairing a torn last line in the results file", "bytes", r.st.TornBytes)
+	}
+	var err error
+	r.w, err = results.Open(r.o.Output, r.st, r.drop, results.Options{NoSync: r.o.SyncOff, OnDurable: func(ids []string) {
+		n := r.durable.Add(int64(len(ids)))
+		if br := r.batchRunner.Load(); br != nil {
+			br.Durable(ids)
+		}
+		if r.o.OnDurable != nil {
+			r.o.OnDurable(n)
+		}
+	}})
+	if err != nil {
+		return err
+	}
+	r.rep.Requests.AlreadyDone = len(r.st.Done)
+	r.model = r.in.firstModel
+	if r.model == "" {
+		r.model = "claude-sonnet-4-5"
+	}
+	r.todo = r.in.pending
+	if r.o.AllowChanged {
+		r.todo += r.in.nChanged
+	}
+	r.cache = newCacheSide(r.o, r.w)
+	r.rep.Requests.FromCache = r.in.cached // updated from what was served
+	return nil
+}
+
+// fromCache ends a run whose every pending request the cache answers: no
+// call, not even the free key probes.
+func (r *run) fromCache(ctx context.Context) (*Report, error) {
+	ferr := feed(ctx, r.o, r.st, r.drop, func(string) bool { return true }, r.cache.serve,
+		func(req *dispatch.Request) error {
+			return fmt.Errorf("%w: the cache changed while the run started (%s is no longer in it); re-run %s to resume", ErrInterrupted, req.ID, r.o.Command)
+		}, r.w)
+	closeErr := r.w.Close()
+	rep := r.rep
+	rep.WallSeconds = r.since().Seconds()
+	rep.Requests.Written = int(r.durable.Load())
+	rep.BindingLimit = "none (every request was answered from the cache)"
+	rep.Route = route.Cache
+	r.cache.finish(rep)
+	if errors.Is(ferr, context.Canceled) {
+		rep.Stopped = "interrupted"
+		ferr = fmt.Errorf("%w: %d of %d requests answered from the cache; re-run %s to resume", ErrInterrupted, rep.Requests.Written, r.todo, r.o.Command)
+	}
+	if ferr != nil {
+		return rep, ferr
+	}
+	if closeErr != nil {
+		return rep, fmt.Errorf("job: writing results: %w", closeErr)
+	}
+	return rep, nil
+}
+
+// nothingToDo ends a run with every request already done.
+func (r *run) nothingToDo() (*Report, error) {
+	if err := r.w.Close(); err != nil {
+		return r.rep, fmt.Errorf("job: writing results: %w", err)
+	}
+	r.rep.WallSeconds = r.since().Seconds()
+	r.rep.BindingLimit = "none (nothing to do)"
+	return r.rep, nil
+}
+
+// discover learns each key's organization with a free probe.
+func (r *run) discover(ctx context.Context) error {
+	disc, err := dispatch.Discover(ctx, r.o.Dispatch.Client, r.o.Dispatch.Keys, r.model)
+	for _, d := range disc {
+		if dead, why := d.Key.Dead(); dead {
+			r.o.Logger.Warn("key is not usable", "key", d.Key, "reason", why)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	r.disc = disc
+	r.rep.Keys = keyReports(disc)
+	return nil
+}
+
+// plan picks the route — sync, batch or a split, decided once the input's
+// shape is known — and builds the dispatcher on the organizations the route
+// uses.
+func (r *run) plan() error {
+	r.routing = route.Routing{Route: route.Sync}
+	if r.o.Plan != nil {
+		// The planner sizes what will be sent: cache hits cost nothing.
+		var err error
+		if r.routing, err = r.o.Plan(r.in.summary, r.todo-r.in.cached); err != nil {
+			return err
+		}
+	}
+	r.rep.Route, r.rep.RouteWhy, r.rep.PredictedSeconds = r.routing.Route, r.routing.Why, r.routing.Predicted.Seconds()
+	dc := r.o.Dispatch
+	dc.Keys = r.routing.SyncKeys(dc.Keys)
+	var err error
+	r.d, err = dispatch.New(dc)
+	return err
+}
+
+// halt stops feeding and admitting; requests in flight finish within Grace
+// (drain), or sooner on an interrupt.
+func (r *run) halt(why string) {
+	if r.stopReason.CompareAndSwap(nil, why) {
+		r.o.Logger.Warn("stopping: "+why+"; requests in flight finish (interrupt to abort them)", "grace", r.o.Grace.String())
+	}
+	r.stopFeed()
+	r.stopServe()
+}
+
+// sink records one answer, sync or batch (batchID set): the cache's store,
+// the ledger and the --max-cost halt, the results line. A write error halts
+// the run: the results file is in an unknown state, and anything more sent
+// would be paid for and lost.
+func (r *run) sink(res dispatch.Result, batchID string) {
+	if res.Aborted {
+		return
+	}
+	rec := toRecord(res, r.o.Redact)
+	via := route.Sync
+	if batchID != "" {
+		via = route.Batch
+		rec.Sluice.Route, rec.Sluice.BatchID = via, batchID
+	}
+	if res.Class == api.ClassOK {
+		r.cache.store(res.Request, res.Body, via)
+		r.ledger.Add(res.Org, res.Request.Model, res.Usage, batchID != "")
+		if r.o.MaxCost > 0 && r.ledger.Total() >= r.o.MaxCost {
+			r.halt(fmt.Sprintf("--max-cost $%.2f reached", r.o.MaxCost))
+		}
+	}
+	if err := r.w.Write(rec); err != nil && r.writeErr.CompareAndSwap(nil, err) {
+		r.halt("writing results failed")
+	}
+}
+
+// send starts the dispatcher's loop and the fan-out, then feeds: two
+// feeders, each its own pass over the input, so a full batch window never
+// holds up the sync side, nor sync back-pressure the batch side. Key
+// rotations and the progress display run beside them.
+func (r *run) send(ctx context.Context) error {
+	r.feedCtx, r.stopFeed = context.WithCancel(ctx)
+	r.serveCtx, r.stopServe = context.WithCancel(context.Background())
+	r.served = make(chan error, 1)
+	go func() { r.served <- r.d.Serve(r.serveCtx) }()
+
+	// The batch path: for a batch or split route, and on any route when
+	// the journal holds batches a previous run left open — their requests
+	// must be answered by those batches, or they are paid twice.
+	fan, err := route.Open(route.Config{
+		Routing: r.routing, Client: r.o.Dispatch.Client, Keys: r.o.Dispatch.Keys,
+		Logger: r.o.Logger, NoSync: r.o.SyncOff, Journal: r.o.Output + ".batch-journal",
+		// st.Done holds the kept rows only: rows being driven again were
+		// dropped from it by Open.
+		Done: func(id string) bool { _, ok := r.st.Done[id]; return ok },
+		Sink: r.sink,
+		Reroute: func(req *dispatch.Request, why string) {
+			r.o.Logger.Debug("batch request re-routed to sync", "id", req.ID, "why", why)
+			r.d.Submit(r.serveCtx, req, r.syncSink) // ErrStopped: the run is stopping; resume re-drives it
+		},
+	})
+	if err != nil {
+		r.stopFeed()
+		r.stopServe()
+		<-r.served
+		return err
+	}
+	r.fan = fan
+	br := fan.Batch()
+	r.batchDone = make(chan error, 1)
+	if br != nil {
+		r.batchRunner.Store(br)
+		go func() { r.batchDone <- br.Run(r.feedCtx) }()
+	}
+
+	r.fed.Go(func() {
+		// The dispatcher stays open until the batch path has finished: it
+		// re-routes requests to it until then.
+		defer r.d.Close()
+		var batchFeedErr error
+		var bf sync.WaitGroup
+		if br != nil {
+			bf.Go(func() {
+				batchFeedErr = feed(r.feedCtx, r.o, r.st, r.drop, fan.ToBatch, r.cache.serve,
+					func(req *dispatch.Request) error { return br.Submit(r.feedCtx, req) }, nil)
+				if batchFeedErr != nil || r.feedCtx.Err() != nil {
+					br.StopInput() // cut short: resumed chunks stay the next run's
+				} else {
+					br.CloseInput()
+				}
+			})
+		}
+		r.feedErr = feed(r.feedCtx, r.o, r.st, r.drop, func(id string) bool { return !fan.ToBatch(id) }, r.cache.serve,
+			func(req *dispatch.Request) error { return r.d.Submit(r.feedCtx, req, r.syncSink) }, r.w)
+		bf.Wait()
+		if br != nil {
+			r.batchErr = <-r.batchDone
+			if errors.Is(r.batchErr, batch.ErrJournal) {
+				r.halt("the batch journal failed")
+			}
+		}
+		if r.feedErr == nil {
+			r.feedErr = batchFeedErr
+		}
+	})
+
+	// Key rotations while the job runs; their discoveries join the report
+	// (read after rotWG.Wait).
+	r.rotDone = make(chan struct{})
+	if r.o.Rotations != nil {
+		r.rotWG.Go(func() { r.rotate(ctx) })
+	}
+	prog := newProgress(r.o, r.d, &r.ledger, &r.durable, r.todo, len(r.st.Done))
+	r.progDone = make(chan struct{})
+	r.progWG.Go(func() { prog.run(r.progDone) })
+	return nil
+}
+
+// syncSink is the dispatcher's callback: a sync answer to the one sink.
+func (r *run) syncSink(res dispatch.Result) { r.sink(res, "") }
+
+// rotate applies key rotations until the run ends: new keys join the
+// dispatcher (and the batch path) after a probe, removed ones take no new
+// request.
+func (r *run) rotate(ctx context.Context) {
+	for {
+		select {
+		case rot := <-r.o.Rotations:
+			joiners := []dispatch.KeyJoiner{r.d}
+			if br := r.fan.Batch(); br != nil {
+				joiners = append(joiners, br)
+			}
+			more, err := dispatch.ApplyRotation(ctx, r.o.Dispatch.Client, rot, r.model, r.o.Logger, joiners...)
+			if err != nil && ctx.Err() == nil && !errors.Is(err, dispatch.ErrStopped) {
+				r.o.Logger.Warn("key rotation failed", "err", err)
+			}
+			r.disc = append(r.disc, more...)
+		case <-r.rotDone:
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// drain waits for the end, an interrupt, or a halt (write error,
+// --max-cost, a journal failure). Stopped either way, attempts in flight
+// finish within Grace; the second interrupt (Options.Abort) cuts them
+// short, and so does the first when a halt is already draining. Then the
+// feeders are waited for and the writer and the batch path closed.
+func (r *run) drain(ctx context.Context) {
+	grace := func(interrupt <-chan struct{}) error {
+		select {
+		case err := <-r.served:
+			return err
+		case <-time.After(r.o.Grace):
+		case <-r.o.Abort:
+		case <-interrupt:
+		}
+		r.d.Abort()
+		return <-r.served
+	}
+	select {
+	case r.serveErr = <-r.served:
+	case <-r.serveCtx.Done():
+		r.serveErr = grace(ctx.Done())
+	case <-ctx.Done():
+		r.stopFeed()
+		r.stopServe() // stop admitting; attempts in flight finish
+		r.serveErr = grace(nil)
+	}
+	r.fed.Wait()
+}
+
+// report fills the report — keys as they are now: one may have died during
+// the run — and says how the run ended: done, resumable (ErrInterrupted),
+// or failed.
+func (r *run) report(ctx context.Context) (*Report, error) {
+	rep := r.rep
+	closeErr := r.w.Close()
+	r.cache.finish(rep)
+	if br := r.fan.Batch(); br != nil {
+		if err := br.Close(); err != nil && r.batchErr == nil {
+			r.batchErr = err
+		}
+		rep.Batch = br.Stats()
+	}
+	close(r.progDone) // the last frame shows every durable result
+	r.progWG.Wait()
+
+	rep.finish(r.d, &r.ledger, r.durable.Load(), r.since())
+	close(r.rotDone)
+	r.rotWG.Wait()
+	rep.Keys = keyReports(r.disc)
+	if e, _ := r.writeErr.Load().(error); e != nil {
+		return rep, fmt.Errorf("job: writing results: %w", e)
+	}
+	if closeErr != nil {
+		return rep, fmt.Errorf("job: writing results: %w", closeErr)
+	}
+	// ErrStopped: the dispatcher stopped first (no live key, a halt); the
+	// reason is reported below. An interrupt cancels ctx with the caller's
+	// own cause (not context.Canceled): an error then is the interrupt,
+	// reported below as resumable, not a failure (the batch path exited 1
+	// on Ctrl-C).
+	interrupted := ctx.Err() != nil
+	if err := r.feedErr; err != nil && !interrupted && !errors.Is(err, context.Canceled) && !errors.Is(err, dispatch.ErrStopped) && !errors.Is(err, batch.ErrStopped) {
+		return rep, err
+	}
+	if r.batchErr != nil && !interrupted && !errors.Is(r.batchErr, context.Canceled) {
+		return rep, fmt.Errorf("job: batch path: %w", r.batchErr)
+	}
+	remaining := max(0, r.todo-int(r.durable.Load()))
+	if s, _ := r.stopReason.Load().(string); s != "" && remaining > 0 {
+		rep.Stopped = s
+		return rep, fmt.Errorf("%w: %s; %d requests not run; re-run %s to resume", ErrInterrupted, s, remaining, r.o.Command)
+	}
+	if errors.Is(r.serveErr, dispatch.ErrNoLiveKey) {
+		rep.Stopped = "no live key left"
+		return rep, fmt.Errorf("%w: every key is dead (see the log); %d requests not run; fix the keys and re-run %s to resume", ErrInterrupted, remaining, r.o.Command)
+	}
+	if remaining > 0 {
+		rep.Stopped = "interrupted"
+		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, r.todo-remaining, r.todo, remaining, r.o.Command)
+	}
+	return rep, nil
+}
