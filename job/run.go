@@ -37,7 +37,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := r.open(); err != nil {
 		return nil, err
 	}
-	defer r.cache.finish(r.rep) // on every path: the cache writer is flushed
+	// On every path the results file and the cache writer are closed (both
+	// idempotent: the steps that end a run close them first, to report
+	// their errors).
+	defer r.w.Close()
+	defer r.cache.finish(r.rep)
 	switch {
 	case r.todo > 0 && r.todo == r.in.cached:
 		return r.fromCache(ctx)
@@ -45,15 +49,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return r.nothingToDo()
 	}
 	if err := r.discover(ctx); err != nil {
-		r.w.Close()
 		return nil, err
 	}
 	if err := r.plan(); err != nil {
-		r.w.Close()
 		return nil, err
 	}
 	if err := r.send(ctx); err != nil {
-		r.w.Close()
 		return nil, err
 	}
 	defer r.stopFeed()
