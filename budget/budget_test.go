@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/budget"
-	"github.com/sluice-dev/sluice/budget/budgettest"
+	"github.com/sluice-dev/sluice/internal/budgettest"
 )
 
 func TestLocal(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/budget"
-	"github.com/sluice-dev/sluice/budget/budgettest"
+	"github.com/sluice-dev/sluice/internal/budgettest"
 	"github.com/sluice-dev/sluice/internal/logbuf"
 	"github.com/sluice-dev/sluice/internal/redisproc"
 )
