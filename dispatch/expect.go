@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/lane"
 )
 
 // meterSize is how many recent admissions a pool's meter remembers.
@@ -90,6 +92,38 @@ func (d *Dispatcher) ExpectedWait(pool api.Pool) time.Duration {
 		}
 	}
 	return held
+}
+
+// Trouble says whether the API itself holds pool back: client.Overloaded
+// when every live lane of the pool is held by 529s (its breaker open, or
+// 529s a sustained share of its answers), client.ServerError when every
+// one is held by 5xx or lost connections (or some by each), client.OK
+// when any lane is not held (or the pool has none). Safe from any
+// goroutine.
+func (d *Dispatcher) Trouble(pool api.Pool) client.Class {
+	d.mu.Lock()
+	lanes := append([]*laneState(nil), d.laneList...)
+	d.mu.Unlock()
+	trouble, overloaded := false, true
+	for _, ls := range lanes {
+		if ls.pool != pool || ls.org.live.Load() == 0 || ls.noKey.Load() {
+			continue
+		}
+		switch ls.l.Trouble() {
+		case lane.Clean:
+			return client.OK
+		case lane.Failed:
+			overloaded = false
+		}
+		trouble = true
+	}
+	switch {
+	case !trouble:
+		return client.OK
+	case overloaded:
+		return client.Overloaded
+	}
+	return client.ServerError
 }
 
 // MaxRetryAfter is the cap this dispatcher puts on a server's

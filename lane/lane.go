@@ -849,6 +849,24 @@ func (l *Lane) Blocked(now time.Time) time.Duration {
 	return b
 }
 
+// Trouble is the API's trouble holding the lane back, if any: Overloaded
+// while its breaker is not closed (or 529s are a sustained share of its
+// answers) and 529s outweigh other failures, Failed when 5xx and lost
+// connections do, Clean otherwise. Whoever answers a request that waited
+// out its deadline unsent says which (the proxy: a 529 of its own, not
+// a 429 that blames the rate limits).
+func (l *Lane) Trouble() Signal {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.breaker == closed && l.share529 < sustainedShare && l.shareFail < sustainedShare {
+		return Clean
+	}
+	if l.share529 >= l.shareFail {
+		return Overloaded
+	}
+	return Failed
+}
+
 // Headroom scores the lane for routing at now: the smaller of its free
 // concurrency share and its fullest-constrained bucket's share above the
 // reserve. 0 when paused, open or full; higher is better.

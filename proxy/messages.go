@@ -146,8 +146,9 @@ func (p *Proxy) answer(w http.ResponseWriter, r *http.Request, c *call, res disp
 // or 5xx as the API sent it (a 429/529 with a retry-after of when capacity
 // is expected); after attempts that got no answer at all (the API
 // unreachable), a 500 api_error saying so, as when the retries run out;
-// when nothing was sent (no capacity), a 429 of sluice's own with the
-// same retry-after.
+// when nothing was sent, an error of sluice's own with the same
+// retry-after: a 529 when 529s held every lane of the pool back (the
+// breaker), a 500 when failures did, else a 429 (no capacity).
 func (p *Proxy) waitExpired(w http.ResponseWriter, c *call) {
 	p.metrics.waitExpired.Add(1)
 	last, ok := c.lastOutcome()
@@ -168,9 +169,18 @@ func (p *Proxy) waitExpired(w http.ResponseWriter, c *call) {
 		p.fail(w, 500, api.ErrAPI, fmt.Sprintf("sluice: no answer from the API after %d attempts within %s: %v", c.attemptCount(), p.cfg.MaxWait, last.Err))
 		return
 	}
+	// Nothing of this call was sent. Say why: the API's own trouble when
+	// that is what held every lane of the pool back, else the rate limits.
 	p.setRetryAfter(w, c.pool, 0)
 	w.Header().Set(api.HeaderShouldRetry, "true")
-	p.fail(w, 429, api.ErrRateLimit, fmt.Sprintf("sluice: no capacity on any organization within %s; retry later", p.cfg.MaxWait))
+	switch p.d.Trouble(c.pool) {
+	case client.Overloaded:
+		p.fail(w, api.StatusOverloaded, api.ErrOverloaded, fmt.Sprintf("sluice: the API is overloaded (529) on every organization; not sent within %s; retry later", p.cfg.MaxWait))
+	case client.ServerError:
+		p.fail(w, 500, api.ErrAPI, fmt.Sprintf("sluice: the API is failing (5xx or no answer) on every organization; not sent within %s; retry later", p.cfg.MaxWait))
+	default:
+		p.fail(w, 429, api.ErrRateLimit, fmt.Sprintf("sluice: no capacity on any organization within %s; retry later", p.cfg.MaxWait))
+	}
 }
 
 // setRetryAfter sets retry-after to when capacity for pool is expected

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -20,7 +21,7 @@ import (
 // and each caller gets the API's 529 back with a retry-after.
 func TestPersistentOverloadIsBoundedPerCall(t *testing.T) {
 	e := newEnv(t, options{world: func(c *sim.Config) { c.Faults.P529 = 1 }, keysEnv: onlyHighPrio,
-		proxy: func(c *proxy.Config) { c.MaxWait = 20 * time.Second }})
+		proxy: func(c *proxy.Config) { c.MaxWait = 8 * time.Second }})
 	var wg sync.WaitGroup
 	var bad atomic.Int32
 	for i := range 5 {
@@ -42,6 +43,38 @@ func TestPersistentOverloadIsBoundedPerCall(t *testing.T) {
 	}
 	if attempts > 5*proxy.DefaultMaxAttempts || attempts < 5 {
 		t.Errorf("5 caller requests made %d upstream attempts, want at most %d", attempts, 5*proxy.DefaultMaxAttempts)
+	}
+}
+
+// TestUnsentCallerOfAnOverloadedAPIGets529: with every upstream call a
+// 529 and one slot, callers queued behind the lane's open breaker wait
+// out MaxWait without an attempt of their own. Each still hears the
+// API's condition — a 529 overloaded_error with a retry-after — not a
+// 429 that would tell its SDK the rate limits were at fault.
+func TestUnsentCallerOfAnOverloadedAPIGets529(t *testing.T) {
+	e := newEnv(t, options{world: func(c *sim.Config) { c.Faults.P529 = 1 }, keysEnv: onlyHighPrio, dispatch: oneSlot,
+		proxy: func(c *proxy.Config) { c.MaxWait = 3 * time.Second }})
+	const n = 12
+	var wg sync.WaitGroup
+	var own atomic.Int32
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, b := e.do("POST", "/v1/messages", message(fmt.Sprintf("unsent %d", i)))
+			ra, err := strconv.Atoi(resp.Header.Get(api.HeaderRetryAfter))
+			eb := errorOf(t, b)
+			if resp.StatusCode != api.StatusOverloaded || eb.Err.Type != api.ErrOverloaded || err != nil || ra < 1 {
+				t.Errorf("caller %d: %d %s retry-after %q, want a 529 overloaded_error with retry-after", i, resp.StatusCode, b, resp.Header.Get(api.HeaderRetryAfter))
+			}
+			if strings.HasPrefix(eb.Err.Message, "sluice:") {
+				own.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if own.Load() == 0 {
+		t.Errorf("every caller got an attempt of its own; the test did not reach the case it is for")
 	}
 }
 
