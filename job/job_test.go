@@ -667,13 +667,17 @@ func TestReportNamesTheBindingLimit(t *testing.T) {
 	}{
 		{"output tokens", func(c *sim.Config) {
 			// Two seconds of the limit in the bucket, so the job (about
-			// 48,000 output tokens per org) outruns it by far: 1,000,000
-			// per real minute at time scale 1000, 33,333 of them at once.
+			// 48,000 output tokens per org) outruns it by far: 500,000
+			// per real minute at time scale 1000, 16,667 of them at once,
+			// so each org waits about 3.8 s for output tokens — several
+			// times the ramp's wait even on a slow, loaded machine (at
+			// 1,000 OTPM the two were within a factor of two, and a
+			// loaded CI box named the ramp).
 			c.TimeScale = 1000
 			c.BucketWindow = sim.Duration(2 * time.Second)
 			for i := range c.Orgs {
 				l := c.Orgs[i].Limits[api.PoolSonnet4]
-				l.OTPM = 1_000
+				l.OTPM = 500
 				c.Orgs[i].Limits[api.PoolSonnet4] = l
 			}
 		}, nil, "output_tokens"},
