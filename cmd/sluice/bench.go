@@ -109,7 +109,7 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	flags(memory, mk, 1000000, 1)
-	cmd.AddCommand(eff, capacity, memory, benchPredictCmd(), benchFleetCmd(), benchJudge658Cmd(), benchJudge658ArmCmd(), benchProxyCmd(), benchWorldsCmd(), benchChaosCmd())
+	cmd.AddCommand(eff, capacity, memory, benchPredictCmd(), benchFleetCmd(), benchJudgeValidationCmd(), benchJudgeValidationArmCmd(), benchProxyCmd(), benchWorldsCmd(), benchChaosCmd())
 	return cmd
 }
 

@@ -15,7 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/bench"
 )
 
-func benchJudge658Cmd() *cobra.Command {
+func benchJudgeValidationCmd() *cobra.Command {
 	var (
 		n      int
 		seed   uint64
@@ -28,9 +28,10 @@ func benchJudge658Cmd() *cobra.Command {
 		render string
 	)
 	cmd := &cobra.Command{
-		Use:   "judge-658",
-		Short: "The #658 validation: 141,600 judge calls the old ways (A, B, C) and with sluice, side by side",
-		Long: `judge-658 generates the #658-shaped judge workload (141,600 Sonnet 4.5 calls,
+		Use:     "judge-validation",
+		Aliases: []string{"judge-658"}, // its name before the rename
+		Short:   "The judge validation (the old dispatcher's #658 workload): 141,600 judge calls the old ways (A, B, C) and with sluice, side by side",
+		Long: `judge-validation generates the #658-shaped judge workload (141,600 Sonnet 4.5 calls,
 120-400 input and 64-256 output tokens; --n scales it) and runs it, one arm
 after another, each in a fresh three-org simulator:
 
@@ -41,7 +42,7 @@ after another, each in a fresh three-org simulator:
   cost     sluice judge --route auto --prefer cost
 
 then the latency arm once more as a child process, SIGKILLed at a random point
-and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
+and resumed. It writes docs/validation-judge.md, .json and .svg (--docs).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := os.Executable()
@@ -55,15 +56,15 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 				if err != nil {
 					return err
 				}
-				var res bench.Judge658Result
+				var res bench.JudgeValidationResult
 				if err := json.Unmarshal(raw, &res); err != nil {
 					return err
 				}
 				// The command is the one these flags spell, as for a run.
 				res.Command = command(n, arms, noKill, check)
-				return writeValidation658(&res, docs, res.Command)
+				return writeValidation(&res, docs, res.Command)
 			}
-			b := &bench.Judge658{Binary: bin, N: n, Seed: seed, Kill: !noKill, Target: target, Progress: os.Stderr, ScaleCheck: check}
+			b := &bench.JudgeValidation{Binary: bin, N: n, Seed: seed, Kill: !noKill, Target: target, Progress: os.Stderr, ScaleCheck: check}
 			if arms != "" {
 				b.Arms = strings.Split(arms, ",")
 			}
@@ -81,7 +82,7 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 			}
 			res.Machine = fmt.Sprintf("%d cores (%s/%s)", runtime.NumCPU(), runtime.GOOS, runtime.GOARCH)
 			res.Command = command(n, arms, noKill, check)
-			return writeValidation658(res, docs, res.Command)
+			return writeValidation(res, docs, res.Command)
 		},
 	}
 	fl := cmd.Flags()
@@ -89,18 +90,18 @@ and resumed. It writes docs/validation-658.md, .json and .svg (--docs).`,
 	fl.Uint64Var(&seed, "seed", 658, "seed of the workload and of the kill point")
 	fl.StringVar(&arms, "arms", "", "comma list of arms to run (default: A,B,C,latency,cost)")
 	fl.BoolVar(&noKill, "no-kill", false, "skip the kill-and-resume run")
-	fl.StringVar(&docs, "docs", "docs", "write validation-658.{md,json,svg} into this directory (empty: print the markdown only)")
+	fl.StringVar(&docs, "docs", "docs", "write validation-judge.{md,json,svg} into this directory (empty: print the markdown only)")
 	fl.DurationVar(&target, "target", 75*time.Second, "real time each arm should take (its time scale is chosen for it)")
 	fl.StringVar(&logTo, "log", "", "write the runs' logs to this file")
 	fl.StringVar(&check, "scale-check", "", "run this arm again at half its time scale, to show the figures do not depend on it")
-	fl.StringVar(&render, "render", "", "only re-render the documents from this saved validation-658.json")
+	fl.StringVar(&render, "render", "", "only re-render the documents from this saved validation-judge.json")
 	fl.MarkHidden("render")
 	return cmd
 }
 
-// benchJudge658ArmCmd is the kill arm's child: one sluice arm against a
+// benchJudgeValidationArmCmd is the kill arm's child: one sluice arm against a
 // running simulator, so the parent can SIGKILL it.
-func benchJudge658ArmCmd() *cobra.Command {
+func benchJudgeValidationArmCmd() *cobra.Command {
 	var base, items, out, prefer string
 	var k float64
 	cmd := &cobra.Command{
@@ -108,7 +109,7 @@ func benchJudge658ArmCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			_, err := bench.SluiceArm{Base: base, Sim: bench.SimConfig658(k), Items: items, Output: out, Prefer: prefer, Log: os.Stderr}.Run(cmd.Context())
+			_, err := bench.SluiceArm{Base: base, Sim: bench.ValidationWorld(k), Items: items, Output: out, Prefer: prefer, Log: os.Stderr}.Run(cmd.Context())
 			return err
 		},
 	}
@@ -122,7 +123,7 @@ func benchJudge658ArmCmd() *cobra.Command {
 }
 
 func command(n int, arms string, noKill bool, check string) string {
-	c := "go run ./cmd/sluice bench judge-658"
+	c := "go run ./cmd/sluice bench judge-validation"
 	if n != 141600 {
 		c += fmt.Sprintf(" --n %d", n)
 	}
@@ -138,24 +139,24 @@ func command(n int, arms string, noKill bool, check string) string {
 	return c
 }
 
-// writeValidation658 writes validation-658.{md,json,svg} into docs (or the
+// writeValidation writes validation-judge.{md,json,svg} into docs (or the
 // markdown to stdout when docs is empty).
-func writeValidation658(res *bench.Judge658Result, docs, command string) error {
+func writeValidation(res *bench.JudgeValidationResult, docs, command string) error {
 	res.Thin(500) // the plot needs no more; the files stay small
 	var md, svg bytes.Buffer
-	res.WriteMarkdown(&md, command, "validation-658.svg")
+	res.WriteMarkdown(&md, command, "validation-judge.svg")
 	res.WriteSVG(&svg)
 	js, _ := json.MarshalIndent(res, "", "  ")
 	if docs == "" {
 		os.Stdout.Write(md.Bytes())
 		return nil
 	}
-	for name, b := range map[string][]byte{"validation-658.md": md.Bytes(), "validation-658.svg": svg.Bytes(), "validation-658.json": append(js, '\n')} {
+	for name, b := range map[string][]byte{"validation-judge.md": md.Bytes(), "validation-judge.svg": svg.Bytes(), "validation-judge.json": append(js, '\n')} {
 		if err := os.WriteFile(filepath.Join(docs, name), b, 0o644); err != nil {
 			return err
 		}
 	}
 	os.Stdout.Write(md.Bytes())
-	fmt.Fprintf(os.Stderr, "wrote %s/validation-658.{md,json,svg}\n", docs)
+	fmt.Fprintf(os.Stderr, "wrote %s/validation-judge.{md,json,svg}\n", docs)
 	return nil
 }

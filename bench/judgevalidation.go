@@ -34,7 +34,7 @@ import (
 	"github.com/sluice-dev/sluice/workload"
 )
 
-// The arms of the #658 validation, in the order they run.
+// The arms of the judge validation, in the order they run.
 const (
 	ArmBaselineA = "A"       // sequential 500-request batches, one key
 	ArmBaselineB = "B"       // 8,000-request batches, 8 at once, one key
@@ -43,8 +43,8 @@ const (
 	ArmCost      = "cost"    // sluice judge --route auto --prefer cost
 )
 
-// Arms658 lists every arm with its description.
-var Arms658 = []struct{ Name, Title string }{
+// ValidationArms lists every arm with its description.
+var ValidationArms = []struct{ Name, Title string }{
 	{ArmBaselineA, "baseline A — sequential 500-request batches on one key"},
 	{ArmBaselineB, "baseline B — 8,000-request batches, 8 at once, one key (#658)"},
 	{ArmBaselineC, "baseline C — sync on one key, concurrency 50, SDK-style retries"},
@@ -52,10 +52,10 @@ var Arms658 = []struct{ Name, Title string }{
 	{ArmCost, "sluice judge --route auto --prefer cost"},
 }
 
-// Judge658 is the validation of issue #658's workload: N judge calls
+// JudgeValidation is the validation of issue #658's workload: N judge calls
 // (Sonnet 4.5, 120–400 input and 64–256 output tokens), the old ways
 // against sluice, on the three-org simulator.
-type Judge658 struct {
+type JudgeValidation struct {
 	Binary string // the sluice binary: the simulator child and the kill arm
 	N      int
 	Seed   uint64
@@ -140,8 +140,8 @@ type KillResult struct {
 	InFlightCap  int     `json:"in_flight_cap"` // requests that could be in flight at the kill
 }
 
-// Judge658Result is the whole validation.
-type Judge658Result struct {
+// JudgeValidationResult is the whole validation.
+type JudgeValidationResult struct {
 	N       int         `json:"n"`
 	Model   string      `json:"model"`
 	Started time.Time   `json:"started"`
@@ -154,7 +154,7 @@ type Judge658Result struct {
 	Duration   float64    `json:"real_seconds"`
 }
 
-func (b *Judge658) defaults() {
+func (b *JudgeValidation) defaults() {
 	if b.N == 0 {
 		b.N = 141600
 	}
@@ -165,7 +165,7 @@ func (b *Judge658) defaults() {
 		b.SyncRate = 1000
 	}
 	if len(b.Arms) == 0 {
-		for _, a := range Arms658 {
+		for _, a := range ValidationArms {
 			b.Arms = append(b.Arms, a.Name)
 		}
 	}
@@ -177,11 +177,11 @@ func (b *Judge658) defaults() {
 	}
 }
 
-// SimConfig658 is the world every arm runs in: the three-org preset (its
+// ValidationWorld is the world every arm runs in: the three-org preset (its
 // batch model reproduces the old observations: 500-request batches done in
 // about 5 minutes, batches above 5,000 requests starved for 8 hours), judge
 // verdicts on, answers of 64–256 tokens.
-func SimConfig658(k float64) sim.Config {
+func ValidationWorld(k float64) sim.Config {
 	cfg := sim.Default()
 	cfg.TimeScale = k
 	cfg.Verdicts.Enabled = true
@@ -226,7 +226,7 @@ func estimate(arm string, n int) (seconds, syncRate float64) {
 // timeScale picks an arm's time scale: Target of real time for its
 // estimated simulated duration, no more Messages calls per real second
 // than SyncRate, and at least 1.
-func (b *Judge658) timeScale(arm string) float64 {
+func (b *JudgeValidation) timeScale(arm string) float64 {
 	est, rate := estimate(arm, b.N)
 	k := est / b.Target.Seconds()
 	if rate > 0 {
@@ -236,11 +236,11 @@ func (b *Judge658) timeScale(arm string) float64 {
 }
 
 // Run runs the arms one after another, each in a fresh simulator.
-func (b *Judge658) Run(ctx context.Context) (*Judge658Result, error) {
+func (b *JudgeValidation) Run(ctx context.Context) (*JudgeValidationResult, error) {
 	b.defaults()
 	started := time.Now()
 	if b.Dir == "" {
-		dir, err := os.MkdirTemp("", "sluice-658-")
+		dir, err := os.MkdirTemp("", "sluice-judge-validation-")
 		if err != nil {
 			return nil, err
 		}
@@ -251,7 +251,7 @@ func (b *Judge658) Run(ctx context.Context) (*Judge658Result, error) {
 	if err := (workload.Judge{N: b.N, Seed: b.Seed}).WriteItemsFile(items); err != nil {
 		return nil, err
 	}
-	res := &Judge658Result{N: b.N, Model: judge.DefaultModel, Started: started.UTC()}
+	res := &JudgeValidationResult{N: b.N, Model: judge.DefaultModel, Started: started.UTC()}
 	for _, name := range b.Arms {
 		k := b.timeScale(name)
 		fmt.Fprintf(b.Progress, "arm %s: time scale %g …\n", name, k)
@@ -291,9 +291,9 @@ func (b *Judge658) Run(ctx context.Context) (*Judge658Result, error) {
 	return res, nil
 }
 
-func (b *Judge658) runArm(ctx context.Context, name, items string, k float64) (ArmResult, error) {
+func (b *JudgeValidation) runArm(ctx context.Context, name, items string, k float64) (ArmResult, error) {
 	r := ArmResult{Arm: name, TimeScale: k, Items: b.N}
-	for _, a := range Arms658 {
+	for _, a := range ValidationArms {
 		if a.Name == name {
 			r.Title = a.Title
 		}
@@ -302,7 +302,7 @@ func (b *Judge658) runArm(ctx context.Context, name, items string, k float64) (A
 	if err != nil {
 		return r, err
 	}
-	cfg := SimConfig658(k)
+	cfg := ValidationWorld(k)
 	sp, err := StartSim(ctx, b.Binary, cfg, dir)
 	if err != nil {
 		return r, err
@@ -875,15 +875,15 @@ func sanitize(s string) string { return strings.ReplaceAll(s, "|", "/") }
 
 // ArmChildCommand is the hidden subcommand the kill arm runs as a child
 // process (cmd/sluice wires it to SluiceArm).
-const ArmChildCommand = "judge-658-arm"
+const ArmChildCommand = "judge-validation-arm"
 
-func (b *Judge658) runKill(ctx context.Context, items string, k float64) (*KillResult, error) {
+func (b *JudgeValidation) runKill(ctx context.Context, items string, k float64) (*KillResult, error) {
 	kr := &KillResult{TimeScale: k, Items: b.N, InFlightCap: 3 * dispatch.DefaultCaps[api.FamilySonnet]}
 	dir, err := os.MkdirTemp(b.Dir, "arm-kill-")
 	if err != nil {
 		return nil, err
 	}
-	cfg := SimConfig658(k)
+	cfg := ValidationWorld(k)
 	sp, err := StartSim(ctx, b.Binary, cfg, dir)
 	if err != nil {
 		return nil, err

@@ -8,7 +8,7 @@ import (
 )
 
 // arm returns the result of the named arm, or nil.
-func (r *Judge658Result) arm(name string) *ArmResult {
+func (r *JudgeValidationResult) arm(name string) *ArmResult {
 	for i := range r.Arms {
 		if r.Arms[i].Arm == name {
 			return &r.Arms[i]
@@ -19,7 +19,7 @@ func (r *Judge658Result) arm(name string) *ArmResult {
 
 // Thin keeps at most about n points of each arm's timeline: the first
 // completion, every step of at least 1/n of the items, and the last.
-func (r *Judge658Result) Thin(n int) {
+func (r *JudgeValidationResult) Thin(n int) {
 	thin := func(a *ArmResult) {
 		step := max(1, a.Items/n)
 		var out []Point
@@ -52,7 +52,7 @@ func (a ArmResult) FirstSeconds() float64 {
 }
 
 // Speedup is base's simulated wall-clock ÷ arm's (0 when either is missing).
-func (r *Judge658Result) Speedup(arm, base string) float64 {
+func (r *JudgeValidationResult) Speedup(arm, base string) float64 {
 	a, b := r.arm(arm), r.arm(base)
 	if a == nil || b == nil || a.SimSeconds == 0 {
 		return 0
@@ -60,15 +60,15 @@ func (r *Judge658Result) Speedup(arm, base string) float64 {
 	return b.SimSeconds / a.SimSeconds
 }
 
-// WriteMarkdown writes docs/validation-658.md: the table, the speedups, the
+// WriteMarkdown writes docs/validation-judge.md: the table, the speedups, the
 // kill/resume figures and how they were measured. svgName is the plot's
 // file name beside it.
-func (r *Judge658Result) WriteMarkdown(w io.Writer, command, svgName string) {
+func (r *JudgeValidationResult) WriteMarkdown(w io.Writer, command, svgName string) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
 	p("# Validation on the #658-shaped workload\n\n")
 	p("%s LLM-as-judge calls (Claude Sonnet 4.5, `%s`, the default rubric: 120–400 input tokens, 64–256 output tokens each), run the old ways and with sluice, one arm after another, each in a fresh simulator of the same world: the three-org preset (30k / 90k / 30k RPM on Sonnet 4.5), whose Message Batches queue reproduces what the old system observed — a 500-request batch is done in about 5 minutes, a batch above 5,000 requests starves for 8 hours before it starts.\n\n",
 		commas(r.N), r.Model)
-	p("Regenerate everything on this page (the table, `validation-658.json` and the plot) with:\n\n```sh\n%s\n```\n\n", command)
+	p("Regenerate everything on this page (the table, `validation-judge.json` and the plot) with:\n\n```sh\n%s\n```\n\n", command)
 	p("Measured %s; the whole bench took %s of real time on %s.\n\n", r.Started.Format("2006-01-02"), fmtSimDur(r.Duration), r.Machine)
 
 	p("## Results\n\n")
@@ -150,10 +150,10 @@ func (r *Judge658Result) WriteMarkdown(w io.Writer, command, svgName string) {
 		}
 	}
 	p("## How it is measured\n\n")
-	p("- **One world, fresh each arm.** Each arm starts a new `sluice sim` child process with the same configuration (`bench.SimConfig658`: the three-org preset, judge verdicts on, 64–256-token answers) and the same %s items; only the time scale differs.\n", commas(r.N))
+	p("- **One world, fresh each arm.** Each arm starts a new `sluice sim` child process with the same configuration (`bench.ValidationWorld`: the three-org preset, judge verdicts on, 64–256-token answers) and the same %s items; only the time scale differs.\n", commas(r.N))
 	p("- **Time scales.** The simulator divides every latency and delay by its time scale K and multiplies every per-minute limit by K, so an arm's behaviour in simulated time does not depend on K, as long as this machine keeps up. Each arm gets the K that makes it last about 75 s of real time, capped so no arm needs more than 1,000 Messages calls per real second (this 2-core machine, not the simulated API, would be the limit beyond that).\n")
 	p("- **Wall-clock** = preparation + sending × K. Preparation — reading the items and building the requests (and, for sluice, validating them, the resume scan and the key probes) — is CPU work that takes the same real time against the real API, so it counts as measured, unscaled; it is in the *real s* column as `prep + send`. From the first send to the last result, real time × K. sluice's own clocks (warm-up ramp, AIMD window, batch polls, stuck threshold) run on the simulator's clock, as `sluice demo` runs them; the old ways' clocks (batch polls every 30 s, SDK backoff) are scaled the same way.\n")
-	p("- **Baselines** are written in `bench/judge658.go` from the old system's description (`../shared/reference/source-system.md`): A and B on the batch key (its organization's queue alone), C on the high-priority key with 50 workers and the official SDKs' retry policy (2 retries, `retry-after` honoured, else 0.5 s × 2ⁿ up to 8 s with jitter); a request that fails its retries is lost, as it was.\n")
+	p("- **Baselines** are written in `bench/judgevalidation.go` from the old system's description (`../shared/reference/source-system.md`): A and B on the batch key (its organization's queue alone), C on the high-priority key with 50 workers and the official SDKs' retry policy (2 retries, `retry-after` honoured, else 0.5 s × 2ⁿ up to 8 s with jitter); a request that fails its retries is lost, as it was.\n")
 	p("- **sluice arms** are `judgejob.RunFile` — what `sluice judge` runs — on all three keys, with the planner deciding the route (`--route auto`), no response cache (every answer is paid for), and the same engine as every other command.\n")
 	p("- **Done** counts verdicts of class `ok`, for every arm: the baselines' results are classified with the same rubric after their clock stops. **Lost** is the rest (errored, expired, failed after retries, or not ok). 429s are the simulator's own count.\n")
 }
@@ -166,7 +166,7 @@ var armColors = map[string]string{
 
 // WriteSVG plots completed requests (as a share of N) against simulated
 // time on a log axis (one line per arm): the arms span minutes to days.
-func (r *Judge658Result) WriteSVG(w io.Writer) {
+func (r *JudgeValidationResult) WriteSVG(w io.Writer) {
 	const (
 		width, height         = 900, 480
 		left, right           = 70, 250
