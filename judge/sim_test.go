@@ -10,9 +10,9 @@ import (
 	"testing/synctest"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/judge"
 	"github.com/sluice-dev/sluice/sim"
-	"github.com/sluice-dev/sluice/workload"
 )
 
 // TestDefaultRubricMatchesWorkload: the workload generator writes the

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/bench"
+	"github.com/sluice-dev/sluice/internal/bench"
 )
 
 // benchChaosCmd is `sluice bench chaos`: one job, part sync and part

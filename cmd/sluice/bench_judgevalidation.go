@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/bench"
+	"github.com/sluice-dev/sluice/internal/bench"
 )
 
 func benchJudgeValidationCmd() *cobra.Command {

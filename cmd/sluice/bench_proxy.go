@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/bench"
+	"github.com/sluice-dev/sluice/internal/bench"
 	"github.com/sluice-dev/sluice/sim"
 )
 

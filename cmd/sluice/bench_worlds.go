@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/bench"
+	"github.com/sluice-dev/sluice/internal/bench"
 )
 
 func benchWorldsCmd() *cobra.Command {

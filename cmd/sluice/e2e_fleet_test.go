@@ -14,7 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/fleet"
 	"github.com/sluice-dev/sluice/internal/redisproc"
-	"github.com/sluice-dev/sluice/workload"
+	"github.com/sluice-dev/sluice/internal/workload"
 )
 
 func TestFleetThreeProcessesKeepTheCap(t *testing.T) {

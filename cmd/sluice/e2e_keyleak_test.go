@@ -36,9 +36,9 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/internal/redisproc"
+	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
-	"github.com/sluice-dev/sluice/workload"
 )
 
 // leakWindow is the length of the fragments searched for: any 16

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/sim"
-	"github.com/sluice-dev/sluice/workload"
 )
 
 // TestKeyRotationMidRun: a run on two keys of two orgs, from a keys file.

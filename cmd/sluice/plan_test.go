@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/workload"
+	"github.com/sluice-dev/sluice/internal/workload"
 )
 
 // execute runs a command with args and returns its standard output.

@@ -15,9 +15,9 @@ import (
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/sim"
-	"github.com/sluice-dev/sluice/workload"
 )
 
 // EngineRun is one measured `sluice run` against a simulator child process.

@@ -33,10 +33,10 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
-	"github.com/sluice-dev/sluice/workload"
 )
 
 // Chaos is one `sluice bench chaos` run.

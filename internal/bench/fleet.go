@@ -22,8 +22,8 @@ import (
 	"github.com/sluice-dev/sluice/fleet"
 	"github.com/sluice-dev/sluice/internal/redisproc"
 	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/sim"
-	"github.com/sluice-dev/sluice/workload"
 )
 
 // FleetRun is several `sluice run --fleet` processes — separate OS

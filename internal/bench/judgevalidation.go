@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/judge"
 	"github.com/sluice-dev/sluice/judgejob"
@@ -31,7 +32,6 @@ import (
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
-	"github.com/sluice-dev/sluice/workload"
 )
 
 // The arms of the judge validation, in the order they run.

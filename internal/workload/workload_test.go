@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/judge"
-	"github.com/sluice-dev/sluice/workload"
 )
 
 // TestItemsBuildTheSameRequests: the items WriteItems writes, judged with
