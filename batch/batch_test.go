@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/sim"
 )
 
 func TestFit(t *testing.T) {
-	reqs := make([]*dispatch.Request, 0, 50)
+	reqs := make([]*call.Request, 0, 50)
 	for i := range 50 {
 		reqs = append(reqs, request(fmt.Sprintf("id-%d", i), 64, strings.Repeat("x", 10+37*i)))
 	}
@@ -76,7 +76,7 @@ func TestFit(t *testing.T) {
 }
 
 func TestConfigLimits(t *testing.T) {
-	c := Config{Client: newClientStub(), OnResult: func(Result) {}, OnReroute: func(*dispatch.Request, string) {},
+	c := Config{Client: newClientStub(), OnResult: func(Result) {}, OnReroute: func(*call.Request, string) {},
 		ChunkSize: 1_000_000, MaxChunkBytes: 1 << 40}
 	if err := c.defaults(); err != nil {
 		t.Fatal(err)
@@ -84,7 +84,7 @@ func TestConfigLimits(t *testing.T) {
 	if c.ChunkSize != api.MaxBatchRequests || c.MaxChunkBytes != api.MaxBatchBytes {
 		t.Errorf("limits = %d requests, %d bytes; want the API's %d, %d", c.ChunkSize, c.MaxChunkBytes, api.MaxBatchRequests, api.MaxBatchBytes)
 	}
-	c = Config{Client: newClientStub(), OnResult: func(Result) {}, OnReroute: func(*dispatch.Request, string) {}}
+	c = Config{Client: newClientStub(), OnResult: func(Result) {}, OnReroute: func(*call.Request, string) {}}
 	c.defaults()
 	if c.ChunkSize != 500 || c.MaxChunkBytes != 250<<20 || c.WindowPerOrg != 2500 {
 		t.Errorf("defaults = %d, %d, %d", c.ChunkSize, c.MaxChunkBytes, c.WindowPerOrg)
@@ -96,7 +96,7 @@ func TestConfigLimits(t *testing.T) {
 func TestChunkBytes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, nil, "batch")
-		var reqs []*dispatch.Request
+		var reqs []*call.Request
 		for i := range 40 {
 			reqs = append(reqs, request(fmt.Sprintf("b%d", i), 64, strings.Repeat("word ", 100+i)))
 		}
@@ -400,7 +400,7 @@ func TestResumeParked(t *testing.T) {
 			t.Fatalf("first run: %v, %d results", err, len(col1.results))
 		}
 		changed := request("r3", 64, "a different question")
-		reqs2 := append(append(append([]*dispatch.Request{}, reqs[:3]...), changed), reqs[4:]...)
+		reqs2 := append(append(append([]*call.Request{}, reqs[:3]...), changed), reqs[4:]...)
 
 		col := newCollector(t)
 		cfg.OnResult, cfg.OnReroute = col.onResult, col.onReroute
@@ -507,7 +507,7 @@ func TestRowClasses(t *testing.T) {
 			r.Submit(t.Context(), q)
 		}
 		// A second chunk, cancelled from the console once it exists.
-		other := []*dispatch.Request{request("x1", 64, "one"), request("x2", 64, "two")}
+		other := []*call.Request{request("x1", 64, "one"), request("x2", 64, "two")}
 		for _, q := range other {
 			r.Submit(t.Context(), q)
 		}
@@ -602,7 +602,7 @@ func TestDeadKey(t *testing.T) {
 			t.Fatal(err)
 		}
 		w.journal += ".2"
-		more := []*dispatch.Request{request("m1", 64, "m1"), request("m2", 64, "m2")}
+		more := []*call.Request{request("m1", 64, "m1"), request("m2", 64, "m2")}
 		col, _, err = w.run(t, w.config(), more, nil, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -675,7 +675,7 @@ func TestJournalRepair(t *testing.T) {
 func TestLongLines(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, func(c *sim.Config) { c.Output = sim.OutputModel{Min: 30000, Max: 30000} }, "batch")
-		reqs := []*dispatch.Request{request("long1", 40000, "write a lot"), request("long2", 40000, "write more")}
+		reqs := []*call.Request{request("long1", 40000, "write a lot"), request("long2", 40000, "write more")}
 		col, _, err := w.run(t, w.config(), reqs, nil, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/call"
 )
 
 // The create body is {"requests":[item,item,…]} with each item
@@ -27,7 +27,7 @@ const (
 // itemSize is the exact number of bytes req adds to a create body, not
 // counting the comma before it: its custom_id on the wire is the chunk's
 // (wireIDLen characters, no escapes), not the request's.
-func itemSize(req *dispatch.Request) int64 {
+func itemSize(req *call.Request) int64 {
 	return int64(len(itemOpen) + wireIDLen + 2 + len(itemMid) + len(req.Params) + len(itemClose))
 }
 
@@ -78,7 +78,7 @@ func (c *chunk) rowID(custom string) (string, bool) {
 // at most maxN requests and maxBytes body bytes, and the body size. The
 // first request is always taken: a request too large for any chunk is
 // refused before it is queued (see tooLarge).
-func fit(reqs []*dispatch.Request, sizes []int64, maxN int, maxBytes int64) (n int, body int64) {
+func fit(reqs []*call.Request, sizes []int64, maxN int, maxBytes int64) (n int, body int64) {
 	body = int64(envelope)
 	for n < len(reqs) && n < maxN {
 		add := sizes[n]
@@ -96,7 +96,7 @@ func fit(reqs []*dispatch.Request, sizes []int64, maxN int, maxBytes int64) (n i
 
 // buildBody renders the create body of reqs, byte for byte what fit
 // measured. Params are sent as they came.
-func buildBody(reqs []*dispatch.Request, size int64, wireID func(int) string) []byte {
+func buildBody(reqs []*call.Request, size int64, wireID func(int) string) []byte {
 	b := make([]byte, 0, size)
 	b = append(b, bodyOpen...)
 	for i, r := range reqs {

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/client"
-	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -120,7 +120,7 @@ type Config struct {
 	// OnReroute receives a request the batch path gives back, with the
 	// reason: send it through the sync dispatcher. Its result is then the
 	// dispatcher's.
-	OnReroute func(req *dispatch.Request, why string)
+	OnReroute func(req *call.Request, why string)
 
 	// Now reads the clock for journal times and deadlines (default
 	// time.Now). Waits use timers: tests run in testing/synctest bubbles.
@@ -129,10 +129,10 @@ type Config struct {
 }
 
 // Result is the final word on one request answered by a batch: a
-// dispatch.Result (Class, Body as the API sent it, Org and Key labels,
+// call.Result (Class, Body as the API sent it, Org and Key labels,
 // Usage, StopReason, Err for a non-ok row) and the batch's id.
 type Result struct {
-	dispatch.Result
+	call.Result
 	BatchID string
 }
 

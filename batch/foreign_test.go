@@ -11,19 +11,19 @@ import (
 	"testing/synctest"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/sim"
 )
 
 // jobRequests is n requests r0 … r(n-1) on model, their text naming job:
 // two jobs share every custom_id and differ in model and bodies.
-func jobRequests(n int, model, job string) []*dispatch.Request {
-	out := make([]*dispatch.Request, n)
+func jobRequests(n int, model, job string) []*call.Request {
+	out := make([]*call.Request, n)
 	for i := range out {
 		p, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 64,
 			"messages": []map[string]any{{"role": "user", "content": fmt.Sprintf("%s: judge answer number %d.", job, i)}}})
-		out[i] = &dispatch.Request{ID: fmt.Sprintf("r%d", i), Params: p, Model: model, MaxTokens: 64, ParamsHash: jsonl.ParamsHash(p)}
+		out[i] = &call.Request{ID: fmt.Sprintf("r%d", i), Params: p, Model: model, MaxTokens: 64, ParamsHash: jsonl.ParamsHash(p)}
 	}
 	return out
 }
@@ -45,7 +45,7 @@ func TestTwoJobsNeverTakeEachOthersBatches(t *testing.T) {
 		}
 		jobs := []struct {
 			model, name string
-			reqs        []*dispatch.Request
+			reqs        []*call.Request
 			col         *collector
 			r           *Runner
 		}{
@@ -70,7 +70,7 @@ func TestTwoJobsNeverTakeEachOthersBatches(t *testing.T) {
 		wg.Wait()
 		var adopted, foreign int64
 		for _, j := range jobs {
-			mine := map[string]*dispatch.Request{}
+			mine := map[string]*call.Request{}
 			for _, q := range j.reqs {
 				mine[q.ID] = q
 			}
@@ -114,7 +114,7 @@ func TestTwoJobsSameModelSameIDs(t *testing.T) {
 		const model = "claude-haiku-4-5"
 		type job struct {
 			name string
-			reqs []*dispatch.Request
+			reqs []*call.Request
 			col  *collector
 			r    *Runner
 		}
@@ -137,7 +137,7 @@ func TestTwoJobsSameModelSameIDs(t *testing.T) {
 		wg.Wait()
 		var adopted int64
 		for _, j := range jobs {
-			mine := map[string]*dispatch.Request{}
+			mine := map[string]*call.Request{}
 			for _, q := range j.reqs {
 				mine[q.ID] = q
 			}

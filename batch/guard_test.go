@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -79,7 +79,7 @@ func TestHoldsAfterCrash(t *testing.T) {
 		}
 
 		cfg2 := cfg
-		cfg2.OnResult, cfg2.OnReroute = func(Result) {}, func(*dispatch.Request, string) {}
+		cfg2.OnResult, cfg2.OnReroute = func(Result) {}, func(*call.Request, string) {}
 		cfg2.Done = func(id string) bool { return done[id] }
 		r, err := New(cfg2)
 		if err != nil {
@@ -136,8 +136,8 @@ func TestHeldBack(t *testing.T) {
 				kb.SetOrg(ProvisionalOrgPrefix + "batch")
 				var logs logBuffer
 				cfg.Keys, cfg.Logger = []*keys.Key{kb, kl}, logs.logger()
-				more := []*dispatch.Request{request("n0", 64, "new zero"), request("n1", 64, "new one")}
-				all := append(append([]*dispatch.Request{}, reqs...), more...)
+				more := []*call.Request{request("n0", 64, "new zero"), request("n1", 64, "new one")}
+				all := append(append([]*call.Request{}, reqs...), more...)
 				col2, r2, err := w.runWith(t, newCollector(t), cfg, all, nil, nil, func(r *Runner) {
 					for _, q := range reqs {
 						if got := r.Holds(q.ID); got != tc.held {
@@ -525,7 +525,7 @@ func TestSubmitCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, nil, "batch")
 		cfg := w.config()
-		cfg.OnResult, cfg.OnReroute = func(Result) {}, func(*dispatch.Request, string) {}
+		cfg.OnResult, cfg.OnReroute = func(Result) {}, func(*call.Request, string) {}
 		r, err := New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -554,7 +554,7 @@ func TestWindows(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, nil)
 		cfg := w.config()
-		cfg.OnResult, cfg.OnReroute = func(Result) {}, func(*dispatch.Request, string) {}
+		cfg.OnResult, cfg.OnReroute = func(Result) {}, func(*call.Request, string) {}
 		cfg.WindowPerOrg = 0
 		cfg.WindowByOrg = map[string]int{"batch": 30, "low_prio": -1, "nobody": 7}
 		r, err := New(cfg)

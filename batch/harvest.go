@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/client"
-	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -248,8 +248,8 @@ func (r *Runner) handleLine(c *chunk, line []byte, complete bool) error {
 //	canceled, sluice cancelled       → re-routed to sync
 //	canceled by someone else         → result, class transport (a re-run drives it)
 //	anything else                    → result, class transport
-func (r *Runner) deliverRow(c *chunk, req *dispatch.Request, row *resultRow) {
-	res := Result{BatchID: c.batch, Result: dispatch.Result{
+func (r *Runner) deliverRow(c *chunk, req *call.Request, row *resultRow) {
+	res := Result{BatchID: c.batch, Result: call.Result{
 		Request: req, Org: c.org.label, Attempts: 1, Latency: r.now().Sub(c.intentAt),
 	}}
 	r.mu.Lock()

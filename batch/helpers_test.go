@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/logbuf"
@@ -265,18 +266,18 @@ func (w *world) created() int64 {
 }
 
 // requests returns n valid Haiku requests r0 … r(n-1) with params hashes.
-func requests(n int) []*dispatch.Request {
-	out := make([]*dispatch.Request, n)
+func requests(n int) []*call.Request {
+	out := make([]*call.Request, n)
 	for i := range out {
 		out[i] = request(fmt.Sprintf("r%d", i), 64, fmt.Sprintf("Judge answer number %d.", i))
 	}
 	return out
 }
 
-func request(id string, maxTokens int, text string) *dispatch.Request {
+func request(id string, maxTokens int, text string) *call.Request {
 	p, _ := json.Marshal(map[string]any{"model": "claude-haiku-4-5", "max_tokens": maxTokens,
 		"messages": []map[string]any{{"role": "user", "content": text}}})
-	return &dispatch.Request{ID: id, Params: p, Model: "claude-haiku-4-5", MaxTokens: int64(maxTokens), ParamsHash: jsonl.ParamsHash(p)}
+	return &call.Request{ID: id, Params: p, Model: "claude-haiku-4-5", MaxTokens: int64(maxTokens), ParamsHash: jsonl.ParamsHash(p)}
 }
 
 // collector is a caller: it records each outcome, counts every result
@@ -325,7 +326,7 @@ func (c *collector) onResult(res Result) {
 	}
 }
 
-func (c *collector) onReroute(req *dispatch.Request, why string) {
+func (c *collector) onReroute(req *call.Request, why string) {
 	c.mu.Lock()
 	_, dup := c.results[req.ID]
 	_, dup2 := c.reroutes[req.ID]
@@ -354,13 +355,13 @@ func (c *collector) done() map[string]bool {
 
 // run runs one Runner over reqs (skipping done ids) and returns its
 // collector and Run's error.
-func (w *world) run(t *testing.T, cfg Config, reqs []*dispatch.Request, done map[string]bool, crashAt func(string) bool) (*collector, *Runner, error) {
+func (w *world) run(t *testing.T, cfg Config, reqs []*call.Request, done map[string]bool, crashAt func(string) bool) (*collector, *Runner, error) {
 	t.Helper()
 	return w.runWith(t, newCollector(t), cfg, reqs, done, crashAt, nil)
 }
 
 // runWith is run with a given collector; setup, if set, runs after New.
-func (w *world) runWith(t *testing.T, col *collector, cfg Config, reqs []*dispatch.Request, done map[string]bool,
+func (w *world) runWith(t *testing.T, col *collector, cfg Config, reqs []*call.Request, done map[string]bool,
 	crashAt func(string) bool, setup func(*Runner)) (*collector, *Runner, error) {
 	t.Helper()
 	cfg.OnResult, cfg.OnReroute = col.onResult, col.onReroute
@@ -396,7 +397,7 @@ func (w *world) runWith(t *testing.T, col *collector, cfg Config, reqs []*dispat
 
 // checkAllOK fails unless every request has exactly one ok result across
 // the collectors, answering its own request.
-func checkAllOK(t *testing.T, reqs []*dispatch.Request, cols ...*collector) {
+func checkAllOK(t *testing.T, reqs []*call.Request, cols ...*collector) {
 	t.Helper()
 	seen := map[string]int{}
 	for _, c := range cols {

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/client"
-	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -673,7 +673,7 @@ func (r *Runner) abandon(c *chunk, why string, move int) error {
 	r.mu.Lock()
 	c.closed, c.finished = true, true
 	r.release(c)
-	var reroute []*dispatch.Request
+	var reroute []*call.Request
 	if move == moveRequeue {
 		r.requeue(c)
 	} else {

@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -63,7 +63,7 @@ type Runner struct {
 	runID  string
 
 	mu          sync.Mutex
-	pending     []*dispatch.Request   // not yet in a chunk, oldest first
+	pending     []*call.Request       // not yet in a chunk, oldest first
 	sizes       []int64               // body bytes of each pending request
 	recovered   map[string]*chunk     // ids of journaled chunks not yet submitted this run
 	parked      map[string]*parkedRow // harvested rows waiting for their request
@@ -174,8 +174,8 @@ type chunk struct {
 	ids       []string
 	hashes    []string
 	index     map[string]int
-	list      []*dispatch.Request // new chunks: the requests, in body order
-	wire      string              // the wire-id prefix ("": the caller's ids), see wireIDLen
+	list      []*call.Request // new chunks: the requests, in body order
+	wire      string          // the wire-id prefix ("": the caller's ids), see wireIDLen
 	bytes     int64
 	recovered bool
 	journaled bool // an intent is in the journal
@@ -195,12 +195,12 @@ type chunk struct {
 	fresh     bool // created by this run: the first poll waits
 
 	// guarded by Runner.mu
-	reqs       map[string]*dispatch.Request // attached requests
-	handled    map[string]bool              // ids whose outcome is decided in this chunk
-	stale      map[string]bool              // submitted with other params: drop the row
-	waiting    int                          // attached requests without an outcome
-	unattached int                          // ids in Runner.recovered
-	awaiting   int                          // rows delivered, not yet durable
+	reqs       map[string]*call.Request // attached requests
+	handled    map[string]bool          // ids whose outcome is decided in this chunk
+	stale      map[string]bool          // submitted with other params: drop the row
+	waiting    int                      // attached requests without an outcome
+	unattached int                      // ids in Runner.recovered
+	awaiting   int                      // rows delivered, not yet durable
 	parkedN    int
 	inWindow   bool
 	resolving  bool // counts in org.creating
@@ -364,7 +364,7 @@ func (r *Runner) recover(id string, e *entry, now time.Time) error {
 		cancelAt: e.cancelAt, canceled: e.canceled,
 		// Its create, if any, was the dead process's: before now.
 		createdBy: now,
-		reqs:      map[string]*dispatch.Request{}, handled: map[string]bool{}, stale: map[string]bool{},
+		reqs:      map[string]*call.Request{}, handled: map[string]bool{}, stale: map[string]bool{},
 	}
 	for i, cid := range in.IDs {
 		c.index[cid] = i
@@ -407,7 +407,7 @@ func (r *Runner) Holds(customID string) bool {
 // same params hash, joins that chunk instead of a new one; one whose id is
 // held back (see Holds) with the same params hash is accepted and gets no
 // callback in this run.
-func (r *Runner) Submit(ctx context.Context, req *dispatch.Request) error {
+func (r *Runner) Submit(ctx context.Context, req *call.Request) error {
 	size := itemSize(req)
 	r.mu.Lock()
 	if r.inputClosed || r.stopped {
@@ -805,7 +805,7 @@ func (r *Runner) poke() {
 // most free window, and returns the chunks to launch, the requests to
 // re-route (no org left, HarvestOnly, or too close to Config.Deadline) and
 // why, and when to look again. Requires r.mu.
-func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*dispatch.Request, why string, wake time.Time) {
+func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*call.Request, why string, wake time.Time) {
 	shrank := false
 	defer func() {
 		if shrank {
@@ -987,7 +987,7 @@ func (r *Runner) cut(n int, body int64, o *orgState) *chunk {
 		id: fmt.Sprintf("%s-%d", r.runID, r.seq), org: o, list: reqs, bytes: body,
 		wire: wirePrefix(fmt.Sprintf("%s-%d", r.runID, r.seq)),
 		ids:  make([]string, n), hashes: make([]string, n), index: make(map[string]int, n),
-		reqs: make(map[string]*dispatch.Request, n), handled: map[string]bool{}, stale: map[string]bool{},
+		reqs: make(map[string]*call.Request, n), handled: map[string]bool{}, stale: map[string]bool{},
 		waiting: n, inWindow: true, resolving: true, fresh: true,
 	}
 	for i, q := range reqs {
@@ -1044,7 +1044,7 @@ func (r *Runner) maybeClose(c *chunk) {
 // requeue puts c's attached requests without an outcome back at the front
 // of the pending queue and frees its unattached ids. Requires r.mu.
 func (r *Runner) requeue(c *chunk) {
-	var back []*dispatch.Request
+	var back []*call.Request
 	for _, id := range c.ids {
 		if q := c.reqs[id]; q != nil && !c.handled[id] {
 			c.handled[id] = true
@@ -1077,8 +1077,8 @@ func (r *Runner) freeUnattached(c *chunk) {
 
 // takeUnhandled marks c's attached requests without an outcome handled and
 // returns them. Requires r.mu.
-func (r *Runner) takeUnhandled(c *chunk) []*dispatch.Request {
-	var out []*dispatch.Request
+func (r *Runner) takeUnhandled(c *chunk) []*call.Request {
+	var out []*call.Request
 	for _, id := range c.ids {
 		if q := c.reqs[id]; q != nil && !c.handled[id] {
 			c.handled[id] = true
@@ -1111,7 +1111,7 @@ func (r *Runner) emitResult(c *chunk, res Result) {
 }
 
 // emitReroute gives req back for the sync path.
-func (r *Runner) emitReroute(c *chunk, req *dispatch.Request, why string) {
+func (r *Runner) emitReroute(c *chunk, req *call.Request, why string) {
 	if r.dead.Load() {
 		return
 	}

@@ -26,39 +26,18 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/budget"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/lane"
 )
 
-// Request is one Messages call.
-type Request struct {
-	ID         string // custom_id
-	Params     []byte // the request body, sent byte for byte
-	Model      string
-	MaxTokens  int64
-	EstInput   int64  // local estimate of input tokens
-	ParamsHash string // carried into the Result for the results file
-}
+// Request is one Messages request to send (call.Request: the batch runner
+// takes the same type).
+type Request = call.Request
 
-// Result is the final word on one Request.
-type Result struct {
-	Request *Request
-	// Class is api.ClassOK, api.ClassFinal or api.ClassTransport; empty
-	// when Aborted.
-	Class string
-	// Aborted: the dispatcher stopped (shutdown, no live key) before the
-	// request finished. Nothing should be recorded for it.
-	Aborted    bool
-	Status     int
-	Body       []byte // the Message, or the error body
-	Org, Key   string // labels
-	Attempts   int
-	Latency    time.Duration // first send to final answer
-	Usage      api.Usage
-	StopReason string
-	Err        error
-}
+// Result is the final word on one Request (call.Result).
+type Result = call.Result
 
 // DefaultCaps are the per-key etiquette caps on concurrency per family.
 var DefaultCaps = map[api.Family]int{

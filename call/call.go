@@ -1,0 +1,43 @@
+// Package call holds the two types every sender of Messages requests
+// exchanges with its caller: a Request to send, and the Result that is the
+// final word on it. The dispatcher (the sync lanes) and the batch runner
+// (Message Batches) both take Requests and give Results, and route and job
+// pass them between the two; keeping the types here, at the bottom, lets
+// batch stay independent of dispatch. dispatch.Request and dispatch.Result
+// are aliases of these.
+package call
+
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+)
+
+// Request is one Messages request to send.
+type Request struct {
+	ID         string // custom_id
+	Params     []byte // the request body, sent byte for byte
+	Model      string
+	MaxTokens  int64
+	EstInput   int64  // local estimate of input tokens
+	ParamsHash string // carried into the Result for the results file
+}
+
+// Result is the final word on one Request.
+type Result struct {
+	Request *Request
+	// Class is api.ClassOK, api.ClassFinal or api.ClassTransport; empty
+	// when Aborted.
+	Class string
+	// Aborted: the sender stopped (shutdown, no live key) before the
+	// request finished. Nothing should be recorded for it.
+	Aborted    bool
+	Status     int
+	Body       []byte // the Message, or the error body
+	Org, Key   string // labels
+	Attempts   int
+	Latency    time.Duration // first send to final answer
+	Usage      api.Usage
+	StopReason string
+	Err        error
+}
