@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/sim"
 )
 
 func decide(t *testing.T, w plan.World, j plan.Job, o plan.Options) plan.Decision {
@@ -331,11 +332,11 @@ func TestReadWorld(t *testing.T) {
 // from what the generator writes now. Run `go run ./cmd/sluice guidelines`
 // to regenerate them.
 func TestGuidelinesUpToDate(t *testing.T) {
-	md, svg, err := plan.Guidelines()
+	md, svg, err := plan.Guidelines(sim.PresetModel)
 	if err != nil {
 		t.Fatal(err)
 	}
-	md2, svg2, err := plan.Guidelines()
+	md2, svg2, err := plan.Guidelines(sim.PresetModel)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,7 +368,8 @@ func firstDiffLine(a, b []byte) int {
 }
 
 func ExampleDecide() {
-	w, _ := plan.Preset("three-org")
+	m, _ := sim.PresetModel("three-org")
+	w := plan.FromModel(m, nil)
 	for _, p := range []plan.Priority{plan.PreferLatency, plan.PreferCost} {
 		d, _ := plan.Decide(w, plan.JudgeJob(20_000, "claude-sonnet-4-5"), plan.Options{Priority: p})
 		fmt.Printf("%s: %s on %d orgs, %v, $%.2f (%s)\n", p, d.Route, len(d.Orgs), d.Wall.Mid.Round(time.Second), d.Cost, d.Binding)

@@ -5,7 +5,7 @@
 //
 // A World describes the keys' organizations (their per-minute limits per
 // model pool and their batch queues) and the behaviour of the engine and of
-// the batch queue; FromSim, Preset, NewWorld and ReadWorld build one. A Job
+// the batch queue; FromModel (from an apimodel.Model, such as sim.Config.Model or sim.PresetModel), NewWorld and ReadWorld build one. A Job
 // is the shape of the work: how many requests, which model, how many tokens
 // each. Decide returns a Decision: the route, the organizations and lanes
 // it uses, chunking and in-flight window for batches, the predicted

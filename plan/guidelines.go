@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/apimodel"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/lane"
 )
@@ -43,15 +44,20 @@ func JudgeJob(n int, model string) Job {
 const GuidelinesPlot = "guidelines-wall-cost.svg"
 
 // Guidelines renders docs/guidelines.md and its plot (GuidelinesPlot,
-// beside it). The output is a pure function of the code: no clock, stable
-// ordering, fixed number formatting.
-func Guidelines() (md, svg []byte, err error) {
+// beside it) for the named worlds that preset resolves (sim.PresetModel:
+// the simulator's presets are the worlds the page tabulates). The output
+// is a pure function of the code: no clock, stable ordering, fixed number
+// formatting.
+func Guidelines(preset func(name string) (apimodel.Model, error)) (md, svg []byte, err error) {
 	var b bytes.Buffer
 	worlds := make([]World, len(guidelineWorlds))
 	for i, gw := range guidelineWorlds {
-		if worlds[i], err = Preset(gw.preset); err != nil {
-			return nil, nil, err
+		m, err := preset(gw.preset)
+		if err != nil {
+			return nil, nil, fmt.Errorf("plan: %w", err)
 		}
+		worlds[i] = FromModel(m, nil)
+		worlds[i].Name = gw.preset
 	}
 	w0 := worlds[0]
 	out := w0.Output.Mean(JudgeMaxTokens)

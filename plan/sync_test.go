@@ -22,10 +22,12 @@ const (
 
 func preset(t *testing.T, name string) plan.World {
 	t.Helper()
-	w, err := plan.Preset(name)
+	m, err := sim.PresetModel(name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	w := plan.FromModel(m, nil)
+	w.Name = name
 	return w
 }
 
@@ -57,7 +59,7 @@ func TestSyncRateMatchesBench(t *testing.T) {
 					t.Fatal(err)
 				}
 				cfg.TimeScale = k
-				w := plan.FromSim(cfg, nil)
+				w := plan.FromModel(cfg.Model(), nil)
 				got, gotWhy, err := w.SyncRate(plan.JudgeJob(1, model))
 				if err != nil {
 					t.Fatal(err)
@@ -289,13 +291,13 @@ func TestFewestOrgs(t *testing.T) {
 	}
 }
 
-// TestFromSimTimeScale: a world at time scale K predicts the same job in
+// TestFromModelTimeScale: a world at time scale K predicts the same job in
 // 1/K of the time, for the sync route's steady state and for batches.
-func TestFromSimTimeScale(t *testing.T) {
+func TestFromModelTimeScale(t *testing.T) {
 	cfg := sim.Default()
-	w1 := plan.FromSim(cfg, nil)
+	w1 := plan.FromModel(cfg.Model(), nil)
 	cfg.TimeScale = 10
-	w10 := plan.FromSim(cfg, nil)
+	w10 := plan.FromModel(cfg.Model(), nil)
 	r1, _, _ := w1.SyncRate(plan.JudgeJob(1, sonnet))
 	r10, _, _ := w10.SyncRate(plan.JudgeJob(1, sonnet))
 	if !near(r10, 10*r1, 1e-9*r10) {
@@ -314,7 +316,7 @@ func TestFromSimTimeScale(t *testing.T) {
 // TestPollLagPerBatch: a batch is seen ended at the first poll of its
 // schedule at or after its end, and its window slot is reused only then.
 func TestPollLagPerBatch(t *testing.T) {
-	w := plan.FromSim(sim.Default(), nil)
+	w := plan.FromModel(sim.Default().Model(), nil)
 	w.Poll = plan.Poll{Min: 10 * time.Second, Max: 10 * time.Second}
 	one, _ := w.SimulateBatch(500, 500, 1, "batch")
 	if one.End != 310*time.Second { // 310 is on the 10 s grid

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/apimodel"
 	"github.com/sluice-dev/sluice/lane"
-	"github.com/sluice-dev/sluice/sim"
 )
 
 // Limits are an organization's per-minute rate limits for one model pool.
@@ -142,7 +142,7 @@ type OutputModel struct {
 // World is everything the planner knows that is not the job: the
 // organizations, the engine's etiquette (caps, reserve, ramp) and the
 // latency and batch-queue models. The zero value is not usable: build one
-// with FromSim, Preset, NewWorld or ReadWorld, then change fields as
+// with FromModel, NewWorld or ReadWorld, then change fields as
 // needed. A World is a value; Decide does not modify it.
 type World struct {
 	// Name labels the world in reports ("three-org", "my-keys").
@@ -267,32 +267,34 @@ func (w World) batchModel(o Org) BatchModel {
 
 // NewWorld returns a world of the given organizations with the engine's
 // defaults (DefaultCaps, DefaultReserve, DefaultBucketWindow, the ramp
-// max(4, cap/8) doubling every 5 s) and the simulator's calibrated latency,
-// output and batch-queue models (docs/plan.md gives their provenance).
+// max(4, cap/8) doubling every 5 s) and the calibrated latency, output and
+// batch-queue models (apimodel.Default; docs/plan.md gives their
+// provenance).
 func NewWorld(name string, orgs ...Org) World {
-	w := FromSim(sim.Default(), nil)
+	w := FromModel(apimodel.Default(), nil)
 	w.Name = name
 	w.Orgs = append([]Org(nil), orgs...)
 	return w
 }
 
-// FromSim returns the world a sluice run would meet against the simulator
-// configured by cfg, with etiquette caps caps (nil or missing families:
-// DefaultCaps). The simulator's time scale K is applied as the simulator
-// applies it: limits and processing rates × K, latencies and batch delays
-// ÷ K, so predictions are in real time. The bucket window is not scaled
-// (the simulator's buckets hold the same number of real seconds of refill
-// at any K). The engine's ramp is timed by its latency, so it follows K.
-func FromSim(cfg sim.Config, caps map[api.Family]int) World {
-	k := cfg.TimeScale
+// FromModel returns the world a sluice run would meet against an API
+// described by m (sim.Config.Model gives the simulator's), with etiquette
+// caps caps (nil or missing families: DefaultCaps). The time scale K is
+// applied as the simulator applies it: limits and processing rates × K,
+// latencies and batch delays ÷ K, so predictions are in real time. The
+// bucket window is not scaled (the simulator's buckets hold the same
+// number of real seconds of refill at any K). The engine's ramp is timed
+// by its latency, so it follows K.
+func FromModel(m apimodel.Model, caps map[api.Family]int) World {
+	k := m.TimeScale
 	if k <= 0 {
 		k = 1
 	}
-	scaleD := func(d sim.Duration) time.Duration { return time.Duration(float64(d) / k) }
-	scaleL := func(l sim.Limits) Limits {
+	scaleD := func(d apimodel.Duration) time.Duration { return time.Duration(float64(d) / k) }
+	scaleL := func(l apimodel.Limits) Limits {
 		return Limits{RPM: float64(l.RPM) * k, ITPM: float64(l.ITPM) * k, OTPM: float64(l.OTPM) * k}
 	}
-	batch := func(b sim.BatchModel) BatchModel {
+	batch := func(b apimodel.BatchModel) BatchModel {
 		return BatchModel{
 			AdmissionBase:       scaleD(b.AdmissionBase),
 			AdmissionPerRequest: scaleD(b.AdmissionPerRequest),
@@ -302,16 +304,16 @@ func FromSim(cfg sim.Config, caps map[api.Family]int) World {
 			Expiry:              scaleD(b.Expiry),
 		}
 	}
-	lat := func(l sim.LatencyModel) Latency {
+	lat := func(l apimodel.LatencyModel) Latency {
 		return Latency{TTFT: scaleD(l.TTFT), TokensPerSec: l.TokensPerSec * k, Sigma: l.Sigma}
 	}
 	w := World{
 		Caps:          maps.Clone(DefaultCaps),
 		Reserve:       DefaultReserve,
-		BucketWindow:  cfg.BucketWindow.D(),
+		BucketWindow:  m.BucketWindow.D(),
 		Latency:       map[api.Pool]Latency{},
-		Output:        OutputModel{Min: cfg.Output.Min, Max: cfg.Output.Max},
-		Batch:         batch(cfg.Batch),
+		Output:        OutputModel{Min: m.Output.Min, Max: m.Output.Max},
+		Batch:         batch(m.Batch),
 		BatchOverhead: time.Duration(float64(DefaultBatchOverhead) / k),
 		Poll:          Poll{Min: time.Duration(float64(DefaultPollMin) / k), Max: time.Duration(float64(DefaultPollMax) / k)},
 	}
@@ -319,14 +321,14 @@ func FromSim(cfg sim.Config, caps map[api.Family]int) World {
 	if w.BucketWindow <= 0 {
 		w.BucketWindow = DefaultBucketWindow
 	}
-	for name, l := range cfg.Latency {
+	for name, l := range m.Latency {
 		if name == "default" {
 			w.DefaultLatency = lat(l)
 			continue
 		}
 		w.Latency[api.Pool(name)] = lat(l)
 	}
-	for _, o := range cfg.Orgs {
+	for _, o := range m.Orgs {
 		po := Org{Name: o.Name, Limits: map[api.Pool]Limits{}, BatchQueueCap: int(o.BatchQueueCap)}
 		for p, l := range o.Limits {
 			po.Limits[p] = scaleL(l)
@@ -342,18 +344,6 @@ func FromSim(cfg sim.Config, caps map[api.Family]int) World {
 		w.Orgs = append(w.Orgs, po)
 	}
 	return w
-}
-
-// Preset returns the world of the simulator preset name (sim.PresetNames:
-// "three-org", "scale", "tier4", …) with the default caps.
-func Preset(name string) (World, error) {
-	cfg, err := sim.Preset(name)
-	if err != nil {
-		return World{}, fmt.Errorf("plan: %w", err)
-	}
-	w := FromSim(cfg, nil)
-	w.Name = name
-	return w, nil
 }
 
 // Validate reports the first problem that would make predictions
@@ -445,15 +435,15 @@ type worldFile struct {
 	Orgs           []orgFile                `json:"orgs"`
 	Caps           map[api.Family]int       `json:"caps"`
 	Reserve        *float64                 `json:"reserve"`
-	BucketWindow   *sim.Duration            `json:"bucket_window"`
+	BucketWindow   *apimodel.Duration       `json:"bucket_window"`
 	Ramp           *rampFile                `json:"ramp"`
 	Latency        map[api.Pool]latencyFile `json:"latency"`
 	DefaultLatency *latencyFile             `json:"default_latency"`
 	Output         *OutputModel             `json:"output"`
 	Batch          *batchFile               `json:"batch"`
-	BatchOverhead  *sim.Duration            `json:"batch_overhead"`
-	PollMin        *sim.Duration            `json:"poll_min"`
-	PollMax        *sim.Duration            `json:"poll_max"`
+	BatchOverhead  *apimodel.Duration       `json:"batch_overhead"`
+	PollMin        *apimodel.Duration       `json:"poll_min"`
+	PollMax        *apimodel.Duration       `json:"poll_max"`
 }
 
 type orgFile struct {
@@ -465,14 +455,14 @@ type orgFile struct {
 }
 
 type rampFile struct {
-	Start    int          `json:"start"`
-	Doubling sim.Duration `json:"doubling"`
+	Start    int               `json:"start"`
+	Doubling apimodel.Duration `json:"doubling"`
 }
 
 type latencyFile struct {
-	TTFT         sim.Duration `json:"ttft"`
-	TokensPerSec float64      `json:"tokens_per_sec"`
-	Sigma        float64      `json:"sigma"`
+	TTFT         apimodel.Duration `json:"ttft"`
+	TokensPerSec float64           `json:"tokens_per_sec"`
+	Sigma        float64           `json:"sigma"`
 }
 
 func (l latencyFile) latency() Latency {
@@ -481,12 +471,12 @@ func (l latencyFile) latency() Latency {
 
 // batchFile fields left out keep the default model's values.
 type batchFile struct {
-	AdmissionBase       *sim.Duration `json:"admission_base"`
-	AdmissionPerRequest *sim.Duration `json:"admission_per_request"`
-	ProcessingRate      *float64      `json:"processing_rate"`
-	StarveAbove         *int          `json:"starve_above"`
-	StarveFor           *sim.Duration `json:"starve_for"`
-	Expiry              *sim.Duration `json:"expiry"`
+	AdmissionBase       *apimodel.Duration `json:"admission_base"`
+	AdmissionPerRequest *apimodel.Duration `json:"admission_per_request"`
+	ProcessingRate      *float64           `json:"processing_rate"`
+	StarveAbove         *int               `json:"starve_above"`
+	StarveFor           *apimodel.Duration `json:"starve_for"`
+	Expiry              *apimodel.Duration `json:"expiry"`
 }
 
 func (f batchFile) over(b BatchModel) BatchModel {

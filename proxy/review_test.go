@@ -537,7 +537,7 @@ func TestPlannerRoutesVirtualBatches(t *testing.T) {
 		c.Plan = route.Planner(route.Options{Route: "auto", Prefer: "cost", TimeScale: 1000,
 			World: func() (plan.World, error) { return world, nil }})
 	}})
-	world = plan.FromSim(e.sim.Config(), nil)
+	world = plan.FromModel(e.sim.Config().Model(), nil)
 	run := func(n int, tag string) api.MessageBatch {
 		return e.pollBatch(e.createBatch(n, tag).ID)
 	}

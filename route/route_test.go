@@ -16,7 +16,7 @@ func summary(n int) jsonl.Summary {
 		EstInputTokens: int64(250 * n), MaxTokens: int64(256 * n)}
 }
 
-func world() (plan.World, error) { return plan.FromSim(sim.Default(), nil), nil }
+func world() (plan.World, error) { return plan.FromModel(sim.Default().Model(), nil), nil }
 
 func TestSyncRouteNeedsNoWorld(t *testing.T) {
 	p := route.Planner(route.Options{Route: "sync", World: func() (plan.World, error) {

@@ -10,35 +10,22 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/apimodel"
 )
 
-// Duration is a time.Duration that reads and writes JSON as "1.5s", "24h".
-type Duration time.Duration
-
-// D returns d as a time.Duration.
-func (d Duration) D() time.Duration { return time.Duration(d) }
-
-// MarshalJSON writes d in time.Duration's string form.
-func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
-
-// UnmarshalJSON accepts "1.5s"-style strings or a number of seconds.
-func (d *Duration) UnmarshalJSON(b []byte) error {
-	var s string
-	if err := json.Unmarshal(b, &s); err == nil {
-		v, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("sim: bad duration %q: %w", s, err)
-		}
-		*d = Duration(v)
-		return nil
-	}
-	var secs float64
-	if err := json.Unmarshal(b, &secs); err != nil {
-		return fmt.Errorf("sim: duration must be a string like \"2s\" or a number of seconds, got %s", b)
-	}
-	*d = Duration(secs * float64(time.Second))
-	return nil
-}
+// The model types are apimodel's: the planner reads the same ones.
+type (
+	// Duration is a time.Duration that reads and writes JSON as "1.5s".
+	Duration = apimodel.Duration
+	// Limits are per-minute limits of one org × pool.
+	Limits = apimodel.Limits
+	// LatencyModel is the latency of one pool's answers.
+	LatencyModel = apimodel.LatencyModel
+	// OutputModel picks each answer's length.
+	OutputModel = apimodel.OutputModel
+	// BatchModel is how an org's Message Batches queue behaves.
+	BatchModel = apimodel.BatchModel
+)
 
 // OTPM accounting modes.
 const (
@@ -137,6 +124,20 @@ type Colleague struct {
 	OutputTokens int64   `json:"output_tokens"`
 }
 
+// Model is the API-facing part of the world c (its organizations'
+// limits, queue caps and batch models, the latency, output and batch
+// models, the time scale): what a sluice run meets, and what the planner
+// predicts from. Maps are copied.
+func (c Config) Model() apimodel.Model {
+	m := apimodel.Model{TimeScale: c.TimeScale, BucketWindow: c.BucketWindow,
+		Latency: maps.Clone(c.Latency), Output: c.Output, Batch: c.Batch}
+	for _, o := range c.Orgs {
+		m.Orgs = append(m.Orgs, apimodel.Org{Name: o.Name, Limits: maps.Clone(o.Limits),
+			DefaultLimits: o.DefaultLimits, BatchQueueCap: o.BatchQueueCap, Batch: o.Batch})
+	}
+	return m
+}
+
 // OrgConfig is one organization: its keys, limits and batch model.
 type OrgConfig struct {
 	Name string      `json:"name"` // a label for stats and logs
@@ -168,28 +169,6 @@ type KeyConfig struct {
 	Label  string `json:"label"`
 	Key    string `json:"key"`
 	Status string `json:"status,omitempty"` // active (default), revoked, forbidden
-}
-
-// Limits are per-minute limits of one org × pool.
-type Limits struct {
-	RPM  int64 `json:"rpm"`
-	ITPM int64 `json:"itpm"`
-	OTPM int64 `json:"otpm"`
-}
-
-// LatencyModel: time to first token plus output tokens ÷ TokensPerSec, times
-// a log-normal jitter exp(Sigma·N(0,1)).
-type LatencyModel struct {
-	TTFT         Duration `json:"ttft"`
-	TokensPerSec float64  `json:"tokens_per_sec"`
-	Sigma        float64  `json:"sigma"`
-}
-
-// OutputModel picks each answer's length, uniformly in [Min, Max] tokens,
-// as a function of the request body (so it repeats), capped by max_tokens.
-type OutputModel struct {
-	Min int `json:"min"`
-	Max int `json:"max"`
 }
 
 // VerdictModel makes the simulator a judge. When Enabled, a request whose
@@ -240,28 +219,6 @@ type Acceleration struct {
 	Window   Duration `json:"window"`
 	Factor   float64  `json:"factor"`
 	FloorRPM float64  `json:"floor_rpm"`
-}
-
-// BatchModel is how an org's Message Batches queue behaves.
-type BatchModel struct {
-	// A batch starts AdmissionBase + AdmissionPerRequest × n after create.
-	AdmissionBase       Duration `json:"admission_base"`
-	AdmissionPerRequest Duration `json:"admission_per_request"`
-	// ProcessingRate is requests per second the org's queue processes,
-	// oldest started batch first.
-	ProcessingRate float64 `json:"processing_rate"`
-	// StarveAbove > 0: batches with more requests than this start
-	// StarveFor later (the 8,000-request starvation the old system hit).
-	StarveAbove int      `json:"starve_above,omitempty"`
-	StarveFor   Duration `json:"starve_for,omitempty"`
-	// ReadAfterWrite: a batch answers 404 for this long after create.
-	ReadAfterWrite Duration `json:"read_after_write,omitempty"`
-	// CancelDelay is how long a canceling batch keeps processing.
-	CancelDelay Duration `json:"cancel_delay"`
-	// Expiry is the batch lifetime (24h in the API).
-	Expiry Duration `json:"expiry"`
-	// ErrorRate is the probability a processed row is errored (api_error).
-	ErrorRate float64 `json:"error_rate,omitempty"`
 }
 
 // LoadConfig reads a JSON config file. Fields left out keep the values of
@@ -361,7 +318,7 @@ func (c *Config) Validate() error {
 	if len(c.Orgs) == 0 {
 		return errors.New("sim: no organizations configured")
 	}
-	if err := c.Batch.validate("batch"); err != nil {
+	if err := validateBatch(c.Batch, "batch"); err != nil {
 		return err
 	}
 	seenKey := map[string]bool{}
@@ -393,7 +350,7 @@ func (c *Config) Validate() error {
 			}
 		}
 		if o.Batch != nil {
-			if err := o.Batch.validate("org " + o.Name + " batch"); err != nil {
+			if err := validateBatch(*o.Batch, "org "+o.Name+" batch"); err != nil {
 				return err
 			}
 		}
@@ -448,7 +405,7 @@ func (o *OrgConfig) limitsFor(p api.Pool) Limits {
 	return Limits{}
 }
 
-func (b BatchModel) validate(where string) error {
+func validateBatch(b BatchModel, where string) error {
 	if b.ProcessingRate <= 0 {
 		return fmt.Errorf("sim: %s: processing_rate must be > 0", where)
 	}

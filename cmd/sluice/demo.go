@@ -116,7 +116,7 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 		interval = 250 * time.Millisecond
 	}
 	// The planner sees the simulated world as it is (time scale included).
-	world := plan.FromSim(cfg, nil)
+	world := plan.FromModel(cfg.Model(), nil)
 	err = runJob(cmd.Context(), job.Options{
 		Input: in, Output: res, Dispatch: dc, Progress: out, Terminal: tty,
 		ProgressInterval: interval, Logger: log, Command: resume, Redact: pool.Redact,

@@ -149,7 +149,7 @@ func (f *planFlags) world(cmd *cobra.Command) (plan.World, error) {
 			}
 			name = filepath.Base(f.simConfig)
 		}
-		w = plan.FromSim(cfg, nil)
+		w = plan.FromModel(cfg.Model(), nil)
 		w.Name = name
 	}
 	// Engine flags override the world only when given (or set in the
@@ -336,7 +336,7 @@ depends only on the code, so a test fails when the committed page is stale.
 With --check it writes nothing and fails if the files differ.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			md, svg, err := plan.Guidelines()
+			md, svg, err := plan.Guidelines(sim.PresetModel)
 			if err != nil {
 				return err
 			}

@@ -452,11 +452,11 @@ func chaosSim(c Chaos, secrets map[string]string) sim.Config {
 	return cfg
 }
 
-// writeChaosLimits writes the planner's view of cfg (plan.FromSim: limits
+// writeChaosLimits writes the planner's view of cfg (plan.FromModel: limits
 // and rates × K, delays ÷ K, the batch path's polls on the simulator's
 // clock) as a --limits-file, and checks it reads back.
 func writeChaosLimits(path string, cfg sim.Config) error {
-	w := plan.FromSim(cfg, nil)
+	w := plan.FromModel(cfg.Model(), nil)
 	type latency struct {
 		TTFT         sim.Duration `json:"ttft"`
 		TokensPerSec float64      `json:"tokens_per_sec"`

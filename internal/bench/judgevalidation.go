@@ -830,7 +830,7 @@ func (a SluiceArm) Run(ctx context.Context) (*SluiceArmResult, error) {
 	}
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	k := a.Sim.TimeScale
-	world := plan.FromSim(a.Sim, nil)
+	world := plan.FromModel(a.Sim.Model(), nil)
 	world.Name = "three-org"
 	var predicted time.Duration
 	cfg := judgejob.Config{Output: a.Output, Engine: job.Options{

@@ -121,7 +121,7 @@ func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, e
 	log := slog.New(slog.NewTextHandler(logw, nil))
 	// The engine's clocks are its own latency, so nothing is configured
 	// for the time scale: the planner models the same.
-	world := plan.FromSim(cfg, nil)
+	world := plan.FromModel(cfg.Model(), nil)
 	world.Name = "three-org"
 
 	// The client's own transport, timed.
@@ -299,7 +299,7 @@ func WritePredictTable(w io.Writer, results []PredictResult, command string, whe
 	fmt.Fprintf(w, "Each row is one `job.Run` (the code of `sluice run`) of N judge requests\n")
 	fmt.Fprintf(w, "(Sonnet 4.5, `max_tokens` 256) against a fresh `sluice sim` child process on\n")
 	fmt.Fprintf(w, "the three-org preset at time scale K; the prediction is what `plan.Decide`\n")
-	fmt.Fprintf(w, "answered inside that run's Plan hook (`plan.FromSim`, the lanes' probe and\n")
+	fmt.Fprintf(w, "answered inside that run's Plan hook (`plan.FromModel`, the lanes' probe and\n")
 	fmt.Fprintf(w, "ramp timed by answers as the engine times them), for the route the run was\n")
 	fmt.Fprintf(w, "forced onto. Measured is the\n")
 	fmt.Fprintf(w, "run less the time the planner itself took in the hook (`--route sync` does\n")
