@@ -954,10 +954,10 @@ func (d *Dispatcher) count(a *attempt, o *client.Outcome) {
 		ls.OutputTokens += o.Usage.OutputTokens
 	case client.RateLimited:
 		ls.RateLimited++
-		d.stats.Retries429++
+		d.stats.RetriesRateLimited++
 	case client.Overloaded:
 		ls.Overloaded++
-		d.stats.Retries529++
+		d.stats.RetriesOverloaded++
 	case client.ServerError, client.Transport:
 		ls.Failed++
 		d.stats.RetriesFailed++

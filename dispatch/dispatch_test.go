@@ -177,7 +177,7 @@ func TestFaultsAreRetried(t *testing.T) {
 	got := runAll(t, d, reqs, nil)
 	checkAnswers(t, reqs, got)
 	st, _ := d.Snapshot()
-	if st.Retries529 == 0 || st.RetriesFailed == 0 {
+	if st.RetriesOverloaded == 0 || st.RetriesFailed == 0 {
 		t.Fatalf("expected retries of both kinds, got %+v", st)
 	}
 	// Only a dropped connection can make the simulator answer twice.

@@ -7,14 +7,17 @@ import (
 
 // Stats are a dispatcher's counters.
 type Stats struct {
-	Submitted     int64
-	OK            int64
-	Final         int64
-	Transport     int64
-	Retries429    int64 // 429 answers
-	Retries529    int64 // 529 answers
-	RetriesFailed int64 // 5xx answers and lost connections
-	Lanes         map[string]*LaneStats
+	Submitted int64
+	OK        int64
+	Final     int64
+	Transport int64
+	// Answers retried or given up on, by the class of the attempt
+	// (docs/design.md, "Outcome classes"): rate_limited (429),
+	// overloaded (529), failed (5xx answers and lost connections).
+	RetriesRateLimited int64
+	RetriesOverloaded  int64
+	RetriesFailed      int64
+	Lanes              map[string]*LaneStats
 }
 
 // LaneStats counts one lane's attempts.

@@ -65,7 +65,7 @@ func (p *progress) render(final bool) {
 	var b strings.Builder
 	if !p.o.Terminal {
 		fmt.Fprintf(&b, "progress: %d/%d done, %.0f req/min, in flight %d, 429s %d, 529s %d, 5xx %d, elapsed %s, eta %s, cost $%.4f\n",
-			done, p.todo, rate, inFlight(lanes), st.Retries429, st.Retries529, st.RetriesFailed, fmtDur(elapsed), eta, p.ledger.Total())
+			done, p.todo, rate, inFlight(lanes), st.RetriesRateLimited, st.RetriesOverloaded, st.RetriesFailed, fmtDur(elapsed), eta, p.ledger.Total())
 		fmt.Fprint(p.o.Progress, b.String())
 		return
 	}

@@ -131,7 +131,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, w
 	st, lanes := d.Snapshot()
 	r.Succeeded = st.OK
 	r.Errored.Final, r.Errored.Transport = st.Final, st.Transport
-	r.Retries.RateLimited, r.Retries.Overloaded, r.Retries.Failed = st.Retries429, st.Retries529, st.RetriesFailed
+	r.Retries.RateLimited, r.Retries.Overloaded, r.Retries.Failed = st.RetriesRateLimited, st.RetriesOverloaded, st.RetriesFailed
 	if wall > 0 {
 		r.ThroughputRPM = float64(st.OK+st.Final+st.Transport) / wall.Minutes()
 	}

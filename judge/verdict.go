@@ -38,7 +38,7 @@ const (
 	// Transport: no verdict was produced: rate limits, overload, 5xx,
 	// dropped connections, auth, expired or canceled batch rows, an
 	// unreadable result. A re-run drives it again; never cached.
-	Transport Class = "transport"
+	Transport Class = api.ClassTransport // the result class of the same rows
 )
 
 // Classes lists every class in summary order.

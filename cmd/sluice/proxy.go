@@ -219,7 +219,7 @@ func drainProxy(sigCtx context.Context, out io.Writer, srv *http.Server, px *pro
 	px.Wait()
 	st, _ := d.Snapshot()
 	fmt.Fprintf(out, "sluice proxy: stopped (%d answered, %d final errors, %d gave up; %d × 429, %d × 529 and %d failures retried)\n",
-		st.OK, st.Final, st.Transport, st.Retries429, st.Retries529, st.RetriesFailed)
+		st.OK, st.Final, st.Transport, st.RetriesRateLimited, st.RetriesOverloaded, st.RetriesFailed)
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return &exitError{code: exitInterrupted, err: errors.New("proxy: requests in flight were aborted")}
 	}
