@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -23,8 +24,22 @@ func TestKeyRotationMidRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end to end")
 	}
-	const n = 6000
-	e := newE2E(t)
+	// The world, not the machine, sets how long the run lasts: Sonnet at
+	// 750 RPM of simulated time per org (250 req/s real at time scale 20)
+	// behind buckets of one second, so 5,000 requests take about 10 s on
+	// any machine and longer on a loaded one — time for the key watch
+	// (a 2 s poll, then a file that holds still) to see the new file and
+	// the new key to be probed and serve. Unthrottled, the run took about
+	// 3 s and a loaded CI box finished it before the new key joined.
+	const n = 5000
+	e := newE2EWith(t, func(c *sim.Config) {
+		c.BucketWindow = sim.Duration(time.Second)
+		for i := range c.Orgs {
+			l := c.Orgs[i].Limits[api.PoolSonnet4]
+			l.RPM = 750
+			c.Orgs[i].Limits[api.PoolSonnet4] = l
+		}
+	})
 	e.env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(), "ANTHROPIC_BASE_URL=" + e.url}
 	keysFile := e.path("keys.txt")
 	writeKeys := func(lines ...string) {
