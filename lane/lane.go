@@ -201,6 +201,7 @@ type Lane struct {
 	outMean             float64 // EWMA of output tokens; 0 until the first answer
 	share529, shareFail float64 // EWMAs of the share of answers that were 529s, failures
 	consecFail          int
+	lastAnswer          Signal // the signal of the last answered attempt (Trouble)
 	breaker             breakerState
 	breakerUntil        time.Time
 	breakerAt           time.Time // when the breaker last went half-open
@@ -514,6 +515,12 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 		}
 	}
 
+	switch r.Signal {
+	case Clean, RateLimited, Overloaded, Failed:
+		if r.Reached {
+			l.lastAnswer = r.Signal
+		}
+	}
 	switch r.Signal {
 	case Clean:
 		l.clean(now, t, r)
@@ -850,21 +857,24 @@ func (l *Lane) Blocked(now time.Time) time.Duration {
 }
 
 // Trouble is the API's trouble holding the lane back, if any: Overloaded
-// while its breaker is not closed (or 529s are a sustained share of its
-// answers) and 529s outweigh other failures, Failed when 5xx and lost
-// connections do, Clean otherwise. Whoever answers a request that waited
-// out its deadline unsent says which (the proxy: a 529 of its own, not
-// a 429 that blames the rate limits).
+// or Failed when the lane's last answer was a 529 or a failure (5xx, a
+// lost connection) and the trouble is more than noise — its breaker is
+// not closed, or 529s or failures are a sustained share of its answers;
+// Clean otherwise, and at once after a clean answer or a 429 (the shares
+// decay only on clean answers, so they alone would still blame 529s
+// long after the lane was held by its rate limits). Whoever answers a
+// request that waited out its deadline unsent says which (the proxy: a
+// 529 of its own, not a 429 that blames the rate limits).
 func (l *Lane) Trouble() Signal {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.lastAnswer != Overloaded && l.lastAnswer != Failed {
+		return Clean
+	}
 	if l.breaker == closed && l.share529 < sustainedShare && l.shareFail < sustainedShare {
 		return Clean
 	}
-	if l.share529 >= l.shareFail {
-		return Overloaded
-	}
-	return Failed
+	return l.lastAnswer
 }
 
 // Headroom scores the lane for routing at now: the smaller of its free

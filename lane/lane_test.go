@@ -650,3 +650,61 @@ func TestDepthNeverBelowWhatWasSeen(t *testing.T) {
 		t.Fatalf("depth %v after the answers that showed little, want at least the 5000 once seen", d)
 	}
 }
+
+// TestTroubleFollowsTheLastAnswers: a run of 529s opens the breaker and
+// the lane says Overloaded; 5xx answers say Failed; one 429 or one clean
+// answer after them says Clean at once — the shares of 529s and failures
+// decay only on clean answers, so a lane held by its rate limits after a
+// burst of 529s must not keep blaming the API's load. A single 529 among
+// clean answers is noise: Clean.
+func TestTroubleFollowsTheLastAnswers(t *testing.T) {
+	// send waits until the lane grants (the breaker's cool-down, its one
+	// probe at a time) and answers that attempt with sig.
+	send := func(l *Lane, now time.Time, sig Signal) time.Time {
+		t.Helper()
+		for range 1000 {
+			tk, r, w := l.TryAcquire(now, one, 100)
+			if r != budget.Granted {
+				now = now.Add(max(w, rtt))
+				continue
+			}
+			now = now.Add(rtt)
+			l.Done(now, tk, Result{Signal: sig, Reached: true, Answered: sig != Failed, Latency: rtt})
+			return now
+		}
+		t.Fatalf("the lane never granted an attempt")
+		return now
+	}
+	run := func(sigs ...Signal) *Lane {
+		l := warmLane(Config{Cap: 10, Start: 10})
+		now := t0
+		for _, s := range sigs {
+			now = send(l, now, s)
+		}
+		return l
+	}
+	burst := func(sig Signal) []Signal {
+		var s []Signal
+		for range 12 {
+			s = append(s, sig)
+		}
+		return s
+	}
+	if got := run().Trouble(); got != Clean {
+		t.Errorf("a fresh lane: %v", got)
+	}
+	if got := run(Clean, Clean, Overloaded).Trouble(); got != Clean {
+		t.Errorf("one 529 after clean answers: %v, want Clean (noise)", got)
+	}
+	if got := run(burst(Overloaded)...).Trouble(); got != Overloaded {
+		t.Errorf("after a run of 529s: %v, want Overloaded", got)
+	}
+	if got := run(burst(Failed)...).Trouble(); got != Failed {
+		t.Errorf("after a run of 5xx: %v, want Failed", got)
+	}
+	for _, last := range []Signal{RateLimited, Clean} {
+		if got := run(append(burst(Overloaded), last)...).Trouble(); got != Clean {
+			t.Errorf("529s, then a %v answer: %v, want Clean", last, got)
+		}
+	}
+}

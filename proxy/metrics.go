@@ -240,7 +240,7 @@ func (p *Proxy) writeMetrics(w io.Writer) {
 	}
 	p.metrics.mu.Unlock()
 
-	family(w, "sluice_proxy_wait_expired_total", "counter", "Requests answered 429/529 because no capacity freed within --max-wait.").add(float64(p.metrics.waitExpired.Load()))
+	family(w, "sluice_proxy_wait_expired_total", "counter", "Requests whose wait ended (--max-wait, or --max-attempts spent) unanswered: given the last upstream 429/529/5xx, or sluice's own 429, 529 or 500.").add(float64(p.metrics.waitExpired.Load()))
 	family(w, "sluice_proxy_cache_hits_total", "counter", "Plain Messages calls answered from the cache.").add(float64(p.metrics.cacheHits.Load()))
 	family(w, "sluice_proxy_cache_misses_total", "counter", "Cache lookups that missed.").add(float64(p.metrics.cacheMis.Load()))
 	family(w, "sluice_dispatch_retries_rate_limited_total", "counter", "429 answers the dispatcher retried or gave up on.").add(float64(st.RetriesRateLimited))

@@ -18,10 +18,12 @@ import (
 
 // TestPersistentOverloadIsBoundedPerCall: with every upstream call a 529,
 // five caller requests make at most five × MaxAttempts upstream attempts,
-// and each caller gets the API's 529 back with a retry-after.
+// and each caller gets a 529 back with a retry-after: the API's, or —
+// for a caller the breaker's spaced probes never reached within MaxWait —
+// sluice's own (TestUnsentCallerOfAnOverloadedAPIGets529).
 func TestPersistentOverloadIsBoundedPerCall(t *testing.T) {
 	e := newEnv(t, options{world: func(c *sim.Config) { c.Faults.P529 = 1 }, keysEnv: onlyHighPrio,
-		proxy: func(c *proxy.Config) { c.MaxWait = 8 * time.Second }})
+		proxy: func(c *proxy.Config) { c.MaxWait = 20 * time.Second }})
 	var wg sync.WaitGroup
 	var bad atomic.Int32
 	for i := range 5 {
@@ -31,7 +33,7 @@ func TestPersistentOverloadIsBoundedPerCall(t *testing.T) {
 			resp, b := e.do("POST", "/v1/messages", message(fmt.Sprintf("call %d", i)))
 			ra, err := strconv.Atoi(resp.Header.Get(api.HeaderRetryAfter))
 			if resp.StatusCode != 529 || errorOf(t, b).Err.Type != api.ErrOverloaded || err != nil || ra < 1 {
-				t.Errorf("call %d: %d %s retry-after %q, want the API's 529 with retry-after", i, resp.StatusCode, b, resp.Header.Get(api.HeaderRetryAfter))
+				t.Errorf("call %d: %d %s retry-after %q, want a 529 with retry-after", i, resp.StatusCode, b, resp.Header.Get(api.HeaderRetryAfter))
 				bad.Add(1)
 			}
 		}()
@@ -75,6 +77,49 @@ func TestUnsentCallerOfAnOverloadedAPIGets529(t *testing.T) {
 	wg.Wait()
 	if own.Load() == 0 {
 		t.Errorf("every caller got an attempt of its own; the test did not reach the case it is for")
+	}
+}
+
+// TestRateLimitedAfter529sIsNot529: after a short burst of 529s (fewer
+// than open the breaker), the upstream answers only 429s with a long
+// retry-after, so the lane is paused by its rate limits. A caller that
+// waits out MaxWait unsent hears sluice's 429 (no capacity), not a 529
+// that blames the API's load: the lane's 529 share decays only on clean
+// answers, and must not speak for a lane whose last answers were 429s.
+func TestRateLimitedAfter529sIsNot529(t *testing.T) {
+	var n atomic.Int32
+	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(api.HeaderRequestID, "req_x")
+		w.Header().Set(api.HeaderOrganizationID, "org-fake")
+		w.Header().Set("Content-Type", "application/json")
+		if !strings.HasSuffix(r.URL.Path, "/v1/messages") {
+			fmt.Fprint(w, `{"input_tokens":5}`)
+			return
+		}
+		switch i := n.Add(1); {
+		case i == 1: // the header probe
+			fmt.Fprint(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`)
+		case i <= 7:
+			w.WriteHeader(api.StatusOverloaded)
+			fmt.Fprint(w, `{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+		default:
+			w.Header().Set(api.HeaderRetryAfter, "60")
+			w.WriteHeader(429)
+			fmt.Fprint(w, `{"type":"error","error":{"type":"rate_limit_error","message":"Number of request tokens has exceeded your per-minute rate limit"}}`)
+		}
+	})
+	e := newEnv(t, options{upstream: up, keysEnv: onlyHighPrio, dispatch: oneSlot,
+		proxy: func(c *proxy.Config) { c.MaxWait = 1500 * time.Millisecond }})
+	for i := range 4 {
+		e.do("POST", "/v1/messages", message(fmt.Sprintf("warm %d", i)))
+	}
+	before := n.Load()
+	resp, b := e.do("POST", "/v1/messages", message("unsent"))
+	if n.Load() != before {
+		t.Fatalf("the caller was sent (%d upstream calls): the lane was not paused, the test did not reach its case", n.Load()-before)
+	}
+	if resp.StatusCode != 429 || errorOf(t, b).Err.Type != api.ErrRateLimit {
+		t.Errorf("a caller held back by a 429 pause got %d %s, want sluice's 429 rate_limit_error", resp.StatusCode, b)
 	}
 }
 
