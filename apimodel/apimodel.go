@@ -121,7 +121,7 @@ func DefaultLatency() map[string]LatencyModel {
 
 // DefaultOutput is the answer-length model of every preset: uniform in
 // 32-256 tokens (a judge's verdict), 144 on average.
-var DefaultOutput = OutputModel{Min: 32, Max: 256}
+func DefaultOutput() OutputModel { return OutputModel{Min: 32, Max: 256} }
 
 // DefaultBucketWindow is how many seconds of its limit a simulated bucket
 // holds when full: a minute, the rate-limits page's "up to the limit".
@@ -154,5 +154,5 @@ type Model struct {
 
 // Default is the calibrated model with no organizations, at time scale 1.
 func Default() Model {
-	return Model{TimeScale: 1, BucketWindow: DefaultBucketWindow, Latency: DefaultLatency(), Output: DefaultOutput, Batch: DefaultBatch()}
+	return Model{TimeScale: 1, BucketWindow: DefaultBucketWindow, Latency: DefaultLatency(), Output: DefaultOutput(), Batch: DefaultBatch()}
 }

@@ -204,9 +204,9 @@ func TestCacheSharedWithBatchPath(t *testing.T) {
 	}
 }
 
-// TestRedriveAndCacheAccept: ids named by Redrive are driven again; the
-// cache answers them unless CacheAccept rejects the cached answer, and
-// then they are sent.
+// TestRedriveAndCacheAccept: ids named by Redrive.Again are driven again;
+// the cache answers them unless Redrive.AcceptCached rejects the cached
+// answer, and then they are sent.
 func TestRedriveAndCacheAccept(t *testing.T) {
 	e := newEnv(t, 400, nil)
 	c := openCache(t, cache.On)

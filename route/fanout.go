@@ -15,7 +15,7 @@ import (
 // may hold some of the requests (the journal says so, or cannot be read)
 // and the batch path cannot take them: the caller must not send those
 // requests on sync, or they may be paid twice.
-var ErrOpenBatches = errors.New("route: the batch journal holds batches that cannot be resumed")
+var ErrOpenBatches = errors.New("route: batches an earlier run left open may hold these requests, and the batch path cannot take them")
 
 // Sink receives every answer of a run, whichever side produced it: batchID
 // is the Message Batch's id for a batch answer and "" for a sync one. The
@@ -64,7 +64,7 @@ func Open(c Config) (*Fanout, error) {
 	f := &Fanout{routing: c.Routing}
 	open, err := batch.HasJournal(c.Journal)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrOpenBatches, err)
+		return nil, fmt.Errorf("%w: the journal cannot be read: %w", ErrOpenBatches, err)
 	}
 	if c.Routing.Route == Sync && !open {
 		return f, nil

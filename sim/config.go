@@ -127,13 +127,22 @@ type Colleague struct {
 // Model is the API-facing part of the world c (its organizations'
 // limits, queue caps and batch models, the latency, output and batch
 // models, the time scale): what a sluice run meets, and what the planner
-// predicts from. Maps are copied.
+// predicts from. It shares nothing with c: maps and pointed-to values are
+// copied.
 func (c Config) Model() apimodel.Model {
 	m := apimodel.Model{TimeScale: c.TimeScale, BucketWindow: c.BucketWindow,
 		Latency: maps.Clone(c.Latency), Output: c.Output, Batch: c.Batch}
 	for _, o := range c.Orgs {
-		m.Orgs = append(m.Orgs, apimodel.Org{Name: o.Name, Limits: maps.Clone(o.Limits),
-			DefaultLimits: o.DefaultLimits, BatchQueueCap: o.BatchQueueCap, Batch: o.Batch})
+		mo := apimodel.Org{Name: o.Name, Limits: maps.Clone(o.Limits), BatchQueueCap: o.BatchQueueCap}
+		if o.DefaultLimits != nil {
+			d := *o.DefaultLimits
+			mo.DefaultLimits = &d
+		}
+		if o.Batch != nil {
+			b := *o.Batch
+			mo.Batch = &b
+		}
+		m.Orgs = append(m.Orgs, mo)
 	}
 	return m
 }

@@ -29,7 +29,8 @@ func TestModelIsTheWorldsAPISide(t *testing.T) {
 	}
 	m.Orgs[0].Limits[api.PoolSonnet4] = sim.Limits{RPM: 1}
 	m.Latency["default"] = sim.LatencyModel{}
-	if cfg.Orgs[0].Limits[api.PoolSonnet4].RPM == 1 || cfg.Latency["default"].TokensPerSec == 0 {
+	m.Orgs[0].DefaultLimits.RPM = 1
+	if cfg.Orgs[0].Limits[api.PoolSonnet4].RPM == 1 || cfg.Latency["default"].TokensPerSec == 0 || cfg.Orgs[0].DefaultLimits.RPM == 1 {
 		t.Error("editing the model changed the config: its maps are shared")
 	}
 	if pm, err := sim.PresetModel(sim.PresetThreeOrg); err != nil || len(pm.Orgs) != 3 {

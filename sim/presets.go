@@ -31,7 +31,7 @@ func base() Config {
 		BucketWindow: apimodel.DefaultBucketWindow,
 		PromptCache:  true,
 		Latency:      apimodel.DefaultLatency(),
-		Output:       apimodel.DefaultOutput,
+		Output:       apimodel.DefaultOutput(),
 		Faults:       Faults{SlowFactor: 20},
 		Acceleration: Acceleration{Window: Duration(10 * time.Second), Factor: 4, FloorRPM: 600},
 		Batch:        apimodel.DefaultBatch(),
