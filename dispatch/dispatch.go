@@ -943,7 +943,7 @@ func (d *Dispatcher) count(a *attempt, o *client.Outcome) {
 	name := a.ls.org.label + "/" + string(a.ls.pool)
 	ls := d.stats.Lanes[name]
 	if ls == nil {
-		ls = &LaneStats{Org: a.ls.org.label, Pool: a.ls.pool}
+		ls = &LaneStats{Org: a.ls.org.label, OrgID: a.ls.org.id, Pool: a.ls.pool}
 		d.stats.Lanes[name] = ls
 	}
 	ls.Attempts++

@@ -22,7 +22,8 @@ type Stats struct {
 
 // LaneStats counts one lane's attempts.
 type LaneStats struct {
-	Org          string
+	Org          string // the org's label
+	OrgID        string // the organization id (anthropic-organization-id): what observations are keyed by
 	Pool         api.Pool
 	Attempts     int64
 	OK           int64
@@ -54,7 +55,7 @@ func (d *Dispatcher) Snapshot() (Stats, []LaneView) {
 		if c := d.stats.Lanes[ls.org.label+"/"+string(ls.pool)]; c != nil {
 			views[i].LaneStats = *c
 		}
-		views[i].Org, views[i].Pool = ls.org.label, ls.pool
+		views[i].Org, views[i].OrgID, views[i].Pool = ls.org.label, ls.org.id, ls.pool
 		views[i].Dead = ls.org.live.Load() == 0 || ls.noKey.Load()
 	}
 	d.mu.Unlock()

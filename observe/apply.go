@@ -1,0 +1,139 @@
+package observe
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/plan"
+)
+
+// OrgRef names an organization a run may use: its id (what observations
+// are keyed by) and its label.
+type OrgRef struct {
+	ID, Label string
+}
+
+// Provenance says where each figure of an applied world came from, one
+// line per figure, for `sluice plan` and the run's log.
+type Provenance []string
+
+func (p Provenance) String() string { return strings.Join(p, "\n") }
+
+// minTTFT is the least time to first token Apply infers: an observed mean
+// latency shorter than the default model's token time for the observed
+// output speeds the tokens up instead.
+const minTTFT = 50 * time.Millisecond
+
+// Apply sets w's organizations to orgs with what f knows of model's pool
+// at now:
+// each org's limits for pool (an org with none keeps no limits, so the
+// etiquette caps bound it, and is listed in unknown), the pool's latency
+// (the most-answered org's: the TTFT that makes the world's latency model
+// match the observed mean at the observed output length), and the answer
+// length at maxTokens when an org observed it. Every figure is named in
+// the provenance, with its age.
+func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, now time.Time) (prov Provenance, unknown []OrgRef) {
+	pool := api.PoolOf(model)
+	ago := func(t time.Time) string {
+		if d := now.Sub(t); d >= time.Minute {
+			return d.Round(time.Minute).String() + " ago"
+		}
+		return "just now"
+	}
+	w.Orgs = w.Orgs[:0:0]
+	var lat *Latency
+	var latOrg string
+	var out *Output
+	var depth time.Duration // the shallowest learned bucket depth
+	for _, o := range orgs {
+		po := f.Pool(o.ID, pool)
+		org := plan.Org{Name: o.Label, Limits: map[api.Pool]plan.Limits{}}
+		switch {
+		case po != nil && po.Limits != nil:
+			l := po.Limits
+			// A dimension whose headers never came is 0: no limit.
+			org.Limits[pool] = plan.Limits{RPM: l.RPM, ITPM: l.ITPM, OTPM: l.OTPM}
+			prov = append(prov, fmt.Sprintf("%s %s: limits %s (%s, %s)", o.Label, pool, limitsText(l), l.Source, ago(l.At)))
+			if d := time.Duration(l.DepthSeconds * float64(time.Second)); d > 0 && (depth == 0 || d < depth) {
+				depth = d
+			}
+		default:
+			unknown = append(unknown, o)
+			prov = append(prov, fmt.Sprintf("%s %s: limits unknown — bounded by the etiquette cap (%d)", o.Label, pool, w.Caps[api.FamilyOf(model)]))
+		}
+		if po != nil && po.Latency != nil && (lat == nil || po.Latency.N > lat.N) {
+			lat, latOrg = po.Latency, o.Label
+		}
+		if po != nil && maxTokens > 0 {
+			if ob := po.Output[strconv.Itoa(maxTokens)]; ob != nil && (out == nil || ob.N > out.N) {
+				out = ob
+			}
+		}
+		w.Orgs = append(w.Orgs, org)
+	}
+	if depth > 0 {
+		w.BucketWindow = depth
+		prov = append(prov, fmt.Sprintf("bucket depth: %.0f s of refill (the shallowest the lanes learned)", depth.Seconds()))
+	} else {
+		prov = append(prov, fmt.Sprintf("bucket depth: %.0f s of refill (default: not learned)", w.BucketWindow.Seconds()))
+	}
+	base := w.DefaultLatency
+	if l, ok := w.Latency[pool]; ok {
+		base = l
+	}
+	if lat != nil && lat.MeanSeconds > 0 {
+		w.Latency[pool] = fitLatency(base, lat.MeanSeconds, lat.MeanOutput)
+		prov = append(prov, fmt.Sprintf("%s latency: mean %.2f s at %.0f output tokens (observed on %s over %d answers, %s)", pool, lat.MeanSeconds, lat.MeanOutput, latOrg, lat.N, ago(lat.At)))
+	} else {
+		prov = append(prov, fmt.Sprintf("%s latency: the calibrated default (TTFT %v, %.0f tokens/s)", pool, base.TTFT, base.TokensPerSec))
+	}
+	if out != nil {
+		m := int(math.Round(out.Mean))
+		w.Output = plan.OutputModel{Min: m, Max: m}
+		prov = append(prov, fmt.Sprintf("answer length at max_tokens %d: mean %.0f tokens (observed over %d answers, %s)", maxTokens, out.Mean, out.N, ago(out.At)))
+	} else {
+		prov = append(prov, fmt.Sprintf("answer length: the default model (uniform %d-%d tokens, capped by max_tokens)", w.Output.Min, w.Output.Max))
+	}
+	return prov, unknown
+}
+
+// fitLatency returns base with the TTFT that makes its mean latency
+// meanSec at meanOut output tokens; when that TTFT would be under
+// minTTFT, the token rate is raised instead.
+func fitLatency(base plan.Latency, meanSec, meanOut float64) plan.Latency {
+	median := meanSec / math.Exp(base.Sigma*base.Sigma/2)
+	l := base
+	tokens := 0.0
+	if base.TokensPerSec > 0 {
+		tokens = meanOut / base.TokensPerSec
+	}
+	if ttft := median - tokens; ttft >= minTTFT.Seconds() {
+		l.TTFT = time.Duration(ttft * float64(time.Second))
+		return l
+	}
+	l.TTFT = minTTFT
+	if rest := median - minTTFT.Seconds(); rest > 0 && meanOut > 0 {
+		l.TokensPerSec = meanOut / rest
+	} else {
+		l.TTFT = time.Duration(math.Max(median, 0.001) * float64(time.Second))
+	}
+	return l
+}
+
+func limitsText(l *Limits) string {
+	dim := func(name string, v float64) string {
+		if v <= 0 {
+			return name + " not shown"
+		}
+		return fmt.Sprintf("%s %s", name, strconv.FormatFloat(v, 'f', -1, 64))
+	}
+	s := dim("RPM", l.RPM) + ", " + dim("ITPM", l.ITPM) + ", " + dim("OTPM", l.OTPM)
+	if l.DepthSeconds > 0 {
+		s += fmt.Sprintf(", buckets %.0f s deep", l.DepthSeconds)
+	}
+	return s
+}

@@ -1,0 +1,293 @@
+// Package observe keeps what runs saw of each organization × model pool —
+// the limits the headers gave, the bucket depth the lanes learned, the
+// latency of clean answers, the answer length per max_tokens, the share of
+// 429s and 529s — in a small JSON file keyed by organization id, and turns
+// it into the planner's World, saying where every figure came from
+// (docs/observe.md). Nothing here knows a key's value: observations are
+// keyed by organization id, labelled by the org's label.
+package observe
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/budget"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/atomicfile"
+)
+
+// MaxAge is how long an observation is trusted: older ones are dropped
+// when the file is read (an organization's tier, and so its limits, can
+// change; a stale limit misleads more than none).
+const MaxAge = 30 * 24 * time.Hour
+
+// fileVersion is the schema of the observations file.
+const fileVersion = 1
+
+// DefaultPath is $SLUICE_OBSERVATIONS, else observations.json in the
+// user's cache directory (~/.cache/sluice on Linux), beside the response
+// cache.
+func DefaultPath() string {
+	if p := os.Getenv("SLUICE_OBSERVATIONS"); p != "" {
+		return p
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return filepath.Join(".sluice", "observations.json")
+	}
+	return filepath.Join(dir, "sluice", "observations.json")
+}
+
+// File is the observations file's content.
+type File struct {
+	Version int `json:"version"`
+	// Orgs by organization id.
+	Orgs map[string]*Org `json:"orgs"`
+}
+
+// Org is one organization's observations.
+type Org struct {
+	Label string             `json:"label"` // the org's label when last seen (display only)
+	Pools map[api.Pool]*Pool `json:"pools"`
+}
+
+// Pool is what was seen of one organization × model pool. Every part
+// carries the time it was seen; a nil part was never seen (or aged out).
+type Pool struct {
+	Limits  *Limits            `json:"limits,omitempty"`
+	Latency *Latency           `json:"latency,omitempty"`
+	Output  map[string]*Output `json:"output,omitempty"` // by max_tokens, in decimal
+	Answers *Answers           `json:"answers,omitempty"`
+}
+
+// Limits are the per-minute limits the headers gave (0: that dimension's
+// headers never came) and the bucket depth the lanes learned, in seconds
+// of refill (0: not learned).
+type Limits struct {
+	RPM          float64   `json:"rpm"`
+	ITPM         float64   `json:"itpm"`
+	OTPM         float64   `json:"otpm"`
+	DepthSeconds float64   `json:"depth_seconds,omitempty"`
+	Source       string    `json:"source"` // SourceHeaders or SourceProbe
+	At           time.Time `json:"at"`
+}
+
+// Where limits came from.
+const (
+	SourceHeaders = "headers" // a run's answers
+	SourceProbe   = "probe"   // a max_tokens 1 probe
+)
+
+// Latency is the mean whole-answer latency of clean answers.
+type Latency struct {
+	MeanSeconds float64 `json:"mean_seconds"`
+	// MeanOutput is the mean output tokens of the answers it averages
+	// (what the latency is the latency of).
+	MeanOutput float64   `json:"mean_output"`
+	N          int64     `json:"n"`
+	At         time.Time `json:"at"`
+}
+
+// Output is the mean output tokens of answers at one max_tokens.
+type Output struct {
+	Mean float64   `json:"mean"`
+	N    int64     `json:"n"`
+	At   time.Time `json:"at"`
+}
+
+// Answers counts attempts and their 429s and 529s.
+type Answers struct {
+	Attempts    int64     `json:"attempts"`
+	RateLimited int64     `json:"rate_limited"`
+	Overloaded  int64     `json:"overloaded"`
+	At          time.Time `json:"at"`
+}
+
+// Sample is one lane's observations from one run (or a probe).
+type Sample struct {
+	OrgID, Label string
+	Pool         api.Pool
+	Limits       *Limits // nil: no header gave a limit
+	// Clean answers' mean latency and output; N 0: none.
+	LatencySeconds, MeanOutput float64
+	N                          int64
+	MaxTokens                  int // the requests' max_tokens (0: unknown; the output is then not kept)
+	Attempts                   int64
+	RateLimited, Overloaded    int64
+	At                         time.Time
+}
+
+// FromLanes turns a dispatcher's lane views (Dispatcher.Snapshot, at the
+// end of a run) into samples, one per lane that got an answer. maxTokens
+// is the run's mean max_tokens (0 if unknown).
+func FromLanes(views []dispatch.LaneView, maxTokens int, now time.Time) []Sample {
+	var out []Sample
+	for _, v := range views {
+		if v.OrgID == "" || v.Attempts == 0 {
+			continue
+		}
+		s := Sample{OrgID: v.OrgID, Label: v.Org, Pool: v.Pool, MaxTokens: maxTokens, At: now,
+			Attempts: v.Attempts, RateLimited: v.RateLimited, Overloaded: v.Overloaded}
+		b := v.State.Buckets
+		if b[budget.Requests].Known || b[budget.InputTokens].Known || b[budget.OutputTokens].Known {
+			l := &Limits{Source: SourceHeaders, At: now}
+			if b[budget.Requests].Known {
+				l.RPM = b[budget.Requests].Limit
+				if l.RPM > 0 {
+					l.DepthSeconds = b[budget.Requests].Depth / l.RPM * 60
+				}
+			}
+			if b[budget.InputTokens].Known {
+				l.ITPM = b[budget.InputTokens].Limit
+			}
+			if b[budget.OutputTokens].Known {
+				l.OTPM = b[budget.OutputTokens].Limit
+			}
+			s.Limits = l
+		}
+		if v.OK > 0 && v.State.Latency > 0 {
+			s.N = v.OK
+			s.LatencySeconds = v.State.Latency.Seconds()
+			s.MeanOutput = float64(v.OutputTokens) / float64(v.OK)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// Load reads the observations file at path, dropping what is older than
+// MaxAge at now. A missing file is an empty one. A file that cannot be
+// parsed is an error (the caller warns and plans without it; the next
+// Record replaces it).
+func Load(path string, now time.Time) (*File, error) {
+	f := &File{Version: fileVersion, Orgs: map[string]*Org{}}
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return f, nil
+	}
+	if err != nil {
+		return f, fmt.Errorf("observe: %w", err)
+	}
+	if err := json.Unmarshal(b, f); err != nil {
+		return &File{Version: fileVersion, Orgs: map[string]*Org{}}, fmt.Errorf("observe: %s is not an observations file: %w", path, err)
+	}
+	if f.Version != fileVersion {
+		return &File{Version: fileVersion, Orgs: map[string]*Org{}}, fmt.Errorf("observe: %s has version %d, want %d", path, f.Version, fileVersion)
+	}
+	if f.Orgs == nil {
+		f.Orgs = map[string]*Org{}
+	}
+	f.age(now)
+	return f, nil
+}
+
+// age drops every observation older than MaxAge at now.
+func (f *File) age(now time.Time) {
+	stale := func(t time.Time) bool { return now.Sub(t) > MaxAge }
+	for id, o := range f.Orgs {
+		for p, po := range o.Pools {
+			if po.Limits != nil && stale(po.Limits.At) {
+				po.Limits = nil
+			}
+			if po.Latency != nil && stale(po.Latency.At) {
+				po.Latency = nil
+			}
+			if po.Answers != nil && stale(po.Answers.At) {
+				po.Answers = nil
+			}
+			for k, out := range po.Output {
+				if stale(out.At) {
+					delete(po.Output, k)
+				}
+			}
+			if po.Limits == nil && po.Latency == nil && po.Answers == nil && len(po.Output) == 0 {
+				delete(o.Pools, p)
+			}
+		}
+		if len(o.Pools) == 0 {
+			delete(f.Orgs, id)
+		}
+	}
+}
+
+// Add merges samples into f: a sample's limits replace the older ones
+// (the newest headers are the truth); latency, output and answer counts
+// are replaced too — a run's averages over its whole length are better
+// evidence of the organization as it is now than a blend with last
+// month's.
+func (f *File) Add(samples ...Sample) {
+	for _, s := range samples {
+		o := f.Orgs[s.OrgID]
+		if o == nil {
+			o = &Org{Pools: map[api.Pool]*Pool{}}
+			f.Orgs[s.OrgID] = o
+		}
+		if s.Label != "" {
+			o.Label = s.Label
+		}
+		p := o.Pools[s.Pool]
+		if p == nil {
+			p = &Pool{}
+			o.Pools[s.Pool] = p
+		}
+		if s.Limits != nil {
+			l := *s.Limits
+			if l.DepthSeconds == 0 && p.Limits != nil && p.Limits.RPM == l.RPM {
+				l.DepthSeconds = p.Limits.DepthSeconds // a probe learns no depth
+			}
+			p.Limits = &l
+		}
+		if s.N > 0 {
+			p.Latency = &Latency{MeanSeconds: s.LatencySeconds, MeanOutput: s.MeanOutput, N: s.N, At: s.At}
+			if s.MaxTokens > 0 {
+				if p.Output == nil {
+					p.Output = map[string]*Output{}
+				}
+				p.Output[strconv.Itoa(s.MaxTokens)] = &Output{Mean: s.MeanOutput, N: s.N, At: s.At}
+			}
+		}
+		if s.Attempts > 0 {
+			p.Answers = &Answers{Attempts: s.Attempts, RateLimited: s.RateLimited, Overloaded: s.Overloaded, At: s.At}
+		}
+	}
+}
+
+// Pool returns what is known of org × pool, or nil.
+func (f *File) Pool(orgID string, pool api.Pool) *Pool {
+	if o := f.Orgs[orgID]; o != nil {
+		return o.Pools[pool]
+	}
+	return nil
+}
+
+// Write writes f to path whole (a temporary file, then a rename).
+func (f *File) Write(path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("observe: %w", err)
+	}
+	return atomicfile.Write(path, 0o600, func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(f)
+	})
+}
+
+// Record merges samples into the file at path (read, merge, write). A
+// file that could not be parsed is replaced; the error of that read is
+// returned with a nil error of the write, so the caller may warn.
+func Record(path string, now time.Time, samples ...Sample) (readErr, err error) {
+	if len(samples) == 0 {
+		return nil, nil
+	}
+	f, readErr := Load(path, now)
+	f.Add(samples...)
+	return readErr, f.Write(path)
+}
