@@ -81,6 +81,11 @@ type Options struct {
 	// already holds, on top of the engine's own (transport-class rows are
 	// always driven again). The judge's --redrive sets it.
 	Redrive Redrive
+	// Observe, if set, is given every lane's final view and the input's
+	// mean max_tokens when the run ends (sent or not: a run interrupted
+	// halfway observed as much as it saw) — the command records them for
+	// the planner (observe.FromLanes, docs/observe.md).
+	Observe func(lanes []dispatch.LaneView, meanMaxTokens int)
 	// Now reads the clock for the report's and the progress display's
 	// times (default time.Now).
 	Now func() time.Time

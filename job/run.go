@@ -463,6 +463,10 @@ func (r *run) report(ctx context.Context) (*Report, error) {
 	r.progWG.Wait()
 
 	rep.finish(r.d, &r.ledger, r.durable.Load(), r.since())
+	if r.o.Observe != nil {
+		_, views := r.d.Snapshot()
+		r.o.Observe(views, int(r.in.summary.MeanMaxTokens()+0.5))
+	}
 	close(r.rotDone)
 	r.rotWG.Wait()
 	rep.Keys = keyReports(r.disc)

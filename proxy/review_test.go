@@ -535,7 +535,7 @@ func TestPlannerRoutesVirtualBatches(t *testing.T) {
 	e := newEnv(t, options{proxy: func(c *proxy.Config) {
 		c.StateDir = t.TempDir()
 		c.Plan = route.Planner(route.Options{Route: "auto", Prefer: "cost", TimeScale: 1000,
-			World: func() (plan.World, error) { return world, nil }})
+			World: func(plan.Job) (plan.World, error) { return world, nil }})
 	}})
 	world = plan.FromModel(e.sim.Config().Model(), nil)
 	run := func(n int, tag string) api.MessageBatch {

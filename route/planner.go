@@ -28,9 +28,10 @@ type Options struct {
 	// TimeScale is the simulator's (0 or 1 against the real API): the
 	// batch path's poll intervals and the stuck floor run on its clock.
 	TimeScale float64
-	// World returns the planner's view of the organizations; called once,
-	// when the run has surveyed its input.
-	World func() (plan.World, error)
+	// World returns the planner's view of the organizations for the job
+	// (its model and token shape: what a probe of the organizations asks
+	// about); called once, when the run has surveyed its input.
+	World func(plan.Job) (plan.World, error)
 	Log   *slog.Logger
 	// OnDecision, if set, sees the planner's decision (benchmarks report
 	// it beside the measurement).
@@ -65,11 +66,11 @@ func Planner(o Options) func(jsonl.Summary, int) (Routing, error) {
 		if err != nil {
 			return Routing{}, err
 		}
-		w, err := o.World()
+		j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
+		w, err := o.World(j)
 		if err != nil {
 			return Routing{}, err
 		}
-		j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
 		opts := plan.Options{Priority: prio, Deadline: o.Deadline, Chunk: o.Chunk, Window: o.Window}
 		if o.Route == "batch" {
 			opts.MinBatch = 1

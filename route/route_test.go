@@ -16,10 +16,10 @@ func summary(n int) jsonl.Summary {
 		EstInputTokens: int64(250 * n), MaxTokens: int64(256 * n)}
 }
 
-func world() (plan.World, error) { return plan.FromModel(sim.Default().Model(), nil), nil }
+func world(plan.Job) (plan.World, error) { return plan.FromModel(sim.Default().Model(), nil), nil }
 
 func TestSyncRouteNeedsNoWorld(t *testing.T) {
-	p := route.Planner(route.Options{Route: "sync", World: func() (plan.World, error) {
+	p := route.Planner(route.Options{Route: "sync", World: func(plan.Job) (plan.World, error) {
 		t.Fatal("a forced sync route asked for the world")
 		return plan.World{}, nil
 	}})
@@ -95,9 +95,9 @@ func TestPlannerKnowsTheBatchPathsPollSchedule(t *testing.T) {
 // TestBatchPollsAsModelled: a world's own poll schedule (a limits file's)
 // reaches the batch path, so it polls as the planner modelled it.
 func TestBatchPollsAsModelled(t *testing.T) {
-	w, _ := world()
+	w, _ := world(plan.Job{})
 	w.Poll = plan.Poll{Min: 5 * time.Second, Max: 30 * time.Second}
-	p := route.Planner(route.Options{Route: "batch", Prefer: "cost", World: func() (plan.World, error) { return w, nil }})
+	p := route.Planner(route.Options{Route: "batch", Prefer: "cost", World: func(plan.Job) (plan.World, error) { return w, nil }})
 	r, err := p(summary(5000), 5000)
 	if err != nil {
 		t.Fatal(err)

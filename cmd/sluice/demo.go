@@ -120,7 +120,7 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 	err = runJob(cmd.Context(), job.Options{
 		Input: in, Output: res, Dispatch: dc, Progress: out, Terminal: tty,
 		ProgressInterval: interval, Logger: log, Command: resume, Redact: pool.Redact,
-		Plan: routeFlags{route: "auto", prefer: "latency"}.routerScaled(pool.Keys(), &world, k, log),
+		Plan: routeFlags{route: "auto", prefer: "latency"}.routerScaled(pool.Keys(), nil, &world, k, log),
 	}, rep)
 	st := srv.Stats()
 	var admitted, limited int64

@@ -88,6 +88,8 @@ type e2e struct {
 	url string
 	dir string // the binary's working directory
 	env []string
+	// probe lets run and judge send the planner's limits probe.
+	probe bool
 }
 
 func newE2E(t *testing.T) *e2e {
@@ -123,12 +125,18 @@ type proc struct {
 }
 
 // start starts `sluice args...` in e.dir. For run and keys it adds the
-// flags every test wants: no .env, no progress display, a fast warm-up.
+// flags every test wants: no .env, no progress display, and (unless
+// e.probe) no planner's limits probe — its max_tokens-1 calls are answers
+// the exactly-once checks would count (TestRunProbesOnceThenObserves
+// covers it).
 func (e *e2e) start(args ...string) *proc {
 	e.t.Helper()
 	switch args[0] {
 	case "run", "judge":
 		args = append(args, "--no-dotenv", "--no-progress")
+		if !e.probe {
+			args = append(args, "--no-probe")
+		}
 	case "keys":
 		args = append(args, "--no-dotenv")
 	}

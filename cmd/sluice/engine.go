@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
@@ -37,11 +38,7 @@ type engineFlags struct {
 
 func (f *engineFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
-	fl.StringVar(&f.baseURL, "base-url", "", "API base URL (default $ANTHROPIC_BASE_URL, else https://api.anthropic.com)")
-	fl.StringVar(&f.keysFile, "keys-file", "", "file of label=key lines (keys are also read from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY, ANTHROPIC_API_KEY_LOW_PRIO, ANTHROPIC_API_KEYS and .env)")
-	fl.BoolVar(&f.noDotEnv, "no-dotenv", false, "do not read ./.env")
-	fl.StringVar(&f.auth, "auth", "x-api-key", "auth header style: x-api-key or bearer")
-	fl.StringVar(&f.version, "anthropic-version", api.VersionDefault, "anthropic-version header to send")
+	f.registerAPI(fl)
 	f.caps = map[api.Family]*int{}
 	for _, fam := range []api.Family{api.FamilySonnet, api.FamilyHaiku, api.FamilyOpus, api.FamilyUnknown} {
 		v := new(int)
@@ -59,6 +56,16 @@ func (f *engineFlags) register(cmd *cobra.Command) {
 	fl.DurationVar(&f.keyDeadAfter, "key-dead-after", keys.DefaultHealth.DeadAfter, "a key refused (401, or 403 for a model) is held back and re-probed; it is dead only once its refusals have lasted this long (and number 3)")
 	fl.Uint64Var(&f.seed, "jitter-seed", 1, "seed of the backoff jitter")
 	f.fleet.register(cmd, f)
+}
+
+// registerAPI registers the flags that say which API and which keys:
+// every command that talks to the API (and sluice plan, which probes it).
+func (f *engineFlags) registerAPI(fl *pflag.FlagSet) {
+	fl.StringVar(&f.baseURL, "base-url", "", "API base URL (default $ANTHROPIC_BASE_URL, else https://api.anthropic.com)")
+	fl.StringVar(&f.keysFile, "keys-file", "", "file of label=key lines (keys are also read from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY, ANTHROPIC_API_KEY_LOW_PRIO, ANTHROPIC_API_KEYS and .env)")
+	fl.BoolVar(&f.noDotEnv, "no-dotenv", false, "do not read ./.env")
+	fl.StringVar(&f.auth, "auth", "x-api-key", "auth header style: x-api-key or bearer")
+	fl.StringVar(&f.version, "anthropic-version", api.VersionDefault, "anthropic-version header to send")
 }
 
 // loadKeys reads the key pool and logs its warnings.

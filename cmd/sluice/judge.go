@@ -101,7 +101,8 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 				Terminal: term.IsTerminal(int(os.Stderr.Fd())), Logger: log, Redact: redactLoaded,
 				Rotations: eng.watchKeys(watchCtx, pool, log),
 				Command:   "sluice " + strings.Join(os.Args[1:], " "),
-				Plan:      rf.router(pool.Keys(), nil, log),
+				Plan:      rf.router(pool.Keys(), c, nil, log),
+				Observe:   rf.observer(log),
 			}
 			if !noProgress {
 				cfg.Engine.Progress = os.Stderr

@@ -16,8 +16,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/atomicfile"
 	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/observe"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -40,6 +43,11 @@ type planFlags struct {
 	caps        map[api.Family]*int
 	reserve     float64
 	asJSON      bool
+	// With keys (and no --preset, --sim-config or --limits-file) the
+	// world is the keys' organizations as observed, probed if never seen.
+	eng          engineFlags
+	observations string
+	noProbe      bool
 }
 
 func planCmd() *cobra.Command {
@@ -57,19 +65,29 @@ between them, and picks a route for a priority:
             has fewer than 100 requests)
   balanced  the least cost + --value-of-time per hour of wall-clock
 
-The world is a simulator preset (--preset, default three-org), a simulator
-config (--sim-config, over the preset) or your own limits (--limits-file, see
+The world is your own organizations when keys are found (the environment,
+.env or --keys-file) and no world is named: what earlier runs observed of each
+(limits, latency, answer lengths; --observations, docs/observe.md), and for an
+organization never seen one max_tokens-1 probe that reads its limits (a
+fraction of a cent; --no-probe refuses it and plans that organization from the
+etiquette caps). The output says where every figure came from. Otherwise the
+world is a simulator preset (--preset, default three-org), a simulator config
+(--sim-config, over the preset) or your own limits (--limits-file, see
 docs/plan.md). The job's shape comes from --in/--out/--max-tokens or is
-measured from a requests file (--input). Nothing is sent to the API.`,
+measured from a requests file (--input). With a named world nothing is sent
+to the API.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			w, err := f.world(cmd)
-			if err != nil {
-				return err
-			}
 			j, err := f.job(cmd)
 			if err != nil {
 				return err
+			}
+			w, prov, err := f.world(cmd, j)
+			if err != nil {
+				return err
+			}
+			for _, line := range prov {
+				fmt.Fprintln(cmd.ErrOrStderr(), "plan: "+line)
 			}
 			pr, err := plan.ParsePriority(f.prefer)
 			if err != nil {
@@ -118,12 +136,60 @@ measured from a requests file (--input). Nothing is sent to the API.`,
 	}
 	fl.Float64Var(&f.reserve, "reserve", plan.DefaultReserve, "fraction of every rate limit left for colleagues")
 	fl.BoolVar(&f.asJSON, "json", false, "print the decision as JSON")
+	f.eng.registerAPI(fl)
+	fl.StringVar(&f.observations, "observations", observe.DefaultPath(), "what runs observed of each organization (env SLUICE_OBSERVATIONS; empty: none read, a probe's limits not kept)")
+	fl.BoolVar(&f.noProbe, "no-probe", false, "never probe an organization the observations do not know (plan it from the etiquette caps)")
 	return cmd
 }
 
-// world builds the world from the preset, simulator config or limits file,
+// world builds the world for job j — the keys' organizations, the
+// preset, simulator config or limits file — with the engine flags
+// applied, and says where its figures came from.
+func (f *planFlags) world(cmd *cobra.Command, j plan.Job) (plan.World, []string, error) {
+	named := f.limitsFile != "" || f.simConfig != "" || cmd.Flags().Changed("preset")
+	if !named {
+		w, prov, err := f.keysWorld(cmd, j)
+		switch {
+		case errors.Is(err, keys.ErrNoKeys):
+			prov = []string{"no API key found: planning for the simulator preset " + f.preset + " (set ANTHROPIC_API_KEY, or pass --keys-file, to plan for your own organizations)"}
+		case err != nil:
+			return w, nil, err
+		default:
+			w, err = f.engine(cmd, w)
+			return w, prov, err
+		}
+		w, err = f.namedWorld(cmd)
+		return w, prov, err
+	}
+	w, err := f.namedWorld(cmd)
+	return w, nil, err
+}
+
+// keysWorld is the world of the keys' organizations (docs/observe.md):
+// their organizations discovered by a free count_tokens probe, then
+// observe.ForKeys. An error wrapping keys.ErrNoKeys: no key was found.
+func (f *planFlags) keysWorld(cmd *cobra.Command, j plan.Job) (plan.World, []string, error) {
+	log := newLogger()
+	pool, err := f.eng.loadKeys(log)
+	if err != nil {
+		return plan.World{}, nil, err
+	}
+	c, err := f.eng.client(8)
+	if err != nil {
+		return plan.World{}, nil, err
+	}
+	model := j.Model // job() gives the default
+	if _, err := dispatch.Discover(cmd.Context(), c, pool.Keys(), model); err != nil {
+		return plan.World{}, nil, fmt.Errorf("plan: %w", err)
+	}
+	w, prov, err := observe.ForKeys(cmd.Context(), observe.WorldOptions{Path: f.observations, Off: f.observations == "",
+		Keys: pool.Keys(), Client: c, NoProbe: f.noProbe, Model: model, MaxTokens: j.MaxTokens, Log: log})
+	return w, prov, err
+}
+
+// namedWorld is the world of --limits-file, --sim-config or --preset,
 // with the engine flags applied.
-func (f *planFlags) world(cmd *cobra.Command) (plan.World, error) {
+func (f *planFlags) namedWorld(cmd *cobra.Command) (plan.World, error) {
 	var w plan.World
 	switch {
 	case f.limitsFile != "" && (f.simConfig != "" || cmd.Flags().Changed("preset")):
@@ -152,6 +218,11 @@ func (f *planFlags) world(cmd *cobra.Command) (plan.World, error) {
 		w = plan.FromModel(cfg.Model(), nil)
 		w.Name = name
 	}
+	return f.engine(cmd, w)
+}
+
+// engine applies the engine flags (caps, reserve) to w.
+func (f *planFlags) engine(cmd *cobra.Command, w plan.World) (plan.World, error) {
 	// Engine flags override the world only when given (or set in the
 	// environment), so a limits file's own values stand.
 	fl := cmd.Flags()

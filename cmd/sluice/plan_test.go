@@ -11,17 +11,34 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/keys"
 )
 
-// execute runs a command with args and returns its standard output.
+// execute runs a command with args and returns its standard output, in
+// an environment that holds no key: `plan` without a named world plans
+// for the default preset, never for the keys of whoever runs the tests.
 func execute(t *testing.T, cmd *cobra.Command, args ...string) (string, error) {
 	t.Helper()
+	out, _, err := executeWith(t, nil, cmd, args...)
+	return out, err
+}
+
+// executeWith is execute with env's variables set (the keys a test
+// gives), returning standard error too.
+func executeWith(t *testing.T, env map[string]string, cmd *cobra.Command, args ...string) (string, string, error) {
+	t.Helper()
+	for _, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio, keys.EnvAPIKeys} {
+		t.Setenv(name, "") // an empty variable holds no key
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
 	cmd.SetArgs(args)
 	err := cmd.Execute()
-	return out.String(), err
+	return out.String(), errOut.String(), err
 }
 
 func TestPlanJSON(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/observe"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/route"
@@ -113,10 +113,11 @@ aborts them. See docs/proxy.md.`,
 				}
 				defer ch.Close()
 			}
-			// Virtual batches are routed by the planner; the world (the
-			// organizations' limits) is read once.
-			rf := routeFlags{route: "auto", prefer: prefer, limitsFile: limits}
-			world := sync.OnceValues(func() (plan.World, error) { return rf.world(pool.Keys(), nil, log) })
+			// Virtual batches are routed by the planner, for the
+			// organizations as observed (a probe for one never seen,
+			// recorded, so it is sent once), or as --limits-file says.
+			rf := routeFlags{route: "auto", prefer: prefer, limitsFile: limits, observations: observe.DefaultPath()}
+			world := func(j plan.Job) (plan.World, error) { return rf.world(pool.Keys(), c, nil, j, log) }
 			planner := route.Planner(route.Options{Route: "auto", Prefer: prefer, Log: log, World: world})
 			px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token,
 				MaxWait: maxWait, MaxAttempts: maxAttempts, StreamWriteTimeout: writeStall, StateDir: stateDir, Cache: ch, Logger: log, Plan: planner})
@@ -167,7 +168,10 @@ aborts them. See docs/proxy.md.`,
 				return fmt.Errorf("proxy: %w", err)
 			case <-cmd.Context().Done():
 			}
-			return drainProxy(cmd.Context(), out, srv, px, d, dstop, grace)
+			err = drainProxy(cmd.Context(), out, srv, px, d, dstop, grace)
+			_, views := d.Snapshot() // what the lanes saw, for the next plan
+			recordObservations(rf.observations, views, 0, log)
+			return err
 		},
 	}
 	eng.register(cmd)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -9,8 +10,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/observe"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/route"
 )
@@ -21,16 +25,22 @@ type routeFlags struct {
 	prefer     string
 	deadline   time.Duration
 	limitsFile string
-	chunk      int
-	window     int
-	stuckAfter time.Duration
+	// observations is the observations file (docs/observe.md); noProbe
+	// refuses the limits probe of an organization it knows nothing of.
+	observations string
+	noProbe      bool
+	chunk        int
+	window       int
+	stuckAfter   time.Duration
 }
 
 func (f *routeFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.route, "route", "auto", "auto (the planner decides), sync (Messages calls) or batch (Message Batches, half price)")
 	fl.StringVar(&f.prefer, "prefer", "latency", "what auto optimises: latency, cost or balanced")
 	fl.DurationVar(&f.deadline, "deadline", 0, "the job must finish within this (rules out routes predicted to take longer; bounds batch polling)")
-	fl.StringVar(&f.limitsFile, "limits-file", "", "the organizations' limits for the planner (see sluice plan --help); default: read them from one 1-token probe per organization")
+	fl.StringVar(&f.limitsFile, "limits-file", "", "the organizations' limits for the planner (see sluice plan --help); default: what earlier runs observed (--observations), else one max_tokens-1 probe per organization")
+	fl.StringVar(&f.observations, "observations", observe.DefaultPath(), "what runs observed of each organization (limits, latency, answer lengths), read by the planner and written at the end of every run (env SLUICE_OBSERVATIONS; empty: off)")
+	fl.BoolVar(&f.noProbe, "no-probe", false, "never send the planner's limits probe (one max_tokens-1 Messages call per organization it has not observed); plan those from the etiquette caps")
 	fl.IntVar(&f.chunk, "chunk", 0, "requests per batch (default: the planner's)")
 	fl.IntVar(&f.window, "window", 0, "batches in flight per organization (default: the planner's)")
 	fl.DurationVar(&f.stuckAfter, "stuck-after", 0, "cancel a batch not ended this long after create and re-drive it on sync (default: the planner's; env SLUICE_BATCH_STUCK_AFTER)")
@@ -51,25 +61,27 @@ func (f *routeFlags) fromEnv(cmd *cobra.Command) error {
 }
 
 // router returns job.Options.Plan for these flags. With --route auto the
-// planner decides from the input's shape and the organizations' limits
-// from --limits-file (without one, from the etiquette caps alone: no paid
-// probe is sent). world, if set, is the planner's world (the demo's
-// simulator), and timeScale the simulator's clock (1 for the real API).
-func (f routeFlags) router(ks []*keys.Key, world *plan.World, log *slog.Logger) func(jsonl.Summary, int) (route.Routing, error) {
-	return f.routerScaled(ks, world, 1, log)
+// planner decides from the input's shape and the organizations' limits:
+// from --limits-file, else what earlier runs observed, else one probe per
+// organization (docs/observe.md). world, if set, is the planner's world
+// (the demo's simulator), and timeScale the simulator's clock (1 for the
+// real API). c sends the probes (nil: none).
+func (f routeFlags) router(ks []*keys.Key, c *client.Client, world *plan.World, log *slog.Logger) func(jsonl.Summary, int) (route.Routing, error) {
+	return f.routerScaled(ks, c, world, 1, log)
 }
 
-func (f routeFlags) routerScaled(ks []*keys.Key, world *plan.World, timeScale float64, log *slog.Logger) func(jsonl.Summary, int) (route.Routing, error) {
+func (f routeFlags) routerScaled(ks []*keys.Key, c *client.Client, world *plan.World, timeScale float64, log *slog.Logger) func(jsonl.Summary, int) (route.Routing, error) {
 	return route.Planner(route.Options{
 		Route: f.route, Prefer: f.prefer, Deadline: f.deadline, Chunk: f.chunk, Window: f.window,
 		StuckAfter: f.stuckAfter, TimeScale: timeScale, Log: log,
-		World: func() (plan.World, error) { return f.world(ks, world, log) },
+		World: func(j plan.Job) (plan.World, error) { return f.world(ks, c, world, j, log) },
 	})
 }
 
-// world is the planner's view of the organizations: a given world (the
-// demo's simulator), --limits-file, or limits probed from live headers.
-func (f routeFlags) world(ks []*keys.Key, given *plan.World, log *slog.Logger) (plan.World, error) {
+// world is the planner's view of the organizations for job j: a given
+// world (the demo's simulator), --limits-file, or the observations of the
+// keys' organizations (probing those never seen, unless --no-probe).
+func (f routeFlags) world(ks []*keys.Key, c *client.Client, given *plan.World, j plan.Job, log *slog.Logger) (plan.World, error) {
 	if given != nil {
 		return *given, nil
 	}
@@ -81,18 +93,40 @@ func (f routeFlags) world(ks []*keys.Key, given *plan.World, log *slog.Logger) (
 		defer fh.Close()
 		return plan.ReadWorld(fh)
 	}
-	// No paid probe: the organizations' limits are learned from the
-	// headers once requests flow. Until then the plan knows the etiquette
-	// caps, which bind first on most organizations.
-	seen := map[string]bool{}
-	var orgs []plan.Org
-	for _, k := range ks {
-		if dead, _ := k.Dead(); dead || seen[k.Org()] {
-			continue
-		}
-		seen[k.Org()] = true
-		orgs = append(orgs, plan.Org{Name: k.Label()})
+	o := observe.WorldOptions{Path: f.observations, Off: f.observations == "", Keys: ks, Client: c, NoProbe: f.noProbe,
+		Model: j.Model, MaxTokens: j.MaxTokens, Log: log}
+	w, prov, err := observe.ForKeys(context.Background(), o)
+	if err != nil {
+		return plan.World{}, err
 	}
-	log.Info("planning with the etiquette caps only: the organizations' rate limits are not known before the first answers (pass --limits-file for a better plan)")
-	return plan.NewWorld("caps only", orgs...), nil
+	for _, line := range prov {
+		log.Info("plan: " + line)
+	}
+	return w, nil
+}
+
+// observer returns job.Options.Observe for these flags: the run's lanes
+// recorded in the observations file for the next plan (nil when
+// --observations is empty). A failure to record is a warning: the run's
+// results are not at stake.
+func (f routeFlags) observer(log *slog.Logger) func([]dispatch.LaneView, int) {
+	if f.observations == "" {
+		return nil
+	}
+	return func(views []dispatch.LaneView, maxTokens int) {
+		recordObservations(f.observations, views, maxTokens, log)
+	}
+}
+
+// recordObservations merges lanes' views into the observations file at
+// path.
+func recordObservations(path string, views []dispatch.LaneView, maxTokens int, log *slog.Logger) {
+	now := time.Now()
+	readErr, err := observe.Record(path, now, observe.FromLanes(views, maxTokens, now)...)
+	if readErr != nil {
+		log.Warn("the observations file was unreadable and is replaced", "err", readErr)
+	}
+	if err != nil {
+		log.Warn("observations not recorded", "err", err)
+	}
 }

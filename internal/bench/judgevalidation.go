@@ -838,7 +838,7 @@ func (a SluiceArm) Run(ctx context.Context) (*SluiceArmResult, error) {
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: a.Base, MaxConns: 100*len(a.Sim.Orgs) + 64}),
 			Keys: pool.Keys(), Logger: log},
 		Plan: route.Planner(route.Options{Route: "auto", Prefer: a.Prefer, TimeScale: k, Log: log,
-			World: func() (plan.World, error) { return world, nil },
+			World: func(plan.Job) (plan.World, error) { return world, nil },
 			OnDecision: func(d plan.Decision) {
 				predicted = d.Wall.Mid
 				if a.OnSend != nil {

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// TestPlanForYourKeys: with keys and no named world, `sluice plan` plans
+// for the keys' organizations. Against a simulator whose three orgs allow
+// 1,200 / 900 / 600 Sonnet RPM (the world the issue found the caps-only
+// plan 2-3× too optimistic in), the first plan probes each org once
+// (max_tokens 1) and predicts the RPM-bound rate; the second reads the
+// probes back from the observations file and sends nothing; --no-probe on
+// an empty file sends nothing and says the limits are unknown.
+func TestPlanForYourKeys(t *testing.T) {
+	s, base := simtest.Loopback(t, func(c *sim.Config) {
+		for i, rpm := range []int64{1200, 900, 600} {
+			l := c.Orgs[i].Limits[api.PoolSonnet4]
+			l.RPM = rpm
+			c.Orgs[i].Limits[api.PoolSonnet4] = l
+		}
+	})
+	env := map[string]string{"ANTHROPIC_BASE_URL": base}
+	for k, v := range fakeKeys {
+		env[k] = v
+	}
+	calls := func() (n int64) {
+		for _, o := range s.Stats().Orgs {
+			n += o.Pools[api.PoolSonnet4].Admitted + o.Pools[api.PoolSonnet4].RateLimited
+		}
+		return n
+	}
+	obs := filepath.Join(t.TempDir(), "observations.json")
+	plan := func(extra ...string) (decisionJSON, string) {
+		t.Helper()
+		args := append([]string{"--n", "29500", "--json", "--no-dotenv", "--observations", obs}, extra...)
+		out, stderr, err := executeWith(t, env, planCmd(), args...)
+		if err != nil {
+			t.Fatalf("plan %v: %v\n%s", args, err, stderr)
+		}
+		var d decisionJSON
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return d, stderr
+	}
+
+	d, stderr := plan()
+	if got := calls(); got != 3 {
+		t.Errorf("the first plan sent %d Messages calls, want one probe per org (3)\n%s", got, stderr)
+	}
+	if strings.Count(stderr, "(probe, ") != 3 || !strings.Contains(stderr, "3 probe(s) sent") {
+		t.Errorf("the first plan does not say its limits came from 3 probes:\n%s", stderr)
+	}
+	// 2,700 RPM in all, less the reserve: at most 45 req/s, so 29,500
+	// requests take at least 655 s on sync (caps only said 4m54s).
+	if d.SyncWall.Mid < 29500/45.0 {
+		t.Errorf("sync wall %.0f s predicted, want ≥ %.0f (the RPM-bound rate)\n%s", d.SyncWall.Mid, 29500/45.0, stderr)
+	}
+	for _, l := range d.Lanes {
+		if l.Binding != "RPM" {
+			t.Errorf("lane %s bound by %q, want RPM\n%s", l.Org, l.Binding, stderr)
+		}
+	}
+
+	d2, stderr := plan()
+	if got := calls(); got != 3 {
+		t.Errorf("the second plan sent %d more Messages calls, want none (the observations know the orgs)", got-3)
+	}
+	if strings.Contains(stderr, "probe(s) sent") || strings.Count(stderr, "(probe, ") != 3 {
+		t.Errorf("the second plan does not read the recorded probes:\n%s", stderr)
+	}
+	if d2.SyncWall.Mid != d.SyncWall.Mid {
+		t.Errorf("the same limits gave %.0f s, then %.0f s", d.SyncWall.Mid, d2.SyncWall.Mid)
+	}
+
+	obs = filepath.Join(t.TempDir(), "empty.json")
+	_, stderr = plan("--no-probe")
+	if got := calls(); got != 3 {
+		t.Errorf("--no-probe sent %d Messages calls", got-3)
+	}
+	if strings.Count(stderr, "limits unknown") != 3 || !strings.Contains(stderr, "no probe sent") {
+		t.Errorf("--no-probe does not say the limits are unknown:\n%s", stderr)
+	}
+}
