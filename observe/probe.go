@@ -12,6 +12,16 @@ import (
 	"github.com/sluice-dev/sluice/keys"
 )
 
+// SendProbe sends the limits probe — one Messages call of max_tokens 1,
+// a one-word prompt — on model with key, and returns its outcome (the
+// limit headers are in Outcome.Limits). Probe and `sluice keys --limits`
+// send this one request.
+func SendProbe(ctx context.Context, c *client.Client, key *keys.Key, model string) client.Outcome {
+	body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 1,
+		"messages": []map[string]any{{"role": "user", "content": "ping"}}})
+	return c.Do(ctx, key, "POST", "/v1/messages", body)
+}
+
 // ProbeResult is what one limits probe learned and what it cost.
 type ProbeResult struct {
 	Sample  Sample
@@ -31,9 +41,7 @@ func ProbeCostUSD(model string) float64 { return cost.Estimate(model, 20, 1, fal
 // key, a gateway that strips them, no answer do not) is an error naming
 // why; it is never retried.
 func Probe(ctx context.Context, c *client.Client, key *keys.Key, org OrgRef, model string, now func() time.Time) (ProbeResult, error) {
-	body, _ := json.Marshal(map[string]any{"model": model, "max_tokens": 1,
-		"messages": []map[string]any{{"role": "user", "content": "ping"}}})
-	o := c.Do(ctx, key, "POST", "/v1/messages", body)
+	o := SendProbe(ctx, c, key, model)
 	res := ProbeResult{Usage: o.Usage}
 	if o.Class == client.OK {
 		res.CostUSD = cost.Estimate(model, o.Usage.InputTokens, o.Usage.OutputTokens, false)

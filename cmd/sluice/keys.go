@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/observe"
 )
 
 // keyRow is one line of `sluice keys`; it never holds a key value.
@@ -61,8 +62,7 @@ to read the rate limits from the response headers.`,
 				}
 				if dead, _ := k.Dead(); !dead {
 					for _, m := range limits {
-						body, _ := json.Marshal(map[string]any{"model": m, "max_tokens": 1, "messages": []map[string]any{{"role": "user", "content": "hi"}}})
-						o := c.Do(cmd.Context(), k, "POST", "/v1/messages", body)
+						o := observe.SendProbe(cmd.Context(), c, k, m)
 						if row.Limits == nil {
 							row.Limits = map[string]api.RateLimitHeaders{}
 						}
