@@ -87,7 +87,7 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 	}
 	if lat != nil && lat.MeanSeconds > 0 {
 		w.Latency[pool] = fitLatency(base, lat.MeanSeconds, lat.MeanOutput)
-		prov = append(prov, fmt.Sprintf("%s latency: mean %.2f s at %.0f output tokens (observed on %s over %d answers, %s)", pool, lat.MeanSeconds, lat.MeanOutput, latOrg, lat.N, ago(lat.At)))
+		prov = append(prov, fmt.Sprintf("%s latency: recent mean %.2f s at %.0f output tokens (observed on %s, %d clean answers, %s)", pool, lat.MeanSeconds, lat.MeanOutput, latOrg, lat.N, ago(lat.At)))
 	} else {
 		prov = append(prov, fmt.Sprintf("%s latency: the calibrated default (TTFT %v, %.0f tokens/s)", pool, base.TTFT, base.TokensPerSec))
 	}

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,11 +33,11 @@ const MaxAge = 30 * 24 * time.Hour
 // fileVersion is the schema of the observations file.
 const fileVersion = 1
 
-// DefaultPath is $SLUICE_OBSERVATIONS, else observations.json in the
-// user's cache directory (~/.cache/sluice on Linux), beside the response
-// cache.
+// DefaultPath is $SLUICE_OBSERVATIONS (set and empty: "", observations
+// off), else observations.json in the user's cache directory
+// (~/.cache/sluice on Linux), beside the response cache.
 func DefaultPath() string {
-	if p := os.Getenv("SLUICE_OBSERVATIONS"); p != "" {
+	if p, ok := os.LookupEnv("SLUICE_OBSERVATIONS"); ok {
 		return p
 	}
 	dir, err := os.UserCacheDir()
@@ -66,7 +67,20 @@ type Pool struct {
 	Latency *Latency           `json:"latency,omitempty"`
 	Output  map[string]*Output `json:"output,omitempty"` // by max_tokens, in decimal
 	Answers *Answers           `json:"answers,omitempty"`
+	// ProbeFailed is the last probe that read no limits: the org is not
+	// probed again for ProbeRetryAfter (a gateway that strips the headers
+	// would otherwise be paid for on every plan).
+	ProbeFailed *ProbeFailure `json:"probe_failed,omitempty"`
 }
+
+// ProbeFailure is a probe that read no limits, and why.
+type ProbeFailure struct {
+	Why string    `json:"why"`
+	At  time.Time `json:"at"`
+}
+
+// ProbeRetryAfter is how long a failed probe is not repeated.
+const ProbeRetryAfter = 24 * time.Hour
 
 // Limits are the per-minute limits the headers gave (0: that dimension's
 // headers never came) and the bucket depth the lanes learned, in seconds
@@ -83,10 +97,13 @@ type Limits struct {
 // Where limits came from.
 const (
 	SourceHeaders = "headers" // a run's answers
+	SourceNamed   = "429s"    // some only from 429s' messages (the headers never showed them)
 	SourceProbe   = "probe"   // a max_tokens 1 probe
 )
 
-// Latency is the mean whole-answer latency of clean answers.
+// Latency is the whole-answer latency of clean answers: the lane's recent
+// mean (an average weighted toward the last twenty or so answers, as the
+// run ended), with N the clean answers the lane had seen.
 type Latency struct {
 	MeanSeconds float64 `json:"mean_seconds"`
 	// MeanOutput is the mean output tokens of the answers it averages
@@ -122,6 +139,7 @@ type Sample struct {
 	MaxTokens                  int // the requests' max_tokens (0: unknown; the output is then not kept)
 	Attempts                   int64
 	RateLimited, Overloaded    int64
+	ProbeFailed                *ProbeFailure // a probe that read no limits
 	At                         time.Time
 }
 
@@ -150,6 +168,11 @@ func FromLanes(views []dispatch.LaneView, maxTokens int, now time.Time) []Sample
 			}
 			if b[budget.OutputTokens].Known {
 				l.OTPM = b[budget.OutputTokens].Limit
+			}
+			for _, d := range []budget.Dim{budget.Requests, budget.InputTokens, budget.OutputTokens} {
+				if v.State.Named[d] && !v.State.Visible[d] {
+					l.Source = SourceNamed
+				}
 			}
 			s.Limits = l
 		}
@@ -189,26 +212,47 @@ func Load(path string, now time.Time) (*File, error) {
 	return f, nil
 }
 
-// age drops every observation older than MaxAge at now.
+// age drops every observation older than MaxAge at now, and every one
+// whose figures no run could have seen (negative, not finite, absurd): a
+// hand-edited or damaged file must not stop a plan.
 func (f *File) age(now time.Time) {
 	stale := func(t time.Time) bool { return now.Sub(t) > MaxAge }
+	bad := func(vs ...float64) bool {
+		for _, v := range vs {
+			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) || v > 1e12 {
+				return true
+			}
+		}
+		return false
+	}
 	for id, o := range f.Orgs {
+		if o == nil {
+			delete(f.Orgs, id)
+			continue
+		}
 		for p, po := range o.Pools {
-			if po.Limits != nil && stale(po.Limits.At) {
+			if po == nil {
+				delete(o.Pools, p)
+				continue
+			}
+			if l := po.Limits; l != nil && (stale(l.At) || bad(l.RPM, l.ITPM, l.OTPM, l.DepthSeconds)) {
 				po.Limits = nil
 			}
-			if po.Latency != nil && stale(po.Latency.At) {
+			if l := po.Latency; l != nil && (stale(l.At) || bad(l.MeanSeconds, l.MeanOutput) || l.MeanSeconds > 3600) {
 				po.Latency = nil
 			}
 			if po.Answers != nil && stale(po.Answers.At) {
 				po.Answers = nil
 			}
+			if po.ProbeFailed != nil && now.Sub(po.ProbeFailed.At) > ProbeRetryAfter {
+				po.ProbeFailed = nil
+			}
 			for k, out := range po.Output {
-				if stale(out.At) {
+				if out == nil || stale(out.At) || bad(out.Mean) || out.Mean > 1e7 {
 					delete(po.Output, k)
 				}
 			}
-			if po.Limits == nil && po.Latency == nil && po.Answers == nil && len(po.Output) == 0 {
+			if po.Limits == nil && po.Latency == nil && po.Answers == nil && po.ProbeFailed == nil && len(po.Output) == 0 {
 				delete(o.Pools, p)
 			}
 		}
@@ -238,7 +282,11 @@ func (f *File) Add(samples ...Sample) {
 			p = &Pool{}
 			o.Pools[s.Pool] = p
 		}
+		if s.ProbeFailed != nil {
+			p.ProbeFailed = s.ProbeFailed
+		}
 		if s.Limits != nil {
+			p.ProbeFailed = nil
 			l := *s.Limits
 			if l.DepthSeconds == 0 && p.Limits != nil && p.Limits.RPM == l.RPM {
 				l.DepthSeconds = p.Limits.DepthSeconds // a probe learns no depth
@@ -284,7 +332,7 @@ func (f *File) Write(path string) error {
 // file that could not be parsed is replaced; the error of that read is
 // returned with a nil error of the write, so the caller may warn.
 func Record(path string, now time.Time, samples ...Sample) (readErr, err error) {
-	if len(samples) == 0 {
+	if path == "" || len(samples) == 0 { // "": observations off
 		return nil, nil
 	}
 	f, readErr := Load(path, now)

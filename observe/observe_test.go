@@ -126,7 +126,7 @@ func TestApply(t *testing.T) {
 		t.Errorf("fitted latency model's mean at 150 tokens %.4f s, want the observed 3 s", got)
 	}
 	text := prov.String()
-	for _, want := range []string{"high_prio sonnet-4: limits RPM 1200", "(headers, 1h30m0s ago)", "new sonnet-4: limits unknown", "observed on high_prio over 100 answers", "max_tokens 256: mean 150"} {
+	for _, want := range []string{"high_prio sonnet-4: limits RPM 1200", "(headers, 1h30m0s ago)", "new sonnet-4: limits unknown", "observed on high_prio, 100 clean answers", "max_tokens 256: mean 150"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("provenance lacks %q:\n%s", want, text)
 		}

@@ -27,6 +27,10 @@ type ProbeResult struct {
 	Sample  Sample
 	Usage   api.Usage
 	CostUSD float64
+	// Reached: the API answered (any status); Why: what went wrong, when
+	// no limits were read.
+	Reached bool
+	Why     string
 }
 
 // ProbeCostUSD is what one probe of model costs at most: a one-word
@@ -42,7 +46,7 @@ func ProbeCostUSD(model string) float64 { return cost.Estimate(model, 20, 1, fal
 // why; it is never retried.
 func Probe(ctx context.Context, c *client.Client, key *keys.Key, org OrgRef, model string, now func() time.Time) (ProbeResult, error) {
 	o := SendProbe(ctx, c, key, model)
-	res := ProbeResult{Usage: o.Usage}
+	res := ProbeResult{Usage: o.Usage, Reached: o.Status != 0}
 	if o.Class == client.OK {
 		res.CostUSD = cost.Estimate(model, o.Usage.InputTokens, o.Usage.OutputTokens, false)
 	}
@@ -52,6 +56,7 @@ func Probe(ctx context.Context, c *client.Client, key *keys.Key, org OrgRef, mod
 		if o.Status != 0 {
 			why = fmt.Sprintf("%s (HTTP %d)", why, o.Status)
 		}
+		res.Why = why
 		return res, fmt.Errorf("observe: the probe of %s on %s got no rate-limit headers: %s", model, org.Label, why)
 	}
 	l := &Limits{Source: SourceProbe, At: now()}

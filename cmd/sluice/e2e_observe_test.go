@@ -43,12 +43,12 @@ func TestRunProbesOnceThenObserves(t *testing.T) {
 		sent := admitted() - before
 		switch i {
 		case 0:
-			if sent != 303 || strings.Count(stderr, "(probe, just now)") != 3 || !strings.Contains(stderr, "3 probe(s) sent") {
+			if sent != 303 || strings.Count(stderr, "(probe, just now)") != 3 || !strings.Contains(stderr, "3 probe(s) answered of 3 sent") {
 				t.Errorf("first run: %d calls admitted, want 300 + one probe per org; stderr:\n%s", sent, stderr)
 			}
 		case 1:
-			if sent != 300 || strings.Contains(stderr, "probe(s) sent") || strings.Count(stderr, "(headers, ") != 3 ||
-				!strings.Contains(stderr, "latency: mean") || !strings.Contains(stderr, "answer length at max_tokens 256: mean") {
+			if sent != 300 || strings.Contains(stderr, "probe(s) answered") || strings.Count(stderr, "(headers, ") != 3 ||
+				!strings.Contains(stderr, "latency: recent mean") || !strings.Contains(stderr, "answer length at max_tokens 256: mean") {
 				t.Errorf("second run: %d calls admitted, want 300 and a plan from the first run's observations; stderr:\n%s", sent, stderr)
 			}
 		}

@@ -155,8 +155,7 @@ func (f *planFlags) world(cmd *cobra.Command, j plan.Job) (plan.World, []string,
 		case err != nil:
 			return w, nil, err
 		default:
-			w, err = f.engine(cmd, w)
-			return w, prov, err
+			return w, prov, nil
 		}
 		w, err = f.namedWorld(cmd)
 		return w, prov, err
@@ -182,7 +181,9 @@ func (f *planFlags) keysWorld(cmd *cobra.Command, j plan.Job) (plan.World, []str
 	if _, err := dispatch.Discover(cmd.Context(), c, pool.Keys(), model); err != nil {
 		return plan.World{}, nil, fmt.Errorf("plan: %w", err)
 	}
-	w, prov, err := observe.ForKeys(cmd.Context(), observe.WorldOptions{Path: f.observations, Off: f.observations == "",
+	// The engine flags first, so the provenance names the caps in force.
+	base := f.engine(cmd, plan.NewWorld("your organizations"))
+	w, prov, err := observe.ForKeys(cmd.Context(), observe.WorldOptions{Base: &base, Path: f.observations,
 		Keys: pool.Keys(), Client: c, NoProbe: f.noProbe, Model: model, MaxTokens: j.MaxTokens, Log: log})
 	return w, prov, err
 }
@@ -218,11 +219,12 @@ func (f *planFlags) namedWorld(cmd *cobra.Command) (plan.World, error) {
 		w = plan.FromModel(cfg.Model(), nil)
 		w.Name = name
 	}
-	return f.engine(cmd, w)
+	w = f.engine(cmd, w)
+	return w, w.Validate()
 }
 
 // engine applies the engine flags (caps, reserve) to w.
-func (f *planFlags) engine(cmd *cobra.Command, w plan.World) (plan.World, error) {
+func (f *planFlags) engine(cmd *cobra.Command, w plan.World) plan.World {
 	// Engine flags override the world only when given (or set in the
 	// environment), so a limits file's own values stand.
 	fl := cmd.Flags()
@@ -238,7 +240,7 @@ func (f *planFlags) engine(cmd *cobra.Command, w plan.World) (plan.World, error)
 	if fl.Changed("reserve") {
 		w.Reserve = max(f.reserve, 0)
 	}
-	return w, w.Validate()
+	return w
 }
 
 // job builds the job's shape from the flags and, with --input, the file.

@@ -55,7 +55,7 @@ func TestPlanForYourKeys(t *testing.T) {
 	if got := calls(); got != 3 {
 		t.Errorf("the first plan sent %d Messages calls, want one probe per org (3)\n%s", got, stderr)
 	}
-	if strings.Count(stderr, "(probe, ") != 3 || !strings.Contains(stderr, "3 probe(s) sent") {
+	if strings.Count(stderr, "(probe, ") != 3 || !strings.Contains(stderr, "3 probe(s) answered of 3 sent") {
 		t.Errorf("the first plan does not say its limits came from 3 probes:\n%s", stderr)
 	}
 	// 2,700 RPM in all, less the reserve: at most 45 req/s, so 29,500
@@ -73,7 +73,7 @@ func TestPlanForYourKeys(t *testing.T) {
 	if got := calls(); got != 3 {
 		t.Errorf("the second plan sent %d more Messages calls, want none (the observations know the orgs)", got-3)
 	}
-	if strings.Contains(stderr, "probe(s) sent") || strings.Count(stderr, "(probe, ") != 3 {
+	if strings.Contains(stderr, "probe(s) answered") || strings.Count(stderr, "(probe, ") != 3 {
 		t.Errorf("the second plan does not read the recorded probes:\n%s", stderr)
 	}
 	if d2.SyncWall.Mid != d.SyncWall.Mid {

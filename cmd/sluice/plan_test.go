@@ -33,6 +33,9 @@ func executeWith(t *testing.T, env map[string]string, cmd *cobra.Command, args .
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
+	if cmd.Flags().Lookup("no-dotenv") != nil {
+		args = append(args, "--no-dotenv") // a .env beside the tests is not the test's
+	}
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)

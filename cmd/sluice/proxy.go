@@ -42,6 +42,8 @@ func proxyCmd() *cobra.Command {
 		cacheMode   string
 		prefer      string
 		limits      string
+		obsPath     string
+		noProbe     bool
 		idle        time.Duration
 		writeStall  time.Duration
 	)
@@ -115,8 +117,9 @@ aborts them. See docs/proxy.md.`,
 			}
 			// Virtual batches are routed by the planner, for the
 			// organizations as observed (a probe for one never seen,
-			// recorded, so it is sent once), or as --limits-file says.
-			rf := routeFlags{route: "auto", prefer: prefer, limitsFile: limits, observations: observe.DefaultPath()}
+			// recorded — its failure too — so it is sent once a day at
+			// most), or as --limits-file says.
+			rf := routeFlags{route: "auto", prefer: prefer, limitsFile: limits, observations: obsPath, noProbe: noProbe}
 			world := func(j plan.Job) (plan.World, error) { return rf.world(pool.Keys(), c, nil, j, log) }
 			planner := route.Planner(route.Options{Route: "auto", Prefer: prefer, Log: log, World: world})
 			px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token,
@@ -184,7 +187,9 @@ aborts them. See docs/proxy.md.`,
 	fl.StringVar(&cachePath, "cache", "", "response cache file (bbolt) for plain Messages calls; hits cost nothing")
 	fl.StringVar(&cacheMode, "cache-mode", "on", "with --cache: on, read-only or off")
 	fl.StringVar(&prefer, "batch-prefer", "cost", "what the planner optimises for each Message Batch created through the proxy: cost, latency or balanced")
-	fl.StringVar(&limits, "limits-file", "", "the organizations' limits for the batch planner (see sluice plan --help); default: the etiquette caps")
+	fl.StringVar(&limits, "limits-file", "", "the organizations' limits for the batch planner (see sluice plan --help); default: what runs observed (--observations), else one max_tokens-1 probe per organization, sent once")
+	fl.StringVar(&obsPath, "observations", observe.DefaultPath(), "what runs observed of each organization, read by the batch planner and written when the proxy stops (env SLUICE_OBSERVATIONS; empty: off)")
+	fl.BoolVar(&noProbe, "no-probe", false, "never send the planner's limits probe (plan organizations never observed from the etiquette caps)")
 	fl.DurationVar(&idle, "stream-idle", dispatch.DefaultStreamIdle, "end a streamed answer that sends no event for this long (the API sends ping events)")
 	fl.DurationVar(&writeStall, "stream-write-timeout", 60*time.Second, "end a stream whose caller's connection does not take one event for this long (it stopped reading), freeing its slot; 0: the default; negative: never")
 	return cmd

@@ -40,7 +40,7 @@ func (f *routeFlags) register(fl *pflag.FlagSet) {
 	fl.DurationVar(&f.deadline, "deadline", 0, "the job must finish within this (rules out routes predicted to take longer; bounds batch polling)")
 	fl.StringVar(&f.limitsFile, "limits-file", "", "the organizations' limits for the planner (see sluice plan --help); default: what earlier runs observed (--observations), else one max_tokens-1 probe per organization")
 	fl.StringVar(&f.observations, "observations", observe.DefaultPath(), "what runs observed of each organization (limits, latency, answer lengths), read by the planner and written at the end of every run (env SLUICE_OBSERVATIONS; empty: off)")
-	fl.BoolVar(&f.noProbe, "no-probe", false, "never send the planner's limits probe (one max_tokens-1 Messages call per organization it has not observed); plan those from the etiquette caps")
+	fl.BoolVar(&f.noProbe, "no-probe", false, "never send the planner's limits probe (--route auto or batch: one max_tokens-1 Messages call per organization it has not observed); plan those from the etiquette caps")
 	fl.IntVar(&f.chunk, "chunk", 0, "requests per batch (default: the planner's)")
 	fl.IntVar(&f.window, "window", 0, "batches in flight per organization (default: the planner's)")
 	fl.DurationVar(&f.stuckAfter, "stuck-after", 0, "cancel a batch not ended this long after create and re-drive it on sync (default: the planner's; env SLUICE_BATCH_STUCK_AFTER)")
