@@ -77,6 +77,9 @@ share and how full sluice and the colleague kept that organization.`,
 				return fmt.Errorf("no world matches --only %s (see --list)", strings.Join(only, ","))
 			}
 			bench.PrintWorlds(out, rs)
+			fmt.Fprintln(out, "\nThe planner's prediction (whole job on sync, from the world's configuration) against the measurement:")
+			fmt.Fprintln(out)
+			bench.PrintPredictions(out, rs)
 			if len(loops) > 0 {
 				fmt.Fprintln(out, "\n| world | run | wall | answered | lost | 429s of calls | billed twice |")
 				fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|")

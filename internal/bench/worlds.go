@@ -19,6 +19,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
 )
 
@@ -47,12 +49,17 @@ type WorldResult struct {
 	BindsWhat string
 	// Goal is what Steady ÷ Binding must reach: 0.95 without faults, 0.90 ×
 	// (1 − the fault share) with them.
-	Goal      float64
-	Attempts  int64   // sluice's attempts over the whole run
-	Share429  float64 // of sluice's attempts over the whole run
-	FaultPct  float64 // 529s, 500s and resets, share of attempts in the steady window
-	Lost      int     // requests without a succeeded result
-	Duplicate int64   // answers beyond the first for one body (billed twice)
+	Goal float64
+	// Predicted is the planner's whole-job sync wall-clock for this world
+	// as its configuration describes it (plan.FromModel; colleagues and
+	// faults are not in the model), with its range: what `sluice plan`
+	// would say before the run.
+	Predicted, PredictedLow, PredictedHigh time.Duration
+	Attempts                               int64   // sluice's attempts over the whole run
+	Share429                               float64 // of sluice's attempts over the whole run
+	FaultPct                               float64 // 529s, 500s and resets, share of attempts in the steady window
+	Lost                                   int     // requests without a succeeded result
+	Duplicate                              int64   // answers beyond the first for one body (billed twice)
 	// Colleague figures, where the world has a colleague: its 429 share
 	// and sluice + colleague's share of that org's RPM in the steady
 	// window.
@@ -125,6 +132,9 @@ func (w World) Run(ctx context.Context, binary string, log io.Writer) (WorldResu
 	}
 	in, out := filepath.Join(dir, "requests.jsonl"), filepath.Join(dir, "results.jsonl")
 	if err := wl.WriteFile(in); err != nil {
+		return res, err
+	}
+	if res.Predicted, res.PredictedLow, res.PredictedHigh, err = predictSync(w.Sim, in); err != nil {
 		return res, err
 	}
 	sp, err := StartSim(ctx, binary, w.Sim, dir)
@@ -458,6 +468,45 @@ func cloneLimits(m map[api.Pool]sim.Limits) map[api.Pool]sim.Limits {
 }
 
 // PrintWorlds writes the table BENCHMARKS.md quotes.
+// predictSync is the planner's prediction of the job in file in on the
+// sync route in the world cfg, from the job's surveyed shape as `sluice
+// run` would give it.
+func predictSync(cfg sim.Config, in string) (mid, low, high time.Duration, err error) {
+	sum, _, err := jsonl.ScanFile(in, 0)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	j := plan.Job{N: sum.Valid, Model: sum.MainModel(), MeanInput: sum.MeanEstInputTokens(), MaxTokens: int(sum.MeanMaxTokens() + 0.5)}
+	d, err := plan.Decide(plan.FromModel(cfg.Model(), nil), j, plan.Options{Priority: plan.PreferLatency})
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return d.SyncWall.Mid, d.SyncWall.Low, d.SyncWall.High, nil
+}
+
+// PredictionError is measured ÷ predicted − 1.
+func (r WorldResult) PredictionError() float64 {
+	if r.Predicted <= 0 {
+		return 0
+	}
+	return r.Wall.Seconds()/r.Predicted.Seconds() - 1
+}
+
+// PrintPredictions writes, per world, the planner's predicted sync
+// wall-clock next to the measured one.
+func PrintPredictions(w io.Writer, rs []WorldResult) {
+	fmt.Fprintln(w, "| world | requests | predicted wall (range) | measured wall | measured ÷ predicted − 1 | within ±10 % |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|:-:|")
+	for _, r := range rs {
+		ok := "yes"
+		if e := r.PredictionError(); e > 0.10 || e < -0.10 {
+			ok = "**no**"
+		}
+		fmt.Fprintf(w, "| %s | %d | %.1f s (%.1f–%.1f) | %.1f s | %+.1f %% | %s |\n", r.World.Name, r.World.Workload.N,
+			r.Predicted.Seconds(), r.PredictedLow.Seconds(), r.PredictedHigh.Seconds(), r.Wall.Seconds(), 100*r.PredictionError(), ok)
+	}
+}
+
 func PrintWorlds(w io.Writer, rs []WorldResult) {
 	fmt.Fprintln(w, "| world | what it varies | K | requests | wall | steady req/s | binding (what) | steady ÷ binding | goal | 429s | faults | lost | billed twice | colleague 429s | org filled | met |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|:-:|")
