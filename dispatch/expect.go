@@ -80,18 +80,27 @@ func (d *Dispatcher) ExpectedWait(pool api.Pool) time.Duration {
 	if rate > 0 {
 		return time.Duration(float64(waiting+1) / rate * float64(time.Second))
 	}
-	d.mu.Lock()
-	lanes := append([]*laneState(nil), d.laneList...)
-	d.mu.Unlock()
 	held, any := time.Duration(0), false
-	for _, ls := range lanes {
-		if ls.pool == pool && ls.org.live.Load() > 0 && !ls.noKey.Load() {
-			if b := ls.l.Blocked(now); !any || b < held {
-				held, any = b, true
-			}
+	for _, ls := range d.liveLanes(pool) {
+		if b := ls.l.Blocked(now); !any || b < held {
+			held, any = b, true
 		}
 	}
 	return held
+}
+
+// liveLanes returns the lanes of pool that a live key may still serve.
+// Safe from any goroutine.
+func (d *Dispatcher) liveLanes(pool api.Pool) []*laneState {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []*laneState
+	for _, ls := range d.laneList {
+		if ls.pool == pool && ls.org.live.Load() > 0 && !ls.noKey.Load() {
+			out = append(out, ls)
+		}
+	}
+	return out
 }
 
 // Trouble says whether the API itself holds pool back: client.Overloaded
@@ -101,14 +110,8 @@ func (d *Dispatcher) ExpectedWait(pool api.Pool) time.Duration {
 // when any lane is not held (or the pool has none). Safe from any
 // goroutine.
 func (d *Dispatcher) Trouble(pool api.Pool) client.Class {
-	d.mu.Lock()
-	lanes := append([]*laneState(nil), d.laneList...)
-	d.mu.Unlock()
 	trouble, overloaded := false, true
-	for _, ls := range lanes {
-		if ls.pool != pool || ls.org.live.Load() == 0 || ls.noKey.Load() {
-			continue
-		}
+	for _, ls := range d.liveLanes(pool) {
 		switch ls.l.Trouble() {
 		case lane.Clean:
 			return client.OK
