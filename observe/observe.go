@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/atomicfile"
+	"github.com/sluice-dev/sluice/internal/cachedir"
 )
 
 // MaxAge is how long an observation is trusted: older ones are dropped
@@ -40,11 +41,7 @@ func DefaultPath() string {
 	if p, ok := os.LookupEnv("SLUICE_OBSERVATIONS"); ok {
 		return p
 	}
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return filepath.Join(".sluice", "observations.json")
-	}
-	return filepath.Join(dir, "sluice", "observations.json")
+	return cachedir.Path("observations.json")
 }
 
 // File is the observations file's content.

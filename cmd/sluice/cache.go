@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluice-dev/sluice/cache"
+	"github.com/sluice-dev/sluice/internal/cachedir"
 )
 
 // cacheFlags choose the response cache of a command.
@@ -29,11 +29,7 @@ func defaultCachePath() string {
 	if p := os.Getenv("SLUICE_CACHE"); p != "" {
 		return p
 	}
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return filepath.Join(".sluice", "responses.db")
-	}
-	return filepath.Join(dir, "sluice", "responses.db")
+	return cachedir.Path("responses.db")
 }
 
 func (f *cacheFlags) register(fl *pflag.FlagSet, defaultMode string) {
