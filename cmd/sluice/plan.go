@@ -146,22 +146,16 @@ to the API.`,
 // preset, simulator config or limits file — with the engine flags
 // applied, and says where its figures came from.
 func (f *planFlags) world(cmd *cobra.Command, j plan.Job) (plan.World, []string, error) {
-	named := f.limitsFile != "" || f.simConfig != "" || cmd.Flags().Changed("preset")
-	if !named {
-		w, prov, err := f.keysWorld(cmd, j)
-		switch {
-		case errors.Is(err, keys.ErrNoKeys):
-			prov = []string{"no API key found: planning for the simulator preset " + f.preset + " (set ANTHROPIC_API_KEY, or pass --keys-file, to plan for your own organizations)"}
-		case err != nil:
-			return w, nil, err
-		default:
-			return w, prov, nil
+	var prov []string
+	if named := f.limitsFile != "" || f.simConfig != "" || cmd.Flags().Changed("preset"); !named {
+		w, kprov, err := f.keysWorld(cmd, j)
+		if !errors.Is(err, keys.ErrNoKeys) {
+			return w, kprov, err
 		}
-		w, err = f.namedWorld(cmd)
-		return w, prov, err
+		prov = []string{"no API key found: planning for the simulator preset " + f.preset + " (set ANTHROPIC_API_KEY, or pass --keys-file, to plan for your own organizations)"}
 	}
 	w, err := f.namedWorld(cmd)
-	return w, nil, err
+	return w, prov, err
 }
 
 // keysWorld is the world of the keys' organizations (docs/observe.md):

@@ -89,3 +89,19 @@ func TestPlanForYourKeys(t *testing.T) {
 		t.Errorf("--no-probe does not say the limits are unknown:\n%s", stderr)
 	}
 }
+
+// TestPlanWithoutKeysSaysSo: with no key and no named world, the plan is
+// for the three-org preset, and standard error says why.
+func TestPlanWithoutKeysSaysSo(t *testing.T) {
+	out, stderr, err := executeWith(t, nil, planCmd(), "--n", "1000", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d decisionJSON
+	if err := json.Unmarshal([]byte(out), &d); err != nil || d.World != sim.PresetThreeOrg {
+		t.Errorf("world %q (%v), want the %s preset", d.World, err, sim.PresetThreeOrg)
+	}
+	if !strings.Contains(stderr, "no API key found: planning for the simulator preset three-org") {
+		t.Errorf("stderr does not say the plan is for the preset:\n%s", stderr)
+	}
+}
