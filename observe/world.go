@@ -29,6 +29,8 @@ type WorldOptions struct {
 	// Client sends the probes; nil or NoProbe: none is sent.
 	Client  *client.Client
 	NoProbe bool
+	// ProbeTimeout bounds each probe (0: ProbeTimeout).
+	ProbeTimeout time.Duration
 	// Model and MaxTokens are the job's.
 	Model     string
 	MaxTokens int
@@ -36,8 +38,9 @@ type WorldOptions struct {
 	Log       *slog.Logger
 }
 
-// ProbeTimeout bounds one probe: a planner waiting on an API that does
-// not answer must not hold the run back for the client's own timeout.
+// ProbeTimeout bounds one probe by default: a planner waiting on an API
+// that does not answer must not hold the run back for the client's own
+// timeout.
 const ProbeTimeout = 15 * time.Second
 
 // ForKeys returns the planner's world for the organizations of o.Keys:
@@ -57,6 +60,9 @@ func ForKeys(ctx context.Context, o WorldOptions) (plan.World, Provenance, error
 	}
 	if o.Path == "" {
 		o.Off = true
+	}
+	if o.ProbeTimeout <= 0 {
+		o.ProbeTimeout = ProbeTimeout
 	}
 	base := plan.NewWorld("your organizations")
 	if o.Base != nil {
@@ -105,7 +111,7 @@ func ForKeys(ctx context.Context, o WorldOptions) (plan.World, Provenance, error
 		var wg sync.WaitGroup
 		for i, org := range toProbe {
 			wg.Go(func() {
-				pctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
+				pctx, cancel := context.WithTimeout(ctx, o.ProbeTimeout)
 				defer cancel()
 				results[i], errs[i] = Probe(pctx, o.Client, byOrg[org.ID], org, o.Model, o.Now)
 			})
