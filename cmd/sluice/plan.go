@@ -137,8 +137,7 @@ to the API.`,
 	fl.Float64Var(&f.reserve, "reserve", plan.DefaultReserve, "fraction of every rate limit left for colleagues")
 	fl.BoolVar(&f.asJSON, "json", false, "print the decision as JSON")
 	f.eng.registerAPI(fl)
-	fl.StringVar(&f.observations, "observations", observe.DefaultPath(), "what runs observed of each organization (env SLUICE_OBSERVATIONS; empty: none read, a probe's limits not kept)")
-	fl.BoolVar(&f.noProbe, "no-probe", false, "never probe an organization the observations do not know (plan it from the etiquette caps)")
+	registerObserveFlags(fl, &f.observations, &f.noProbe)
 	return cmd
 }
 

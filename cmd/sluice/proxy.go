@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/observe"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/route"
@@ -188,8 +187,7 @@ aborts them. See docs/proxy.md.`,
 	fl.StringVar(&cacheMode, "cache-mode", "on", "with --cache: on, read-only or off")
 	fl.StringVar(&prefer, "batch-prefer", "cost", "what the planner optimises for each Message Batch created through the proxy: cost, latency or balanced")
 	fl.StringVar(&limits, "limits-file", "", "the organizations' limits for the batch planner (see sluice plan --help); default: what runs observed (--observations), else one max_tokens-1 probe per organization, sent once")
-	fl.StringVar(&obsPath, "observations", observe.DefaultPath(), "what runs observed of each organization, read by the batch planner and written when the proxy stops (env SLUICE_OBSERVATIONS; empty: off)")
-	fl.BoolVar(&noProbe, "no-probe", false, "never send the planner's limits probe (plan organizations never observed from the etiquette caps)")
+	registerObserveFlags(fl, &obsPath, &noProbe)
 	fl.DurationVar(&idle, "stream-idle", dispatch.DefaultStreamIdle, "end a streamed answer that sends no event for this long (the API sends ping events)")
 	fl.DurationVar(&writeStall, "stream-write-timeout", 60*time.Second, "end a stream whose caller's connection does not take one event for this long (it stopped reading), freeing its slot; 0: the default; negative: never")
 	return cmd

@@ -39,11 +39,17 @@ func (f *routeFlags) register(fl *pflag.FlagSet) {
 	fl.StringVar(&f.prefer, "prefer", "latency", "what auto optimises: latency, cost or balanced")
 	fl.DurationVar(&f.deadline, "deadline", 0, "the job must finish within this (rules out routes predicted to take longer; bounds batch polling)")
 	fl.StringVar(&f.limitsFile, "limits-file", "", "the organizations' limits for the planner (see sluice plan --help); default: what earlier runs observed (--observations), else one max_tokens-1 probe per organization")
-	fl.StringVar(&f.observations, "observations", observe.DefaultPath(), "what runs observed of each organization (limits, latency, answer lengths), read by the planner and written at the end of every run (env SLUICE_OBSERVATIONS; empty: off)")
-	fl.BoolVar(&f.noProbe, "no-probe", false, "never send the planner's limits probe (--route auto or batch: one max_tokens-1 Messages call per organization it has not observed); plan those from the etiquette caps")
+	registerObserveFlags(fl, &f.observations, &f.noProbe)
 	fl.IntVar(&f.chunk, "chunk", 0, "requests per batch (default: the planner's)")
 	fl.IntVar(&f.window, "window", 0, "batches in flight per organization (default: the planner's)")
 	fl.DurationVar(&f.stuckAfter, "stuck-after", 0, "cancel a batch not ended this long after create and re-drive it on sync (default: the planner's; env SLUICE_BATCH_STUCK_AFTER)")
+}
+
+// registerObserveFlags registers --observations and --no-probe, for every
+// command whose planner reads the observations (run, judge, plan, proxy).
+func registerObserveFlags(fl *pflag.FlagSet, path *string, noProbe *bool) {
+	fl.StringVar(path, "observations", observe.DefaultPath(), "what runs observed of each organization (limits, latency, answer lengths), read by the planner and written when a run or the proxy ends (env SLUICE_OBSERVATIONS; empty: off)")
+	fl.BoolVar(noProbe, "no-probe", false, "never send the planner's limits probe (one max_tokens-1 Messages call per organization not yet observed); plan those organizations from the etiquette caps")
 }
 
 // fromEnv applies SLUICE_BATCH_STUCK_AFTER unless --stuck-after was given.
