@@ -76,6 +76,7 @@ type Runner struct {
 	warned      map[string]bool       // warnings logged once
 	outstanding int                   // submitted requests without an outcome
 	inputClosed bool
+	cutNow      bool // cut a partial chunk now: the feeder has paused (CutWaiting)
 	stopped     bool
 	started     bool
 	seq         int
@@ -486,9 +487,21 @@ func (r *Runner) Submit(ctx context.Context, req *call.Request) error {
 	r.stats.Submitted++
 	r.pending = append(r.pending, req)
 	r.sizes = append(r.sizes, size)
+	r.cutNow = false
 	r.mu.Unlock()
 	r.poke()
 	return nil
+}
+
+// CutWaiting cuts the requests waiting now into a chunk, short or not: the
+// feeder has paused (a run that may re-plan ends a pass over its input
+// but not the input), and they should not wait for a full chunk that may
+// never come. A later Submit waits for a full chunk again.
+func (r *Runner) CutWaiting() {
+	r.mu.Lock()
+	r.cutNow = len(r.pending) > 0
+	r.mu.Unlock()
+	r.poke()
 }
 
 // Cancel is for a caller that no longer wants the answers (a cancelled
@@ -821,7 +834,7 @@ func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*call.Reque
 			return nil, reroute, why, time.Time{}
 		}
 		n, body := fit(r.pending, r.sizes, r.target, r.byteCap)
-		if n == len(r.pending) && n < r.target && !r.inputClosed {
+		if n == len(r.pending) && n < r.target && !r.inputClosed && !r.cutNow {
 			break // wait for a full chunk
 		}
 		o, w := r.pickOrg(n, now)

@@ -40,6 +40,9 @@ type surveyed struct {
 	nChanged   int
 	changedSet map[string]bool
 	firstModel string
+	// lastLine is the last non-blank line's number (blank lines count):
+	// the largest a feeder sees.
+	lastLine int
 	// cached counts the pending requests the cache will answer.
 	cached int
 }
@@ -79,6 +82,7 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 		if n%4096 == 0 && ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: while checking the input; nothing was sent", ErrInterrupted)
 		}
+		p.lastLine = n
 		info, err := v.CheckShared(n, line)
 		if err != nil {
 			le, _ := errors.AsType[jsonl.LineError](err)
@@ -121,11 +125,12 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 	return p, nil
 }
 
-// feed streams the input, submitting the requests mine selects that are
-// not done and that fromCache did not answer. With w set it also records
-// invalid lines (--skip-invalid): exactly one feeder of a run does that.
+// feed streams the input, submitting the requests that are not done,
+// that take(line, id) gives this feeder, and that fromCache did not
+// answer. With w set it also records invalid lines (--skip-invalid):
+// exactly one feeder of a run does that, on its first pass.
 func feed(ctx context.Context, o Options, st *results.State, drop func(string, results.Entry) bool,
-	mine func(id string) bool, fromCache func(*dispatch.Request) (bool, error), submit func(*dispatch.Request) error, w *results.Writer) error {
+	take func(line int, id string) bool, fromCache func(*dispatch.Request) (bool, error), submit func(*dispatch.Request) error, w *results.Writer) error {
 	f, err := os.Open(o.Input)
 	if err != nil {
 		return fmt.Errorf("job: %w", err)
@@ -163,7 +168,7 @@ func feed(ctx context.Context, o Options, st *results.State, drop func(string, r
 			}
 			continue
 		}
-		if e, done := st.Done[info.CustomID]; (done && !drop(info.CustomID, e)) || !mine(info.CustomID) {
+		if e, done := st.Done[info.CustomID]; (done && !drop(info.CustomID, e)) || !take(n, info.CustomID) {
 			continue
 		}
 		req := &dispatch.Request{

@@ -66,6 +66,12 @@ type Options struct {
 	// Plan, if set, picks the route once the input has been surveyed
 	// (route.Planner: `run --route auto`); nil means the sync route.
 	Plan func(s jsonl.Summary, pending int) (route.Routing, error)
+	// Replan, if set, is asked about once a second (ReplanInterval) for a
+	// new routing of the requests not yet sent (route.Router.Replan: `run
+	// --route auto`); the run applies it with route.Fanout.Reroute. Nil: the
+	// first routing holds for the whole run.
+	Replan         func(route.Measure) (route.Routing, bool)
+	ReplanInterval time.Duration
 	// OnDurable, if set, is told the running count of results made
 	// durable this run, after each commit (benchmarks time with it).
 	OnDurable func(total int64)

@@ -28,7 +28,10 @@ type Report struct {
 	Route            string  `json:"route"`
 	RouteWhy         string  `json:"route_why,omitempty"`
 	PredictedSeconds float64 `json:"predicted_seconds,omitempty"`
-	Requests         struct {
+	// Replans are the re-plans that changed the route mid-run (--route
+	// auto), in order: Route is then the first plan's.
+	Replans  []ReplanReport `json:"replans,omitempty"`
+	Requests struct {
 		Total       int `json:"total"`
 		Invalid     int `json:"invalid"`
 		AlreadyDone int `json:"already_done"`
@@ -56,6 +59,16 @@ type Report struct {
 	Keys         []KeyReport   `json:"keys"`
 	Batch        batch.Stats   `json:"batch"`
 	Cache        CacheReport   `json:"cache"`
+}
+
+// ReplanReport is one re-plan that changed the route: when, to what, the
+// planner's prediction for the requests then unsent, and why.
+type ReplanReport struct {
+	AtSeconds        float64 `json:"at_seconds"`
+	Route            string  `json:"route"`
+	BatchShare       float64 `json:"batch_share,omitempty"` // of the requests then unsent, on a split
+	PredictedSeconds float64 `json:"predicted_seconds"`
+	Why              string  `json:"why"`
 }
 
 // CacheReport is the run's use of the response cache.

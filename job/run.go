@@ -95,6 +95,17 @@ type run struct {
 	feedErr, batchErr   error
 	stopReason          atomic.Value // string: why a halt stopped the run
 	writeErr            atomic.Value // error: the results file failed
+	// re-plans (--route auto)
+	sideMu       sync.Mutex // a batch path starting, against the sync feeder's end
+	batchStarted bool
+	batchFed     sync.WaitGroup
+	batchFeedErr error
+	syncPassing  atomic.Bool  // the sync feeder is in a pass over the input
+	syncAnswered atomic.Int64 // sync answers so far
+	replanWG     sync.WaitGroup
+	replanStop   chan struct{} // closed when the feeders are done
+	replans      atomic.Int64
+	repMu        sync.Mutex // the report's Replans, appended while the run sends
 	// drain
 	serveErr error
 }
@@ -121,7 +132,10 @@ func newRun(o Options) *run {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	r := &run{o: o, started: o.Now()}
+	if o.ReplanInterval <= 0 {
+		o.ReplanInterval = time.Second
+	}
+	r := &run{o: o, started: o.Now(), replanStop: make(chan struct{})}
 	r.rep = &Report{Input: o.Input, Output: o.Output, StartedAt: r.started.UTC()}
 	return r
 }
@@ -202,7 +216,7 @@ func (r *run) open() error {
 // fromCache ends a run whose every pending request the cache answers: no
 // call, not even the free key probes.
 func (r *run) fromCache(ctx context.Context) (*Report, error) {
-	ferr := feed(ctx, r.o, r.st, r.drop, func(string) bool { return true }, r.cache.serve,
+	ferr := feed(ctx, r.o, r.st, r.drop, func(int, string) bool { return true }, r.cache.serve,
 		func(req *dispatch.Request) error {
 			return fmt.Errorf("%w: the cache changed while the run started (%s is no longer in it); re-run %s to resume", ErrInterrupted, req.ID, r.o.Command)
 		}, r.w)
@@ -326,8 +340,9 @@ func (r *run) send(ctx context.Context) error {
 		Logger: r.o.Logger, NoSync: r.o.SyncOff, Journal: r.o.Output + ".batch-journal",
 		// st.Done holds the kept rows only: rows being driven again were
 		// dropped from it by Open.
-		Done: func(id string) bool { _, ok := r.st.Done[id]; return ok },
-		Sink: r.sink,
+		Done:  func(id string) bool { _, ok := r.st.Done[id]; return ok },
+		Sink:  r.sink,
+		Lines: r.replanLines(),
 		Reroute: func(req *dispatch.Request, why string) {
 			r.o.Logger.Debug("batch request re-routed to sync", "id", req.ID, "why", why)
 			r.d.Submit(r.serveCtx, req, r.syncSink) // ErrStopped: the run is stopping; resume re-drives it
@@ -340,43 +355,35 @@ func (r *run) send(ctx context.Context) error {
 		return err
 	}
 	r.fan = fan
-	br := fan.Batch()
 	r.batchDone = make(chan error, 1)
-	if br != nil {
-		r.batchRunner.Store(br)
-		go func() { r.batchDone <- br.Run(r.feedCtx) }()
+	if br := fan.Batch(); br != nil {
+		r.startBatch(br)
 	}
-
 	r.fed.Go(func() {
 		// The dispatcher stays open until the batch path has finished: it
 		// re-routes requests to it until then.
 		defer r.d.Close()
-		var batchFeedErr error
-		var bf sync.WaitGroup
-		if br != nil {
-			bf.Go(func() {
-				batchFeedErr = feed(r.feedCtx, r.o, r.st, r.drop, fan.ToBatch, r.cache.serve,
-					func(req *dispatch.Request) error { return br.Submit(r.feedCtx, req) }, nil)
-				if batchFeedErr != nil || r.feedCtx.Err() != nil {
-					br.StopInput() // cut short: resumed chunks stay the next run's
-				} else {
-					br.CloseInput()
-				}
-			})
-		}
-		r.feedErr = feed(r.feedCtx, r.o, r.st, r.drop, func(id string) bool { return !fan.ToBatch(id) }, r.cache.serve,
-			func(req *dispatch.Request) error { return r.d.Submit(r.feedCtx, req, r.syncSink) }, r.w)
-		bf.Wait()
-		if br != nil {
+		r.feedErr = r.feedSide(route.SideSync, func(req *dispatch.Request) error { return r.d.Submit(r.feedCtx, req, r.syncSink) }, r.w)
+		// No batch path starts after this: the sync side has left, so the
+		// routing is frozen unless a batch feeder runs (and then the batch
+		// path exists already).
+		r.sideMu.Lock()
+		started := r.batchStarted
+		r.sideMu.Unlock()
+		r.batchFed.Wait()
+		if started {
 			r.batchErr = <-r.batchDone
 			if errors.Is(r.batchErr, batch.ErrJournal) {
 				r.halt("the batch journal failed")
 			}
 		}
 		if r.feedErr == nil {
-			r.feedErr = batchFeedErr
+			r.feedErr = r.batchFeedErr
 		}
 	})
+	if r.o.Replan != nil {
+		r.replanWG.Go(r.replan)
+	}
 
 	// Key rotations while the job runs; their discoveries join the report
 	// (read after rotWG.Wait).
@@ -390,8 +397,106 @@ func (r *run) send(ctx context.Context) error {
 	return nil
 }
 
+// replanLines is route.Config.Lines: the input's last line number when
+// the run may re-plan, else 0.
+func (r *run) replanLines() int {
+	if r.o.Replan == nil {
+		return 0
+	}
+	return max(r.in.lastLine, 1)
+}
+
 // syncSink is the dispatcher's callback: a sync answer to the one sink.
-func (r *run) syncSink(res dispatch.Result) { r.sink(res, "") }
+func (r *run) syncSink(res dispatch.Result) {
+	r.syncAnswered.Add(1)
+	r.sink(res, "")
+}
+
+// startBatch runs the batch path and its feeder: when the run opens, or
+// when a re-plan opens the batch path mid-run.
+func (r *run) startBatch(br *batch.Runner) {
+	r.sideMu.Lock()
+	defer r.sideMu.Unlock()
+	r.batchStarted = true
+	r.batchRunner.Store(br)
+	go func() { r.batchDone <- br.Run(r.feedCtx) }()
+	r.batchFed.Go(func() {
+		r.batchFeedErr = r.feedSide(route.SideBatch, func(req *dispatch.Request) error { return br.Submit(r.feedCtx, req) }, nil)
+		if r.batchFeedErr != nil || r.feedCtx.Err() != nil {
+			br.StopInput() // cut short: resumed chunks stay the next run's
+		} else {
+			br.CloseInput()
+		}
+	})
+}
+
+// feedSide is one side's feeder: a pass over the input taking the lines
+// the routing gives side s, and more passes while a re-plan changes the
+// routing (route.Fanout.PassDone; docs/route.md, "Re-planning mid-run").
+// w, if set, records invalid lines on the first pass.
+func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *results.Writer) error {
+	defer r.fan.Leave(s)
+	for {
+		gen := r.fan.Generation()
+		if s == route.SideSync {
+			r.syncPassing.Store(true)
+		}
+		err := feed(r.feedCtx, r.o, r.st, r.drop, func(line int, id string) bool { return r.fan.Take(s, line, id) }, r.cache.serve, submit, w)
+		if s == route.SideSync {
+			r.syncPassing.Store(false)
+		}
+		if err != nil {
+			return err
+		}
+		w = nil
+		if br := r.fan.Batch(); s == route.SideBatch && br != nil && !r.fan.Frozen() {
+			br.CutWaiting() // what this pass submitted must not wait for a full chunk
+		}
+		again, err := r.fan.PassDone(r.feedCtx, s, gen)
+		if err != nil || !again {
+			return err
+		}
+	}
+}
+
+// replan hands the Router what the run measures about once a second until
+// the routing is frozen or the run stops, and applies a new routing.
+func (r *run) replan() {
+	t := time.NewTicker(r.o.ReplanInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-r.replanStop:
+			return
+		}
+		if r.fan.Frozen() {
+			return
+		}
+		_, views := r.d.Snapshot()
+		unsent := r.todo - r.in.cached - r.fan.Taken() + int(r.cache.hits.Load())
+		nr, ok := r.o.Replan(route.Measure{At: r.o.Now(), Lanes: views, Unsent: max(unsent, 0),
+			SyncAnswered: r.syncAnswered.Load(), SyncBacklog: r.syncPassing.Load()})
+		if !ok {
+			continue
+		}
+		r.sideMu.Lock()
+		br, err := r.fan.Reroute(nr)
+		r.sideMu.Unlock()
+		if err != nil {
+			r.o.Logger.Warn("re-plan not applied: the route stays "+r.fan.Routing().Route, "err", err)
+			continue
+		}
+		r.replans.Add(1)
+		r.repMu.Lock()
+		r.rep.Replans = append(r.rep.Replans, ReplanReport{AtSeconds: r.since().Seconds(), Route: nr.Route, BatchShare: nr.BatchShare,
+			PredictedSeconds: nr.Predicted.Seconds(), Why: nr.Why})
+		r.repMu.Unlock()
+		if br != nil {
+			r.startBatch(br)
+		}
+	}
+}
 
 // rotate applies key rotations until the run ends: new keys join the
 // dispatcher (and the batch path) after a probe, removed ones take no new
@@ -444,6 +549,8 @@ func (r *run) drain(ctx context.Context) {
 		r.serveErr = grace(nil)
 	}
 	r.fed.Wait()
+	close(r.replanStop)
+	r.replanWG.Wait()
 }
 
 // report fills the report — keys as they are now: one may have died during

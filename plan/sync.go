@@ -201,6 +201,14 @@ func sendTime(ms []laneModel, n int, e float64, burst bool) float64 {
 	return bisect(total, 0, hi)
 }
 
+// efficiency is World.Efficiency, 1 when unset.
+func (w World) efficiency() float64 {
+	if w.Efficiency > 0 {
+		return w.Efficiency
+	}
+	return 1
+}
+
 // highEfficiency is the fraction of the modelled sending rate the high end
 // of the sync range assumes: colleagues may spend the reserve's share.
 func highEfficiency(w World) float64 { return 1 - math.Max(w.Reserve, DefaultReserve) }
@@ -212,9 +220,10 @@ const p99 = 2.326
 func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	lat := w.latency(api.PoolOf(j.Model))
 	r := syncRun{n: n, lat: lat, out: j.MeanOutput}
-	r.send = sendTime(ms, n, 1, false)
-	low := sendTime(ms, n, 1, true)
-	high := sendTime(ms, n, highEfficiency(w), false)
+	e := w.efficiency()
+	r.send = sendTime(ms, n, e, false)
+	low := sendTime(ms, n, e, true)
+	high := sendTime(ms, n, e*highEfficiency(w), false)
 	// The job ends with its slowest answer (tail.go): the central value
 	// adds the expected overshoot of the last end past the last send, the
 	// high end its 90th percentile after the slower sending.
@@ -241,7 +250,7 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	votes := map[string]float64{}
 	for _, m := range ms {
 		first += m.Start
-		r.rate += m.Rate
+		r.rate += e * m.Rate
 		r.ramp = math.Max(r.ramp, math.Min(m.tc, m.t0))
 		l := m.Lane
 		l.Peak = int(math.Round(math.Min(m.ceiling(math.Min(r.send, m.t0)), float64(n))))

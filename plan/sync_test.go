@@ -331,3 +331,42 @@ func TestPollLagPerBatch(t *testing.T) {
 		t.Fatalf("poll every 100 s: one batch %v (want 6m40s), two in a window of one %v (want 13m20s)", one.End, two.End)
 	}
 }
+
+// TestEfficiencyScalesTheSyncRoute: a world whose engine gets half the
+// modelled sending rate (a re-plan's measured rate) predicts the sync
+// route's steady rate halved and its send phase about twice as long — and a
+// big enough slowdown sends the job to batch.
+func TestEfficiencyScalesTheSyncRoute(t *testing.T) {
+	w := preset(t, "three-org")
+	j := plan.Job{N: 20_000, Model: sonnet, MeanInput: 1200, MaxTokens: 256}
+	full, err := plan.Decide(w, j, plan.Options{Priority: plan.PreferLatency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Efficiency = 0.5
+	half, err := plan.Decide(w, j, plan.Options{Priority: plan.PreferLatency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if full.Route != plan.RouteSync {
+		t.Fatalf("the full-rate world routes %s; this test needs sync", full.Route)
+	}
+	if !near(half.SyncRate, full.SyncRate/2, 1e-9*full.SyncRate) {
+		t.Errorf("SyncRate at efficiency 0.5 = %.2f, want half of %.2f", half.SyncRate, full.SyncRate)
+	}
+	if r := half.SyncWall.Mid.Seconds() / full.SyncWall.Mid.Seconds(); r < 1.7 || r > 2.1 {
+		t.Errorf("sync wall at efficiency 0.5 is %.2f× the full one, want about 2×", r)
+	}
+	w.Efficiency = 0.02
+	slow, err := plan.Decide(w, j, plan.Options{Priority: plan.PreferLatency})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow.Route == plan.RouteSync {
+		t.Errorf("at 2 %% of the modelled rate the planner still routes sync (sync %v, batch %v)", slow.SyncWall.Mid, slow.BatchWall.Mid)
+	}
+	w.Efficiency = -1
+	if err := w.Validate(); err == nil {
+		t.Error("a negative efficiency validates")
+	}
+}

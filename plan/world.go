@@ -173,6 +173,12 @@ type World struct {
 	// Poll is the batch path's poll schedule of one batch (zero: the
 	// defaults).
 	Poll Poll
+	// Efficiency is the fraction of the modelled sync sending rate the
+	// job gets (0: all of it, 1). A re-plan mid-run sets it to the
+	// measured rate over the modelled one, so what the model cannot see
+	// (a colleague on the keys, 529s, shallow buckets) moves the decision
+	// (docs/route.md, "Re-planning mid-run").
+	Efficiency float64
 }
 
 // Poll is the batch path's poll schedule of one batch: the first poll
@@ -357,6 +363,9 @@ func (w World) Validate() error {
 	}
 	if w.BucketWindow < 0 {
 		return fmt.Errorf("plan: bucket window must be >= 0, got %v", w.BucketWindow)
+	}
+	if w.Efficiency < 0 || math.IsNaN(w.Efficiency) || math.IsInf(w.Efficiency, 0) {
+		return fmt.Errorf("plan: efficiency must be >= 0 (0: 1), got %v", w.Efficiency)
 	}
 	if w.Ramp.Doubling < 0 {
 		return fmt.Errorf("plan: ramp doubling must be >= 0 (0: the engine's, by latency), got %v", w.Ramp.Doubling)

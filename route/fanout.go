@@ -1,9 +1,12 @@
 package route
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/client"
@@ -45,23 +48,67 @@ type Config struct {
 	// stuck, cancelled, no key for its org), with the reason: send it on
 	// sync, where its answer goes to the same Sink.
 	Reroute func(req *dispatch.Request, why string)
+	// Lines > 0 is the input's line count when the run may re-plan: the
+	// feeders then take lines through Take and pass again through
+	// PassDone, so Fanout.Reroute can change the routing mid-run.
+	Lines int
 }
+
+// Side is where a request is sent: the sync dispatcher or the batch path.
+type Side int
+
+// The sides.
+const (
+	SideSync Side = iota
+	SideBatch
+	numSides
+)
+
+func (s Side) String() string {
+	if s == SideBatch {
+		return Batch
+	}
+	return Sync
+}
+
+// ErrFrozen is Reroute's error once every feeder has finished its last
+// pass: nothing is left to route.
+var ErrFrozen = errors.New("route: every request has been given a side; the routing can no longer change")
 
 // Fanout sends a run's requests to two sides: the sync dispatcher, which
 // the caller drives, and the batch path, which the Fanout wires. It decides
-// each request's side.
+// each request's side — and, when the run may re-plan (Config.Lines > 0),
+// lets the routing change while the feeders run without a request being
+// sent twice or left behind (docs/route.md, "Re-planning mid-run").
 type Fanout struct {
-	routing Routing
-	runner  *batch.Runner // nil: every request is sync
+	cfg     Config
+	routing atomic.Pointer[Routing]
+	runner  atomic.Pointer[batch.Runner] // nil: every request is sync
+	harvest bool                         // the runner only harvests an earlier run's batches
+	taken   *lineSet                     // nil: the routing never changes; one pass per feeder
+
+	mu      sync.Mutex
+	gen     int64         // bumped by every Reroute
+	changed chan struct{} // closed and replaced when gen, active, passed or frozen change
+	active  [numSides]bool
+	passed  [numSides]int64 // the generation of the last pass each side finished (-1: none)
+	frozen  bool
 }
 
 // Open starts the batch path when the routing sends anything to batch, or
 // when the journal holds batches an earlier run left open (their requests
 // may only be answered by those batches); on the sync route that batch
 // path finishes what the journal holds and creates nothing. With neither,
-// the Fanout has no batch path and every request is sync.
+// the Fanout has no batch path and every request is sync (until a Reroute
+// opens one).
 func Open(c Config) (*Fanout, error) {
-	f := &Fanout{routing: c.Routing}
+	f := &Fanout{cfg: c, changed: make(chan struct{}), passed: [numSides]int64{-1, -1}}
+	r := c.Routing
+	f.routing.Store(&r)
+	f.active[SideSync] = true
+	if c.Lines > 0 {
+		f.taken = newLineSet(c.Lines)
+	}
 	open, err := batch.HasJournal(c.Journal)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the journal cannot be read: %w", ErrOpenBatches, err)
@@ -69,33 +116,176 @@ func Open(c Config) (*Fanout, error) {
 	if c.Routing.Route == Sync && !open {
 		return f, nil
 	}
-	bc := c.Routing.Batch
-	bc.HarvestOnly = c.Routing.Route == Sync
-	bc.Client, bc.Keys, bc.Logger, bc.NoSync = c.Client, c.Keys, c.Logger, c.NoSync
-	bc.Journal, bc.Done = c.Journal, c.Done
-	sink := c.Sink
-	bc.OnResult = func(r batch.Result) { sink(r.Result, r.BatchID) }
-	bc.OnReroute = c.Reroute
-	if f.runner, err = batch.New(bc); err != nil {
+	f.harvest = c.Routing.Route == Sync
+	br, err := f.openRunner(c.Routing.Batch, f.harvest)
+	if err != nil {
 		if open {
 			return nil, fmt.Errorf("%w: %w", ErrOpenBatches, err)
 		}
 		return nil, err
 	}
+	f.runner.Store(br)
+	f.active[SideBatch] = true
 	return f, nil
+}
+
+// openRunner builds the batch path with the run's client, keys, journal
+// and sink.
+func (f *Fanout) openRunner(bc batch.Config, harvestOnly bool) (*batch.Runner, error) {
+	c := f.cfg
+	bc.HarvestOnly = harvestOnly
+	bc.Client, bc.Keys, bc.Logger, bc.NoSync = c.Client, c.Keys, c.Logger, c.NoSync
+	bc.Journal, bc.Done = c.Journal, c.Done
+	sink := c.Sink
+	bc.OnResult = func(r batch.Result) { sink(r.Result, r.BatchID) }
+	bc.OnReroute = c.Reroute
+	return batch.New(bc)
 }
 
 // Batch is the batch path's Runner (Run, Submit, CloseInput, Stats,
 // Close are the caller's to call), or nil when every request is sync.
-func (f *Fanout) Batch() *batch.Runner { return f.runner }
+func (f *Fanout) Batch() *batch.Runner { return f.runner.Load() }
 
-// Routing is the routing the Fanout was opened with.
-func (f *Fanout) Routing() Routing { return f.routing }
+// Routing is the routing in force.
+func (f *Fanout) Routing() Routing { return *f.routing.Load() }
 
 // ToBatch reports whether the request with this custom_id goes to the
-// batch path: always when an open batch holds it (only that batch may
+// batch path now: always when an open batch holds it (only that batch may
 // answer it), else as the routing's split rule says — and never without a
 // batch path.
 func (f *Fanout) ToBatch(id string) bool {
-	return f.runner != nil && (f.runner.Holds(id) || f.routing.ToBatch(id))
+	br := f.runner.Load()
+	return br != nil && (br.Holds(id) || f.routing.Load().ToBatch(id))
+}
+
+// Take reports whether side s sends the request on input line `line`
+// with this custom_id: the routing in force names s for it and, when the
+// run may re-plan, no side has taken the line yet (it is then s's).
+func (f *Fanout) Take(s Side, line int, id string) bool {
+	if f.ToBatch(id) != (s == SideBatch) {
+		return false
+	}
+	return f.taken == nil || f.taken.take(line)
+}
+
+// Taken is how many lines the sides have taken (0 when the run does not
+// re-plan).
+func (f *Fanout) Taken() int {
+	if f.taken == nil {
+		return 0
+	}
+	return f.taken.taken()
+}
+
+// Generation counts the routing's changes; a feeder reads it as a pass
+// begins and hands it to PassDone.
+func (f *Fanout) Generation() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gen
+}
+
+// notifyLocked wakes every PassDone waiting for a change.
+func (f *Fanout) notifyLocked() {
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+// freezeIfDoneLocked freezes the routing once every active side has
+// finished a pass under the routing in force.
+func (f *Fanout) freezeIfDoneLocked() {
+	if f.frozen {
+		return
+	}
+	for s := range numSides {
+		if f.active[s] && f.passed[s] != f.gen {
+			return
+		}
+	}
+	f.frozen = true
+	f.notifyLocked()
+}
+
+// PassDone is side s's feeder at the end of a pass over the input that
+// began at generation gen. again says to pass once more: the routing
+// changed since the pass began. Otherwise it waits until the routing
+// changes (again) or every feeder is done (frozen: the feeder ends). A run
+// that does not re-plan ends every feeder after one pass. ctx ending
+// returns its error.
+func (f *Fanout) PassDone(ctx context.Context, s Side, gen int64) (again bool, err error) {
+	if f.taken == nil {
+		return false, nil
+	}
+	f.mu.Lock()
+	f.passed[s] = gen
+	for {
+		if f.gen != gen {
+			f.mu.Unlock()
+			return true, nil
+		}
+		f.freezeIfDoneLocked()
+		if f.frozen {
+			f.mu.Unlock()
+			return false, nil
+		}
+		ch := f.changed
+		f.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		f.mu.Lock()
+	}
+}
+
+// Leave is side s's feeder ending, for whatever reason: the routing no
+// longer waits for its passes.
+func (f *Fanout) Leave(s Side) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.active[s] {
+		return
+	}
+	f.active[s] = false
+	f.notifyLocked()
+	f.freezeIfDoneLocked()
+}
+
+// Frozen reports whether the routing can no longer change.
+func (f *Fanout) Frozen() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.frozen || f.taken == nil
+}
+
+// Reroute puts r in force for every line not yet taken. When r sends to
+// batch and there is no batch path, it opens one sized by r (opened: the
+// caller runs it and starts its feeder); it refuses to send new requests
+// to batch while the batch path only harvests an earlier run's batches,
+// and fails with ErrFrozen once the feeders are done, or when the run
+// does not re-plan.
+func (f *Fanout) Reroute(r Routing) (opened *batch.Runner, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen || f.taken == nil {
+		return nil, ErrFrozen
+	}
+	if r.Route != Sync {
+		switch {
+		case f.harvest:
+			return nil, errors.New("route: the batch path is finishing an earlier run's batches and takes no new request")
+		case f.runner.Load() == nil:
+			if opened, err = f.openRunner(r.Batch, false); err != nil {
+				return nil, err
+			}
+			f.runner.Store(opened)
+			f.active[SideBatch] = true
+			f.passed[SideBatch] = -1
+		}
+	}
+	f.routing.Store(&r)
+	f.gen++
+	f.notifyLocked()
+	return opened, nil
 }

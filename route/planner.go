@@ -7,10 +7,15 @@ package route
 import (
 	"fmt"
 	"log/slog"
+	"math"
+	"sync"
 	"time"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/observe"
 	"github.com/sluice-dev/sluice/plan"
 )
 
@@ -41,8 +46,61 @@ type Options struct {
 }
 
 // Planner returns the hook that routes a surveyed input for o
-// (job.Options.Plan, proxy.Config.Plan).
+// (job.Options.Plan, proxy.Config.Plan): NewRouter(o).Route.
 func Planner(o Options) func(jsonl.Summary, int) (Routing, error) {
+	return NewRouter(o).Route
+}
+
+// Router makes a run's routing decisions: the first, for the surveyed
+// input (Route), and, on `--route auto`, the re-plans from what the run
+// measures (Replan; docs/route.md, "Re-planning mid-run"). One Router
+// serves one run; its methods are safe for concurrent use.
+type Router struct {
+	o      Options
+	scaled func(time.Duration) time.Duration
+	k      float64
+
+	mu       sync.Mutex
+	decided  bool
+	world    plan.World // the first plan's
+	job      plan.Job
+	started  time.Time
+	decision plan.Decision // the plan in force
+	routing  Routing
+	replans  int
+	first    bool // the first-answers re-plan has run
+	off      int  // consecutive checks with the sync rate more than replanOff away
+	since    time.Time
+	history  []ratePoint
+}
+
+// ratePoint is the count of sync answers at a time.
+type ratePoint struct {
+	at time.Time
+	n  int64
+}
+
+// The re-plan rules (docs/route.md, "Re-planning mid-run").
+const (
+	// maxReplans bounds the re-plans of one run.
+	maxReplans = 4
+	// replanOff is how far the measured sync rate may stay from the plan's.
+	replanOff = 0.2
+	// replanShare is how far a split's batch share must move to count as
+	// another routing.
+	replanShare = 0.1
+	// firstAnswersMin is the fewest answers the first re-plan waits for
+	// (and at least two per lane), unless firstAnswersWait passes first.
+	firstAnswersMin  = 10
+	firstAnswersWait = 30 * time.Second
+	// rateWindowMin and rateWindowLatencies: the sync rate is measured over
+	// at least this long and this many mean latencies.
+	rateWindowMin       = 20 * time.Second
+	rateWindowLatencies = 10
+)
+
+// NewRouter returns the Router for a run with options o.
+func NewRouter(o Options) *Router {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
@@ -53,85 +111,253 @@ func Planner(o Options) func(jsonl.Summary, int) (Routing, error) {
 	if k <= 0 {
 		k = 1
 	}
-	scaled := func(d time.Duration) time.Duration { return time.Duration(float64(d) / k) }
-	return func(s jsonl.Summary, pending int) (Routing, error) {
-		switch o.Route {
-		case "sync":
-			return Routing{Route: Sync, Why: "--route sync"}, nil
-		case "batch", "auto":
-		default:
-			return Routing{}, fmt.Errorf("--route must be auto, sync or batch, got %q", o.Route)
-		}
-		prio, err := plan.ParsePriority(o.Prefer)
-		if err != nil {
-			return Routing{}, err
-		}
-		j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
-		w, err := o.World(j)
-		if err != nil {
-			return Routing{}, err
-		}
-		opts := plan.Options{Priority: prio, Deadline: o.Deadline, Chunk: o.Chunk, Window: o.Window}
-		if o.Route == "batch" {
-			opts.MinBatch = 1
-		}
-		d, err := plan.Decide(w, j, opts)
-		if err != nil {
-			return Routing{}, err
-		}
-		for _, warn := range d.Warnings {
-			o.Log.Warn("plan: " + warn)
-		}
-		r := Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid}
-		if d.Route == plan.RouteSync {
-			r.SyncOrgs = d.Orgs // a small job needs fewer organizations
-		}
-		if o.Route == "batch" {
-			r.Route, r.Why = Batch, "--route batch"
-			r.Predicted = d.BatchWall.Mid
-			if d.Batch == nil || d.Route != plan.RouteBatch {
-				// The planner would not send it all to batch; size the
-				// chunks and the window as it would, or as asked.
-				br, err := w.SimulateBatch(pending, o.Chunk, o.Window)
-				if err != nil {
-					return Routing{}, err
-				}
-				d.Batch = &br
-			}
-		}
-		if pending > 0 && r.Route == Split {
-			r.BatchShare = float64(d.BatchN) / float64(pending)
-		}
-		if r.Route != Sync {
-			// The planner's stuck threshold, floored: against the real API
-			// a healthy batch may take far longer than its prediction, and a
-			// needless escape re-drives it at full price.
-			bc := batch.Config{StuckAfter: max(d.StuckAfter, scaled(batch.MinStuckAfter))}
-			// The batch path polls as the planner modelled it: a world's own
-			// schedule (a limits file's poll_min/poll_max, or a simulator's,
-			// scaled), else the defaults on the simulator's clock.
-			switch p := w.Poll; {
-			case p.Min > 0 && (p.Min != plan.DefaultPollMin || p.Max != plan.DefaultPollMax):
-				bc.PollMin, bc.PollMax = p.Min, p.Max
-			case k != 1:
-				bc.PollMin, bc.PollMax = scaled(batch.DefaultPollMin), scaled(batch.DefaultPollMax)
-			}
-			if d.Batch != nil {
-				bc.ChunkSize, bc.WindowByOrg, bc.Turnaround = d.Batch.Chunk, d.Batch.WindowByOrg(), d.Batch.MaxTurnaround
-				bc.WindowPerOrg = d.Batch.MinWindowRequests()
-			}
-			if o.StuckAfter != 0 {
-				bc.StuckAfter = o.StuckAfter
-			}
-			if o.Deadline > 0 {
-				bc.Deadline = o.Now().Add(o.Deadline)
-			}
-			r.Batch = bc
-		}
-		if o.OnDecision != nil {
-			o.OnDecision(d)
-		}
-		o.Log.Info("route chosen", "route", r.Route, "predicted", r.Predicted.Round(time.Second), "why", r.Why)
-		return r, nil
+	return &Router{o: o, k: k, scaled: func(d time.Duration) time.Duration { return time.Duration(float64(d) / k) }}
+}
+
+// Route decides the routing of a surveyed input with pending requests to
+// send.
+func (p *Router) Route(s jsonl.Summary, pending int) (Routing, error) {
+	o := p.o
+	switch o.Route {
+	case "sync":
+		return Routing{Route: Sync, Why: "--route sync"}, nil
+	case "batch", "auto":
+	default:
+		return Routing{}, fmt.Errorf("--route must be auto, sync or batch, got %q", o.Route)
 	}
+	prio, err := plan.ParsePriority(o.Prefer)
+	if err != nil {
+		return Routing{}, err
+	}
+	j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
+	w, err := o.World(j)
+	if err != nil {
+		return Routing{}, err
+	}
+	opts := plan.Options{Priority: prio, Deadline: o.Deadline, Chunk: o.Chunk, Window: o.Window}
+	if o.Route == "batch" {
+		opts.MinBatch = 1
+	}
+	d, err := plan.Decide(w, j, opts)
+	if err != nil {
+		return Routing{}, err
+	}
+	for _, warn := range d.Warnings {
+		o.Log.Warn("plan: " + warn)
+	}
+	if o.Route == "batch" && (d.Batch == nil || d.Route != plan.RouteBatch) {
+		// The planner would not send it all to batch; size the chunks and
+		// the window as it would, or as asked.
+		br, err := w.SimulateBatch(pending, o.Chunk, o.Window)
+		if err != nil {
+			return Routing{}, err
+		}
+		d.Batch = &br
+	}
+	r := p.routingFor(d, w, pending)
+	if o.Route == "batch" {
+		r.Route, r.Why, r.Predicted, r.BatchShare = Batch, "--route batch", d.BatchWall.Mid, 0
+	}
+	if o.OnDecision != nil {
+		o.OnDecision(d)
+	}
+	p.mu.Lock()
+	p.decided, p.world, p.job, p.decision, p.routing = true, w, j, d, r
+	p.started, p.since = o.Now(), o.Now()
+	p.mu.Unlock()
+	o.Log.Info("route chosen", "route", r.Route, "predicted", r.Predicted.Round(time.Second), "why", r.Why)
+	return r, nil
+}
+
+// routingFor turns decision d, made in world w for pending requests, into a
+// Routing.
+func (p *Router) routingFor(d plan.Decision, w plan.World, pending int) Routing {
+	o, k := p.o, p.k
+	r := Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid}
+	if d.Route == plan.RouteSync {
+		r.SyncOrgs = d.Orgs // a small job needs fewer organizations
+	}
+	if pending > 0 && r.Route == Split {
+		r.BatchShare = float64(d.BatchN) / float64(pending)
+	}
+	if d.Route == plan.RouteSync && o.Route != "batch" {
+		return r
+	}
+	// The planner's stuck threshold, floored: against the real API a
+	// healthy batch may take far longer than its prediction, and a
+	// needless escape re-drives it at full price.
+	bc := batch.Config{StuckAfter: max(d.StuckAfter, p.scaled(batch.MinStuckAfter))}
+	// The batch path polls as the planner modelled it: a world's own
+	// schedule (a limits file's poll_min/poll_max, or a simulator's,
+	// scaled), else the defaults on the simulator's clock.
+	switch pl := w.Poll; {
+	case pl.Min > 0 && (pl.Min != plan.DefaultPollMin || pl.Max != plan.DefaultPollMax):
+		bc.PollMin, bc.PollMax = pl.Min, pl.Max
+	case k != 1:
+		bc.PollMin, bc.PollMax = p.scaled(batch.DefaultPollMin), p.scaled(batch.DefaultPollMax)
+	}
+	if d.Batch != nil {
+		bc.ChunkSize, bc.WindowByOrg, bc.Turnaround = d.Batch.Chunk, d.Batch.WindowByOrg(), d.Batch.MaxTurnaround
+		bc.WindowPerOrg = d.Batch.MinWindowRequests()
+	}
+	if o.StuckAfter != 0 {
+		bc.StuckAfter = o.StuckAfter
+	}
+	if o.Deadline > 0 {
+		bc.Deadline = p.started.Add(o.Deadline)
+		if p.started.IsZero() {
+			bc.Deadline = o.Now().Add(o.Deadline)
+		}
+	}
+	r.Batch = bc
+	return r
+}
+
+// Measure is what a run hands Replan about once a second.
+type Measure struct {
+	// At is now, on the Router's clock (Options.Now).
+	At time.Time
+	// Lanes are the dispatcher's lanes now (Dispatcher.Snapshot).
+	Lanes []dispatch.LaneView
+	// Unsent counts the pending requests no side has taken yet.
+	Unsent int
+	// SyncAnswered counts the sync answers of this run so far.
+	SyncAnswered int64
+	// SyncBacklog: the sync side still has requests to send (its feeder
+	// has not reached the end of the input); a draining queue is not a slow
+	// world.
+	SyncBacklog bool
+}
+
+// Replan re-decides the route of the unsent requests when a rule says it
+// is time: the first answers are in, or the measured sync rate stays more
+// than 20 % off the plan. It returns the new Routing and true when the
+// route changes (the caller applies it with Fanout.Reroute). It never
+// re-plans a run whose route was forced, or one not yet routed.
+func (p *Router) Replan(m Measure) (Routing, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.o.Route != "auto" || !p.decided || p.replans >= maxReplans || m.Unsent <= 0 {
+		return Routing{}, false
+	}
+	pool := api.PoolOf(p.job.Model)
+	var answers int64
+	lanes := 0
+	latency := time.Duration(0)
+	for _, v := range m.Lanes {
+		if v.Pool != pool || v.Dead {
+			continue
+		}
+		lanes++
+		answers += v.OK
+		latency = max(latency, v.State.Latency)
+	}
+	p.history = append(p.history, ratePoint{m.At, m.SyncAnswered})
+	var why string
+	efficiency := 0.0
+	if !p.first {
+		waited := m.At.Sub(p.started) >= p.scaled(firstAnswersWait)
+		if answers < int64(max(firstAnswersMin, 2*lanes)) && (answers == 0 || !waited) {
+			return Routing{}, false
+		}
+		p.first = true
+		why = fmt.Sprintf("the first %d answers are in", answers)
+	} else {
+		measured, ok := p.syncRate(m, latency)
+		if !ok {
+			return Routing{}, false
+		}
+		expected := p.decision.SyncRate
+		if expected <= 0 || math.Abs(measured/expected-1) <= replanOff {
+			p.off = 0
+			return Routing{}, false
+		}
+		if p.off++; p.off < 2 {
+			return Routing{}, false
+		}
+		why = fmt.Sprintf("the sync side ran at %.1f req/s, the plan said %.1f", measured, expected)
+		efficiency = measured
+	}
+	p.replans++
+	p.off = 0
+	p.since = m.At
+	p.history = p.history[:0]
+	return p.replanLocked(m, why, efficiency)
+}
+
+// syncRate is the sync answers' rate over the last window, once the
+// window since the last re-plan is long enough and the sync side still
+// has work.
+func (p *Router) syncRate(m Measure, latency time.Duration) (float64, bool) {
+	if !m.SyncBacklog || p.decision.SyncN == 0 {
+		p.off = 0
+		return 0, false
+	}
+	window := max(p.scaled(rateWindowMin), rateWindowLatencies*latency)
+	if m.At.Sub(p.since) < window {
+		return 0, false
+	}
+	// The oldest point inside the window, and history trimmed to it.
+	i := 0
+	for i < len(p.history)-1 && m.At.Sub(p.history[i+1].at) >= window {
+		i++
+	}
+	p.history = p.history[i:]
+	first := p.history[0]
+	dt := m.At.Sub(first.at).Seconds()
+	if dt <= 0 {
+		return 0, false
+	}
+	return float64(m.SyncAnswered-first.n) / dt, true
+}
+
+// replanLocked plans the unsent requests in the world the lanes show;
+// measured > 0 is the sync rate measured, which the world then carries as
+// its efficiency.
+func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing, bool) {
+	log := p.o.Log
+	w, _, err := observe.Live(p.world, m.Lanes, p.job.Model, p.job.MaxTokens, p.k, m.At)
+	if err != nil {
+		log.Warn("re-plan skipped", "why", why, "err", err)
+		return Routing{}, false
+	}
+	j := p.job
+	j.N = m.Unsent
+	if measured > 0 {
+		if model, _, err := w.SyncRate(j); err == nil && model > 0 {
+			w.Efficiency = min(max(measured/model, 0.05), 2)
+		}
+	}
+	prio, _ := plan.ParsePriority(p.o.Prefer)
+	opts := plan.Options{Priority: prio, Chunk: p.o.Chunk, Window: p.o.Window}
+	if p.o.Deadline > 0 {
+		opts.Deadline = max(p.o.Deadline-m.At.Sub(p.started), time.Second)
+	}
+	d, err := plan.Decide(w, j, opts)
+	if err != nil {
+		log.Warn("re-plan skipped", "why", why, "err", err)
+		return Routing{}, false
+	}
+	old := p.routing
+	r := p.routingFor(d, w, m.Unsent)
+	p.decision = d
+	same := r.Route == old.Route && math.Abs(r.BatchShare-old.BatchShare) <= replanShare
+	if same {
+		log.Info("re-planned: the route stays "+old.Route, "why", why, "unsent", m.Unsent,
+			"predicted", d.Wall.Mid.Round(time.Second), "efficiency", fmt.Sprintf("%.2f", max(w.Efficiency, 0)))
+		return Routing{}, false
+	}
+	r.Why = fmt.Sprintf("re-planned (%s): %s", why, d.Why)
+	p.routing = r
+	log.Info("re-planned: the route changes", "from", describe(old), "to", describe(r), "why", why,
+		"unsent", m.Unsent, "predicted", d.Wall.Mid.Round(time.Second))
+	return r, true
+}
+
+// describe names a routing: its route, with the batch share of a split.
+func describe(r Routing) string {
+	if r.Route == Split {
+		return fmt.Sprintf("split (%.0f %% batch)", 100*r.BatchShare)
+	}
+	return r.Route
 }

@@ -96,12 +96,14 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 			cfg.Cache = rc
 			watchCtx, stopWatch := context.WithCancel(cmd.Context()) // the key watch ends with the job
 			defer stopWatch()
+			rt := rf.router(pool.Keys(), c, nil, log)
 			cfg.Engine = job.Options{
 				MaxCost: maxCost, Grace: grace, Dispatch: eng.dispatchConfig(c, pool, log),
 				Terminal: term.IsTerminal(int(os.Stderr.Fd())), Logger: log, Redact: redactLoaded,
 				Rotations: eng.watchKeys(watchCtx, pool, log),
 				Command:   "sluice " + strings.Join(os.Args[1:], " "),
-				Plan:      rf.router(pool.Keys(), c, nil, log),
+				Plan:      rt.Route,
+				Replan:    rt.Replan,
 				Observe:   rf.observer(log),
 			}
 			if !noProgress {

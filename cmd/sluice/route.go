@@ -12,7 +12,6 @@ import (
 
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/observe"
 	"github.com/sluice-dev/sluice/plan"
@@ -72,12 +71,14 @@ func (f *routeFlags) fromEnv(cmd *cobra.Command) error {
 // organization (docs/observe.md). world, if set, is the planner's world
 // (the demo's simulator), and timeScale the simulator's clock (1 for the
 // real API). c sends the probes (nil: none).
-func (f routeFlags) router(ks []*keys.Key, c *client.Client, world *plan.World, log *slog.Logger) func(jsonl.Summary, int) (route.Routing, error) {
+// The Router's Route is job.Options.Plan, its Replan job.Options.Replan
+// (`--route auto` re-plans once the first answers are in: docs/route.md).
+func (f routeFlags) router(ks []*keys.Key, c *client.Client, world *plan.World, log *slog.Logger) *route.Router {
 	return f.routerScaled(ks, c, world, 1, log)
 }
 
-func (f routeFlags) routerScaled(ks []*keys.Key, c *client.Client, world *plan.World, timeScale float64, log *slog.Logger) func(jsonl.Summary, int) (route.Routing, error) {
-	return route.Planner(route.Options{
+func (f routeFlags) routerScaled(ks []*keys.Key, c *client.Client, world *plan.World, timeScale float64, log *slog.Logger) *route.Router {
+	return route.NewRouter(route.Options{
 		Route: f.route, Prefer: f.prefer, Deadline: f.deadline, Chunk: f.chunk, Window: f.window,
 		StuckAfter: f.stuckAfter, TimeScale: timeScale, Log: log,
 		World: func(j plan.Job) (plan.World, error) { return f.world(ks, c, world, j, log) },

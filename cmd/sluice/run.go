@@ -78,7 +78,8 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 			if err := rf.fromEnv(cmd); err != nil {
 				return err
 			}
-			opts.Plan = rf.router(pool.Keys(), c, nil, log)
+			rt := rf.router(pool.Keys(), c, nil, log)
+			opts.Plan, opts.Replan = rt.Route, rt.Replan
 			opts.Observe = rf.observer(log)
 			rc, err := cf.open(cmd, log)
 			if err != nil {

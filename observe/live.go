@@ -1,0 +1,95 @@
+package observe
+
+import (
+	"fmt"
+	"maps"
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/budget"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/plan"
+)
+
+// Live returns base with model's organizations as a running job's lanes
+// see them now — the planner's world for a re-plan mid-run (docs/route.md,
+// "Re-planning mid-run"). It is Apply over the lanes' own samples (the
+// limits their headers showed, their recent latency and answer lengths),
+// with two differences from a plan made before the first call:
+//
+//   - the ramp starts at the lanes' current concurrency limit (the least
+//     of them), not cold;
+//   - the buckets hold what the lanes' headers last said they hold, not a
+//     full window: the burst left is the smallest headroom above the
+//     reserve, in seconds of refill.
+//
+// timeScale is the simulator's (0 or 1 against the real API): the lanes
+// read per-minute limits on its clock, the world counts real time. A lane
+// that is dead, of another pool, or of an unknown organization is left
+// out; with none left Live fails.
+func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens int, timeScale float64, now time.Time) (plan.World, Provenance, error) {
+	k := timeScale
+	if k <= 0 {
+		k = 1
+	}
+	pool := api.PoolOf(model)
+	var live []dispatch.LaneView
+	var orgs []OrgRef
+	seen := map[string]bool{}
+	for _, v := range views {
+		if v.Dead || v.Pool != pool || v.OrgID == "" || seen[v.OrgID] {
+			continue
+		}
+		seen[v.OrgID] = true
+		live = append(live, v)
+		orgs = append(orgs, OrgRef{ID: v.OrgID, Label: v.Org})
+	}
+	if len(orgs) == 0 {
+		return base, nil, fmt.Errorf("observe: no live lane of pool %s to re-plan for", pool)
+	}
+	samples := FromLanes(live, maxTokens, now)
+	for i := range samples {
+		if l := samples[i].Limits; l != nil {
+			l.RPM, l.ITPM, l.OTPM = l.RPM*k, l.ITPM*k, l.OTPM*k
+			l.DepthSeconds /= k
+		}
+	}
+	f := &File{Version: fileVersion, Orgs: map[string]*Org{}}
+	f.Add(samples...)
+	w := base
+	w.Latency = maps.Clone(base.Latency) // Apply's fit writes to it: not through to base
+	if w.Latency == nil {
+		w.Latency = map[api.Pool]plan.Latency{}
+	}
+	prov, _ := Apply(&w, f, orgs, model, maxTokens, now)
+
+	start := 0
+	window := math.Inf(1)
+	for _, v := range live {
+		if v.State.Limit > 0 && (start == 0 || v.State.Limit < start) {
+			start = v.State.Limit
+		}
+		for _, d := range []budget.Dim{budget.Requests, budget.InputTokens, budget.OutputTokens} {
+			b := v.State.Buckets[d]
+			if !b.Known || b.Limit <= 0 || b.Depth <= 0 {
+				continue
+			}
+			refill := b.Limit * k / 60 // per real second
+			head := math.Max(0, b.Level-b.Reserve(w.Reserve))
+			window = math.Min(window, head/refill/(1-w.Reserve))
+		}
+	}
+	if start > 0 {
+		w.Ramp.Start = start
+		prov = append(prov, fmt.Sprintf("ramp: warm, from the lanes' concurrency limit now (%d)", start))
+	}
+	if !math.IsInf(window, 1) {
+		w.BucketWindow = time.Duration(window * float64(time.Second))
+		prov = append(prov, fmt.Sprintf("buckets: %.1f s of burst left above the reserve (the lanes' levels now)", window))
+	}
+	if err := w.Validate(); err != nil {
+		return base, prov, fmt.Errorf("observe: the lanes' view makes no valid world: %w", err)
+	}
+	return w, prov, nil
+}
