@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/apimodel"
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -108,4 +110,41 @@ func TestReplanBackAndForth(t *testing.T) {
 	if len(rep.Replans) == 0 {
 		t.Fatal("no re-plan was applied")
 	}
+}
+
+// TestAutoReplansForTheWorldItFinds: `--route auto` planned for a fast
+// world (the three-org preset) is sent into one whose organizations allow
+// 30 requests a minute each, with buckets a second deep: once the first
+// answers show it, the Router moves the unsent requests to batch, and
+// every request is answered once.
+func TestAutoReplansForTheWorldItFinds(t *testing.T) {
+	const k = 200
+	e := newEnv(t, 3000, func(c *sim.Config) {
+		c.TimeScale = k
+		c.BucketWindow = apimodel.Duration(time.Second)
+		for i := range c.Orgs {
+			c.Orgs[i].DefaultLimits = &sim.Limits{RPM: 30, ITPM: 1e9, OTPM: 1e9}
+			c.Orgs[i].Limits = nil
+		}
+	})
+	fast := sim.Default()
+	fast.TimeScale = k
+	w := plan.FromModel(fast.Model(), nil)
+	o := e.options()
+	rt := route.NewRouter(route.Options{Route: "auto", Prefer: "latency", TimeScale: k, Log: o.Logger,
+		World: func(plan.Job) (plan.World, error) { return w, nil }})
+	o.Plan, o.Replan, o.ReplanInterval = rt.Route, rt.Replan, 20*time.Millisecond
+	rep, err := e.run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.checkExactlyOnce()
+	answeredOnce(t, e.sim, 3000)
+	if rep.Route != route.Sync || len(rep.Replans) == 0 || rep.Replans[0].Route == route.Sync {
+		t.Fatalf("route %s, re-plans %+v; want sync first, then batch or a split\n%s", rep.Route, rep.Replans, e.logBuf)
+	}
+	if rep.Batch.Submitted < 1000 {
+		t.Fatalf("only %d requests went by batch\n%s", rep.Batch.Submitted, e.logBuf)
+	}
+	t.Logf("re-planned at %.1f s: %s", rep.Replans[0].AtSeconds, rep.Replans[0].Why)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/lane"
+	"github.com/sluice-dev/sluice/route"
 )
 
 // Report is what a run did; --report writes it as JSON.
@@ -242,6 +243,14 @@ func (r *Report) Summary(w io.Writer) {
 			fmt.Fprintf(w, " — %s", r.RouteWhy)
 		}
 		fmt.Fprintln(w)
+		for _, rp := range r.Replans {
+			to := rp.Route
+			if to == route.Split {
+				to = fmt.Sprintf("split, %.0f %% of the unsent by batch", 100*rp.BatchShare)
+			}
+			fmt.Fprintf(w, "  re-planned at %s: %s (predicted %s more) — %s\n", fmtDur(time.Duration(rp.AtSeconds*float64(time.Second))), to,
+				fmtDur(time.Duration(rp.PredictedSeconds*float64(time.Second))), rp.Why)
+		}
 	}
 	fmt.Fprintf(w, "  cost: $%.4f (sync $%.4f, batch $%.4f)\n", r.Cost.Total.USD, r.Cost.Total.SyncUSD, r.Cost.Total.BatchUSD)
 	if r.Cache.Mode != "" {

@@ -24,15 +24,11 @@ import (
 //     full window: the burst left is the smallest headroom above the
 //     reserve, in seconds of refill.
 //
-// timeScale is the simulator's (0 or 1 against the real API): the lanes
-// read per-minute limits on its clock, the world counts real time. A lane
-// that is dead, of another pool, or of an unknown organization is left
-// out; with none left Live fails.
-func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens int, timeScale float64, now time.Time) (plan.World, Provenance, error) {
-	k := timeScale
-	if k <= 0 {
-		k = 1
-	}
+// A lane's limits are per minute of real time already (a simulator
+// running K times fast shows limits K times larger: docs/sim.md), as the
+// world's are. A lane that is dead, of another pool, or of an unknown
+// organization is left out; with none left Live fails.
+func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens int, now time.Time) (plan.World, Provenance, error) {
 	pool := api.PoolOf(model)
 	var live []dispatch.LaneView
 	var orgs []OrgRef
@@ -49,12 +45,6 @@ func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens in
 		return base, nil, fmt.Errorf("observe: no live lane of pool %s to re-plan for", pool)
 	}
 	samples := FromLanes(live, maxTokens, now)
-	for i := range samples {
-		if l := samples[i].Limits; l != nil {
-			l.RPM, l.ITPM, l.OTPM = l.RPM*k, l.ITPM*k, l.OTPM*k
-			l.DepthSeconds /= k
-		}
-	}
 	f := &File{Version: fileVersion, Orgs: map[string]*Org{}}
 	f.Add(samples...)
 	w := base
@@ -75,7 +65,7 @@ func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens in
 			if !b.Known || b.Limit <= 0 || b.Depth <= 0 {
 				continue
 			}
-			refill := b.Limit * k / 60 // per real second
+			refill := b.Limit / 60 // per second
 			head := math.Max(0, b.Level-b.Reserve(w.Reserve))
 			window = math.Min(window, head/refill/(1-w.Reserve))
 		}

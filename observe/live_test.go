@@ -12,7 +12,7 @@ import (
 )
 
 // TestLiveIsTheLanesWorldNow: a re-plan's world has each live lane's
-// header limits (per real minute on a simulator running 10× fast), the
+// header limits, the
 // ramp warm at the lanes' least concurrency limit, and the burst the
 // buckets hold now above the reserve — not a full window; a dead lane and
 // a lane of another pool are left out, and the base world is not written
@@ -34,22 +34,22 @@ func TestLiveIsTheLanesWorldNow(t *testing.T) {
 
 	base := plan.NewWorld("your organizations")
 	baseLat := len(base.Latency)
-	w, prov, err := Live(base, []dispatch.LaneView{a, b, dead, other}, "claude-sonnet-4-5", 256, 10, t0)
+	w, prov, err := Live(base, []dispatch.LaneView{a, b, dead, other}, "claude-sonnet-4-5", 256, t0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(w.Orgs) != 2 || w.Orgs[0].Name != "high_prio" || w.Orgs[1].Name != "low_prio" {
 		t.Fatalf("orgs = %+v, want high_prio and low_prio", w.Orgs)
 	}
-	if got := w.Orgs[0].Limits[api.PoolSonnet4].RPM; got != 6000 {
-		t.Errorf("high_prio RPM = %v, want 600 × time scale 10", got)
+	if got := w.Orgs[0].Limits[api.PoolSonnet4].RPM; got != 600 {
+		t.Errorf("high_prio RPM = %v, want its headers' 600", got)
 	}
 	if w.Ramp.Start != 12 {
 		t.Errorf("ramp start = %d, want the least lane limit 12", w.Ramp.Start)
 	}
-	// high_prio: 30 requests less the reserve's share of 100, at 6000/min
-	// = 100/s real, over (1 − reserve).
-	want := (30 - 100*w.Reserve) / 100 / (1 - w.Reserve)
+	// high_prio: 30 requests less the reserve's share of 100, at 600/min
+	// = 10/s, over (1 − reserve).
+	want := (30 - 100*w.Reserve) / 10 / (1 - w.Reserve)
 	if got := w.BucketWindow.Seconds(); math.Abs(got-want) > 1e-6 {
 		t.Errorf("bucket window = %.4f s, want %.4f (the shallowest headroom now)", got, want)
 	}
@@ -59,7 +59,7 @@ func TestLiveIsTheLanesWorldNow(t *testing.T) {
 	if len(prov) == 0 {
 		t.Error("no provenance")
 	}
-	if _, _, err := Live(base, []dispatch.LaneView{dead, other}, "claude-sonnet-4-5", 256, 1, t0); err == nil {
+	if _, _, err := Live(base, []dispatch.LaneView{dead, other}, "claude-sonnet-4-5", 256, t0); err == nil {
 		t.Error("Live with no live lane of the pool did not fail")
 	}
 }

@@ -316,10 +316,13 @@ func (p *Router) syncRate(m Measure, latency time.Duration) (float64, bool) {
 // its efficiency.
 func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing, bool) {
 	log := p.o.Log
-	w, _, err := observe.Live(p.world, m.Lanes, p.job.Model, p.job.MaxTokens, p.k, m.At)
+	w, prov, err := observe.Live(p.world, m.Lanes, p.job.Model, p.job.MaxTokens, m.At)
 	if err != nil {
 		log.Warn("re-plan skipped", "why", why, "err", err)
 		return Routing{}, false
+	}
+	for _, line := range prov {
+		log.Debug("re-plan: " + line)
 	}
 	j := p.job
 	j.N = m.Unsent
