@@ -146,10 +146,13 @@ type Org struct {
 type Model struct {
 	TimeScale    float64
 	BucketWindow Duration
-	Latency      map[string]LatencyModel // per pool; "default" for the rest
-	Output       OutputModel
-	Batch        BatchModel
-	Orgs         []Org
+	// BucketsStartEmpty: every bucket is drained when the job starts (as
+	// by a colleague's or an earlier job's use), not full.
+	BucketsStartEmpty bool
+	Latency           map[string]LatencyModel // per pool; "default" for the rest
+	Output            OutputModel
+	Batch             BatchModel
+	Orgs              []Org
 }
 
 // Default is the calibrated model with no organizations, at time scale 1.

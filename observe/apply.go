@@ -81,6 +81,24 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 	} else {
 		prov = append(prov, fmt.Sprintf("bucket depth: %.0f s of refill (default: not learned)", w.BucketWindow.Seconds()))
 	}
+	// A probe sent just now says how full the buckets are: the plan that
+	// follows starts from that, not from full. Older, they have refilled.
+	drained, probed := 0.0, false
+	for _, o := range orgs {
+		po := f.Pool(o.ID, pool)
+		if po == nil || po.Limits == nil || po.Limits.Source != SourceProbe || now.Sub(po.Limits.At) > FreshProbe || w.BucketWindow <= 0 {
+			continue
+		}
+		probed = true
+		full := po.Limits.RemainingSeconds / w.BucketWindow.Seconds()
+		drained = math.Max(drained, 1-math.Min(full, 1))
+	}
+	if probed {
+		w.BucketDrained = drained
+		prov = append(prov, fmt.Sprintf("buckets at the start: %.0f %% drained (the probes' remaining headers, the emptiest org)", 100*drained))
+	} else {
+		prov = append(prov, "buckets at the start: full (an idle organization's; no fresh probe)")
+	}
 	base := w.DefaultLatency
 	if l, ok := w.Latency[pool]; ok {
 		base = l
@@ -100,6 +118,11 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 	}
 	return prov, unknown
 }
+
+// FreshProbe is how long a probe's remaining headers describe the
+// buckets: within it a plan starts from them, after it from full (an
+// idle bucket refills within a minute).
+const FreshProbe = 2 * time.Minute
 
 // fitLatency returns base with the TTFT that makes its mean latency
 // meanSec at meanOut output tokens; when that TTFT would be under

@@ -20,9 +20,8 @@ import (
 //
 //   - the ramp starts at the lanes' current concurrency limit (the least
 //     of them), not cold;
-//   - the buckets hold what the lanes' headers last said they hold, not a
-//     full window: the burst left is the smallest headroom above the
-//     reserve, in seconds of refill.
+//   - the buckets hold what the lanes' headers last said they hold, not
+//     full: BucketDrained is the most drained known bucket's share.
 //
 // A lane's limits are per minute of real time already (a simulator
 // running K times fast shows limits K times larger: docs/sim.md), as the
@@ -55,7 +54,7 @@ func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens in
 	prov, _ := Apply(&w, f, orgs, model, maxTokens, now)
 
 	start := 0
-	window := math.Inf(1)
+	drained, known := 0.0, false
 	for _, v := range live {
 		if v.State.Limit > 0 && (start == 0 || v.State.Limit < start) {
 			start = v.State.Limit
@@ -65,18 +64,17 @@ func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens in
 			if !b.Known || b.Limit <= 0 || b.Depth <= 0 {
 				continue
 			}
-			refill := b.Limit / 60 // per second
-			head := math.Max(0, b.Level-b.Reserve(w.Reserve))
-			window = math.Min(window, head/refill/(1-w.Reserve))
+			known = true
+			drained = math.Max(drained, 1-math.Min(math.Max(b.Level/b.Depth, 0), 1))
 		}
 	}
 	if start > 0 {
 		w.Ramp.Start = start
 		prov = append(prov, fmt.Sprintf("ramp: warm, from the lanes' concurrency limit now (%d)", start))
 	}
-	if !math.IsInf(window, 1) {
-		w.BucketWindow = time.Duration(window * float64(time.Second))
-		prov = append(prov, fmt.Sprintf("buckets: %.1f s of burst left above the reserve (the lanes' levels now)", window))
+	if known {
+		w.BucketDrained = drained
+		prov = append(prov, fmt.Sprintf("buckets now: %.0f %% drained (the emptiest the lanes' headers show)", 100*drained))
 	}
 	if err := w.Validate(); err != nil {
 		return base, prov, fmt.Errorf("observe: the lanes' view makes no valid world: %w", err)

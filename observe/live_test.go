@@ -13,8 +13,8 @@ import (
 
 // TestLiveIsTheLanesWorldNow: a re-plan's world has each live lane's
 // header limits, the
-// ramp warm at the lanes' least concurrency limit, and the burst the
-// buckets hold now above the reserve — not a full window; a dead lane and
+// ramp warm at the lanes' least concurrency limit, and the buckets as
+// drained as the emptiest lane's are now — not full; a dead lane and
 // a lane of another pool are left out, and the base world is not written
 // through.
 func TestLiveIsTheLanesWorldNow(t *testing.T) {
@@ -47,11 +47,9 @@ func TestLiveIsTheLanesWorldNow(t *testing.T) {
 	if w.Ramp.Start != 12 {
 		t.Errorf("ramp start = %d, want the least lane limit 12", w.Ramp.Start)
 	}
-	// high_prio: 30 requests less the reserve's share of 100, at 600/min
-	// = 10/s, over (1 − reserve).
-	want := (30 - 100*w.Reserve) / 10 / (1 - w.Reserve)
-	if got := w.BucketWindow.Seconds(); math.Abs(got-want) > 1e-6 {
-		t.Errorf("bucket window = %.4f s, want %.4f (the shallowest headroom now)", got, want)
+	// high_prio holds 30 of its 100: 70 % drained, the emptiest.
+	if got := w.BucketDrained; math.Abs(got-0.7) > 1e-9 {
+		t.Errorf("bucket drained = %.3f, want 0.7 (the emptiest lane now)", got)
 	}
 	if len(base.Latency) != baseLat {
 		t.Error("Live wrote the fitted latency into the base world's map")

@@ -83,12 +83,16 @@ const ProbeRetryAfter = 24 * time.Hour
 // headers never came) and the bucket depth the lanes learned, in seconds
 // of refill (0: not learned).
 type Limits struct {
-	RPM          float64   `json:"rpm"`
-	ITPM         float64   `json:"itpm"`
-	OTPM         float64   `json:"otpm"`
-	DepthSeconds float64   `json:"depth_seconds,omitempty"`
-	Source       string    `json:"source"` // SourceHeaders or SourceProbe
-	At           time.Time `json:"at"`
+	RPM          float64 `json:"rpm"`
+	ITPM         float64 `json:"itpm"`
+	OTPM         float64 `json:"otpm"`
+	DepthSeconds float64 `json:"depth_seconds,omitempty"`
+	// RemainingSeconds is what a probe's answer said was left, in seconds
+	// of refill of the emptiest dimension (0 with Source not a probe): how
+	// full the buckets are when a plan follows the probe at once.
+	RemainingSeconds float64   `json:"remaining_seconds,omitempty"`
+	Source           string    `json:"source"` // SourceHeaders or SourceProbe
+	At               time.Time `json:"at"`
 }
 
 // Where limits came from.

@@ -69,6 +69,18 @@ func Probe(ctx context.Context, c *client.Client, key *keys.Key, org OrgRef, mod
 	if rl.OutputTokens.Present {
 		l.OTPM = float64(rl.OutputTokens.Limit)
 	}
+	// How full the buckets are now, in seconds of refill: the emptiest
+	// dimension's remaining (after this probe's own cost).
+	l.RemainingSeconds = -1
+	for _, d := range []api.LimitState{rl.Requests, rl.InputTokens, rl.OutputTokens} {
+		if d.Present && d.Limit > 0 {
+			s := float64(max(d.Remaining, 0)) / (float64(d.Limit) / 60)
+			if l.RemainingSeconds < 0 || s < l.RemainingSeconds {
+				l.RemainingSeconds = s
+			}
+		}
+	}
+	l.RemainingSeconds = max(l.RemainingSeconds, 0)
 	res.Sample = Sample{OrgID: org.ID, Label: org.Label, Pool: api.PoolOf(model), Limits: l, At: l.At}
 	return res, nil
 }

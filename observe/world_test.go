@@ -111,3 +111,39 @@ func TestBadObservationsAreSetAside(t *testing.T) {
 		t.Errorf("the negative RPM was used: %+v\n%s", w.Orgs[0], prov)
 	}
 }
+
+// TestProbeSeesDrainedBuckets: probes whose headers show 6 of 600
+// requests left (a colleague drained the buckets) make the plan that
+// follows them start drained; once the probe is older than FreshProbe the
+// buckets have refilled and the plan starts full again.
+func TestProbeSeesDrainedBuckets(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Set("anthropic-ratelimit-requests-limit", "600")
+		h.Set("anthropic-ratelimit-requests-remaining", "6")
+		h.Set("anthropic-ratelimit-requests-reset", time.Now().Add(time.Minute).UTC().Format(time.RFC3339))
+		fmt.Fprint(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":"max_tokens","usage":{"input_tokens":8,"output_tokens":1}}`)
+	}))
+	defer srv.Close()
+	now := t0
+	path := filepath.Join(t.TempDir(), "observations.json")
+	o := WorldOptions{Path: path, Keys: testKeys(t), Client: client.New(client.Config{BaseURL: srv.URL}), Model: "claude-sonnet-4-5", MaxTokens: 256,
+		Now: func() time.Time { return now }}
+	w, prov, err := ForKeys(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 6 left of a 60 s window at 10/s: 0.6 s of 60 s, 99 % drained.
+	if w.BucketDrained < 0.98 || w.BucketDrained > 1 {
+		t.Fatalf("bucket drained %.3f after a probe showing 6 of 600 left\n%s", w.BucketDrained, prov)
+	}
+	now = now.Add(FreshProbe + time.Second)
+	w, prov, err = ForKeys(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.BucketDrained != 0 || !strings.Contains(prov.String(), "buckets at the start: full") {
+		t.Fatalf("bucket drained %.3f from a probe %v old\n%s", w.BucketDrained, FreshProbe+time.Second, prov)
+	}
+}

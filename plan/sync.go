@@ -99,7 +99,7 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 	m.tc = m.d * math.Log2(m.cap/m.s)
 	m.t0, m.td = math.Inf(1), math.Inf(1)
 	if m.rb < m.rCap {
-		m.Burst = (1 - w.Reserve) * w.BucketWindow.Seconds() * m.rb
+		m.Burst = math.Max(0, 1-w.BucketDrained-w.Reserve) * w.BucketWindow.Seconds() * m.rb
 		m.t0 = math.Max(0, m.d*math.Log2(m.rb*lat/m.s))
 		// The bucket drains at c(t) ÷ L − refill from t0 on: find where
 		// the drained amount reaches the burst. g grows by at least

@@ -159,7 +159,13 @@ type World struct {
 	// (1 − Reserve) · limit · BucketWindow before it is paced at the refill
 	// rate.
 	BucketWindow time.Duration
-	Ramp         Ramp
+	// BucketDrained is the fraction of every bucket's depth already spent
+	// when the job starts: 0 (the default) is full, an idle organization's
+	// state; 1 is empty. A fresh probe's remaining headers, or a re-plan's
+	// lanes, measure it. The burst is then (1 − BucketDrained − Reserve) ·
+	// limit · BucketWindow, never below 0.
+	BucketDrained float64
+	Ramp          Ramp
 	// Latency per pool; pools not listed use DefaultLatency.
 	Latency        map[api.Pool]Latency
 	DefaultLatency Latency
@@ -317,6 +323,7 @@ func FromModel(m apimodel.Model, caps map[api.Family]int) World {
 		Caps:          maps.Clone(DefaultCaps),
 		Reserve:       DefaultReserve,
 		BucketWindow:  m.BucketWindow.D(),
+		BucketDrained: drainedIf(m.BucketsStartEmpty),
 		Latency:       map[api.Pool]Latency{},
 		Output:        OutputModel{Min: m.Output.Min, Max: m.Output.Max},
 		Batch:         batch(m.Batch),
@@ -352,6 +359,15 @@ func FromModel(m apimodel.Model, caps map[api.Family]int) World {
 	return w
 }
 
+// drainedIf is World.BucketDrained of a model whose buckets start empty or
+// full.
+func drainedIf(empty bool) float64 {
+	if empty {
+		return 1
+	}
+	return 0
+}
+
 // Validate reports the first problem that would make predictions
 // meaningless.
 func (w World) Validate() error {
@@ -363,6 +379,9 @@ func (w World) Validate() error {
 	}
 	if w.BucketWindow < 0 {
 		return fmt.Errorf("plan: bucket window must be >= 0, got %v", w.BucketWindow)
+	}
+	if w.BucketDrained < 0 || w.BucketDrained > 1 || math.IsNaN(w.BucketDrained) {
+		return fmt.Errorf("plan: bucket drained must be in [0, 1], got %v", w.BucketDrained)
 	}
 	if w.Efficiency < 0 || math.IsNaN(w.Efficiency) || math.IsInf(w.Efficiency, 0) {
 		return fmt.Errorf("plan: efficiency must be >= 0 (0: 1), got %v", w.Efficiency)
@@ -445,6 +464,7 @@ type worldFile struct {
 	Caps           map[api.Family]int       `json:"caps"`
 	Reserve        *float64                 `json:"reserve"`
 	BucketWindow   *apimodel.Duration       `json:"bucket_window"`
+	BucketDrained  *float64                 `json:"bucket_drained"`
 	Ramp           *rampFile                `json:"ramp"`
 	Latency        map[api.Pool]latencyFile `json:"latency"`
 	DefaultLatency *latencyFile             `json:"default_latency"`
@@ -519,7 +539,8 @@ func (f batchFile) over(b BatchModel) BatchModel {
 //	   "batch_queue_cap": 500000}]}
 //
 // Optional top-level fields override NewWorld's defaults: "caps" (by
-// family), "reserve", "bucket_window", "ramp" {"start", "doubling"},
+// family), "reserve", "bucket_window", "bucket_drained" (0 full, 1
+// empty at the start), "ramp" {"start", "doubling"},
 // "latency" (by pool) and "default_latency" {"ttft", "tokens_per_sec",
 // "sigma"}, "output" {"min", "max"}, "batch" (and per org "batch")
 // {"admission_base", "admission_per_request", "processing_rate",
@@ -542,6 +563,9 @@ func ReadWorld(r io.Reader) (World, error) {
 	}
 	if f.BucketWindow != nil {
 		w.BucketWindow = f.BucketWindow.D()
+	}
+	if f.BucketDrained != nil {
+		w.BucketDrained = *f.BucketDrained
 	}
 	if f.Ramp != nil {
 		w.Ramp = Ramp{Start: f.Ramp.Start, Doubling: f.Ramp.Doubling.D()}

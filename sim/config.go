@@ -130,7 +130,7 @@ type Colleague struct {
 // predicts from. It shares nothing with c: maps and pointed-to values are
 // copied.
 func (c Config) Model() apimodel.Model {
-	m := apimodel.Model{TimeScale: c.TimeScale, BucketWindow: c.BucketWindow,
+	m := apimodel.Model{TimeScale: c.TimeScale, BucketWindow: c.BucketWindow, BucketsStartEmpty: c.BucketsStartEmpty,
 		Latency: maps.Clone(c.Latency), Output: c.Output, Batch: c.Batch}
 	for _, o := range c.Orgs {
 		mo := apimodel.Org{Name: o.Name, Limits: maps.Clone(o.Limits), BatchQueueCap: o.BatchQueueCap}
