@@ -105,7 +105,8 @@ type Dispatcher struct {
 
 	submit   chan *item
 	done     chan *attempt
-	withdraw chan *item    // a SubmitSend context ended (stream.go)
+	withdraw chan *item // a SubmitSend context ended (stream.go)
+	reclaim  chan reclaimCall
 	closed   chan struct{} // Close: no more submissions
 	closeOne sync.Once
 	served   chan struct{} // Serve returned
@@ -236,7 +237,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		cfg: cfg, now: cfg.Now, log: cfg.Logger,
 		rng:    rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		orgs:   map[string]*orgState{},
-		submit: make(chan *item), withdraw: make(chan *item), closed: make(chan struct{}), served: make(chan struct{}),
+		submit: make(chan *item), withdraw: make(chan *item), reclaim: make(chan reclaimCall), closed: make(chan struct{}), served: make(chan struct{}),
 		addKeys: make(chan []*keys.Key),
 		lanes:   map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
 		meters: map[api.Pool]*poolMeter{},
@@ -390,6 +391,8 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 			d.finish(a)
 		case it := <-d.withdraw:
 			d.withdrawItem(it)
+		case c := <-d.reclaim:
+			d.reclaimNow(c)
 		case ks := <-d.addKeys:
 			d.addKeysNow(ks, now)
 		case <-timer.C:

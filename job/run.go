@@ -438,6 +438,11 @@ func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *re
 	defer r.fan.Leave(s)
 	for {
 		gen := r.fan.Generation()
+		for _, req := range r.fan.Handoff(s) {
+			if err := submit(req); err != nil {
+				return err
+			}
+		}
 		if s == route.SideSync {
 			r.syncPassing.Store(true)
 		}
@@ -474,14 +479,29 @@ func (r *run) replan() {
 			return
 		}
 		_, views := r.d.Snapshot()
-		unsent := r.todo - r.in.cached - r.fan.Taken() + int(r.cache.hits.Load())
+		// Unsent: lines no side has taken, and those the sync queue holds
+		// but never sent (a re-plan to batch takes them back).
+		queued, err := r.d.Reclaimable(r.feedCtx)
+		if err != nil {
+			return
+		}
+		unsent := r.todo - r.in.cached - r.fan.Taken() + int(r.cache.hits.Load()) + queued
 		nr, ok := r.o.Replan(route.Measure{At: r.o.Now(), Lanes: views, Unsent: max(unsent, 0),
 			SyncAnswered: r.syncAnswered.Load(), SyncBacklog: r.syncPassing.Load()})
 		if !ok {
 			continue
 		}
 		r.sideMu.Lock()
-		br, err := r.fan.Reroute(nr)
+		br, err := r.fan.Reroute(nr, func(toBatch func(*dispatch.Request) bool) []*dispatch.Request {
+			back, err := r.d.Reclaim(r.feedCtx, toBatch)
+			if err != nil {
+				return nil // stopping: they stay where they are
+			}
+			if len(back) > 0 {
+				r.o.Logger.Info("re-plan: unsent requests taken back from the sync queue", "requests", len(back))
+			}
+			return back
+		})
 		r.sideMu.Unlock()
 		if err != nil {
 			r.o.Logger.Warn("re-plan not applied: the route stays "+r.fan.Routing().Route, "err", err)

@@ -93,6 +93,7 @@ type Fanout struct {
 	active  [numSides]bool
 	passed  [numSides]int64 // the generation of the last pass each side finished (-1: none)
 	frozen  bool
+	handoff [numSides][]*dispatch.Request // taken requests given to a side by a Reroute
 }
 
 // Open starts the batch path when the routing sends anything to batch, or
@@ -265,7 +266,12 @@ func (f *Fanout) Frozen() bool {
 // to batch while the batch path only harvests an earlier run's batches,
 // and fails with ErrFrozen once the feeders are done, or when the run
 // does not re-plan.
-func (f *Fanout) Reroute(r Routing) (opened *batch.Runner, err error) {
+//
+// reclaim, if set, takes back from the sync side the requests it holds
+// but has not sent that r sends to batch (dispatch.Dispatcher.Reclaim,
+// with ToBatch as the filter): they are handed to the batch feeder
+// (Handoff) before any feeder can see the new routing end.
+func (f *Fanout) Reroute(r Routing, reclaim func(toBatch func(*dispatch.Request) bool) []*dispatch.Request) (opened *batch.Runner, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.frozen || f.taken == nil {
@@ -285,7 +291,21 @@ func (f *Fanout) Reroute(r Routing) (opened *batch.Runner, err error) {
 		}
 	}
 	f.routing.Store(&r)
+	if reclaim != nil && r.Route != Sync {
+		back := reclaim(func(req *dispatch.Request) bool { return f.ToBatch(req.ID) })
+		f.handoff[SideBatch] = append(f.handoff[SideBatch], back...)
+	}
 	f.gen++
 	f.notifyLocked()
 	return opened, nil
+}
+
+// Handoff returns, and forgets, the requests a Reroute gave side s: its
+// feeder submits them before its next pass (their lines are taken).
+func (f *Fanout) Handoff(s Side) []*dispatch.Request {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := f.handoff[s]
+	f.handoff[s] = nil
+	return out
 }

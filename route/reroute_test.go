@@ -67,7 +67,7 @@ func TestRerouteTakesEveryLineOnce(t *testing.T) {
 				for range rng.IntN(200) {
 					runtimeYield()
 				}
-				if _, err := f.Reroute(routes[rng.IntN(len(routes))]); err != nil {
+				if _, err := f.Reroute(routes[rng.IntN(len(routes))], nil); err != nil {
 					break // frozen: the feeders are done
 				}
 			}
@@ -80,7 +80,7 @@ func TestRerouteTakesEveryLineOnce(t *testing.T) {
 			if !f.Frozen() {
 				t.Error("the feeders ended but the routing is not frozen")
 			}
-			if _, err := f.Reroute(route.Routing{Route: route.Sync}); err == nil {
+			if _, err := f.Reroute(route.Routing{Route: route.Sync}, nil); err == nil {
 				t.Error("a Reroute after the feeders ended was accepted")
 			}
 		})
@@ -97,7 +97,7 @@ func TestNoReplanOnePass(t *testing.T) {
 	if again, err := f.PassDone(context.Background(), route.SideSync, f.Generation()); again || err != nil {
 		t.Fatalf("PassDone = %v, %v; want one pass", again, err)
 	}
-	if _, err := f.Reroute(route.Routing{Route: route.Batch}); err == nil {
+	if _, err := f.Reroute(route.Routing{Route: route.Batch}, nil); err == nil {
 		t.Fatal("Reroute accepted on a run that does not re-plan")
 	}
 	first, second := f.Take(route.SideSync, 1, "a"), f.Take(route.SideSync, 1, "a")

@@ -34,10 +34,14 @@ share and how full sluice and the colleague kept that organization.`,
 				return err
 			}
 			worlds := bench.Worlds(secs)
+			autos := bench.AutoWorlds(secs)
 			out := cmd.OutOrStdout()
 			if list {
 				for _, w := range worlds {
 					fmt.Fprintf(out, "%-18s %s (time scale %g, %d requests)\n", w.Name, w.About, w.Sim.TimeScale, w.Workload.N)
+				}
+				for _, w := range autos {
+					fmt.Fprintf(out, "%-18s --route auto: %s (time scale %g, %d requests)\n", w.Name, w.About, w.Sim.TimeScale, w.Workload.N)
 				}
 				return nil
 			}
@@ -73,13 +77,34 @@ share and how full sluice and the colleague kept that organization.`,
 					loops = append(loops, loop{w.Name, lr})
 				}
 			}
-			if len(rs) == 0 {
+			var ars []bench.AutoResult
+			for _, w := range autos {
+				if len(only) > 0 && !slices.Contains(only, w.Name) {
+					continue
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "world %s (--route auto): %s (%d requests, time scale %g)…\n", w.Name, w.About, w.Workload.N, w.Sim.TimeScale)
+				r, err := w.Run(cmd.Context(), bin, log)
+				if err != nil {
+					return fmt.Errorf("world %s: %w", w.Name, err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "  %.1f s (predicted %.0f s, %.0f–%.0f), %.0f %% by batch, %d re-plan(s), lost %d\n",
+					r.Wall.Seconds(), r.Truth.Wall.Mid.Seconds(), r.Truth.Wall.Low.Seconds(), r.Truth.Wall.High.Seconds(), 100*r.ByBatch, len(r.Replans), r.Lost)
+				ars = append(ars, r)
+			}
+			if len(rs)+len(ars) == 0 {
 				return fmt.Errorf("no world matches --only %s (see --list)", strings.Join(only, ","))
 			}
-			bench.PrintWorlds(out, rs)
-			fmt.Fprintln(out, "\nThe planner's prediction (whole job on sync, from the world's configuration) against the measurement:")
-			fmt.Fprintln(out)
-			bench.PrintPredictions(out, rs)
+			if len(rs) > 0 {
+				bench.PrintWorlds(out, rs)
+				fmt.Fprintln(out, "\nThe planner's prediction (whole job on sync, from the world's configuration) against the measurement:")
+				fmt.Fprintln(out)
+				bench.PrintPredictions(out, rs)
+			}
+			if len(ars) > 0 {
+				fmt.Fprintln(out, "\nWorlds where --route auto must leave sync (the planner decides; the right route's prediction against the measurement):")
+				fmt.Fprintln(out)
+				bench.PrintAutoWorlds(out, ars)
+			}
 			if len(loops) > 0 {
 				fmt.Fprintln(out, "\n| world | run | wall | answered | lost | 429s of calls | billed twice |")
 				fmt.Fprintln(out, "|---|---|---:|---:|---:|---:|---:|")
