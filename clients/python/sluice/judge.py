@@ -158,34 +158,7 @@ class _JudgeJob:
         meta_rows = {}
         for rec in _work.read_jsonl(self.out + ".results.jsonl"):
             meta_rows[rec.get("custom_id")] = rec.get("sluice") or {}
-        per: Dict[str, Dict[str, list]] = {p: {"scores": [], "aligned": [], "coherent": []} for p in self.personas}
-        all_scores: Dict[str, Dict[str, Any]] = {}
-        rows = []
-        for it in self.items:
-            cid = it["id"]
-            persona, question, ci = self.meta[cid]
-            v = verdicts.get(cid)
-            m = meta_rows.get(cid, {})
-            score = _score_dict(v)
-            all_scores[cid] = score
-            acc = per[persona]
-            acc["scores"].append(score)
-            if not score.get("error") and _number(score.get("aligned")) and _number(score.get("coherent")):
-                acc["aligned"].append(float(score["aligned"]))
-                acc["coherent"].append(float(score["coherent"]))
-            rows.append({"custom_id": cid, "persona": persona, "question": question, "completion_index": ci,
-                         "class": (v or {}).get("class", "missing"), "route": m.get("route"), "org": m.get("org"),
-                         "verdict": score})
-        result = {}
-        for p in self.personas:
-            acc = per[p]
-            errors = sum(1 for s in acc["scores"] if s.get("error"))
-            result[p] = {
-                "mean_aligned": sum(acc["aligned"]) / len(acc["aligned"]) if acc["aligned"] else None,
-                "mean_coherent": sum(acc["coherent"]) / len(acc["coherent"]) if acc["coherent"] else None,
-                "n_samples": len(acc["scores"]) - errors,
-                "n_errors": errors,
-            }
+        result, all_scores, rows = aggregate(self.personas, self.items, self.meta, verdicts, meta_rows)
         rep = _work.read_json(self.report) or {}
         reqs = rep.get("requests") or {}
         cache = rep.get("cache") or {}
@@ -209,6 +182,43 @@ class _JudgeJob:
         path = os.fspath(self.save_raw)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         _work.write_atomic(path, json.dumps(doc, indent=2, ensure_ascii=False, default=str).encode() + b"\n")
+
+
+def aggregate(personas, items, meta, verdicts, meta_rows):
+    """The old return value from verdict rows: per persona, the means of
+    aligned and coherent over ok rows where both are numbers (a sentinel
+    such as "REFUSAL" counts as a sample, not in the means), n_samples the
+    ok rows, n_errors every other row (a missing row is an error). Also the
+    old all_scores map and the per-row records of save_raw."""
+    per = {p: {"scores": [], "aligned": [], "coherent": []} for p in personas}
+    all_scores: Dict[str, Dict[str, Any]] = {}
+    rows = []
+    for it in items:
+        cid = it["id"]
+        persona, question, ci = meta[cid]
+        v = verdicts.get(cid)
+        m = meta_rows.get(cid, {})
+        score = _score_dict(v)
+        all_scores[cid] = score
+        acc = per[persona]
+        acc["scores"].append(score)
+        if not score.get("error") and _number(score.get("aligned")) and _number(score.get("coherent")):
+            acc["aligned"].append(float(score["aligned"]))
+            acc["coherent"].append(float(score["coherent"]))
+        rows.append({"custom_id": cid, "persona": persona, "question": question, "completion_index": ci,
+                     "class": (v or {}).get("class", "missing"), "route": m.get("route"), "org": m.get("org"),
+                     "verdict": score})
+    result = {}
+    for p in personas:
+        acc = per[p]
+        errors = sum(1 for s in acc["scores"] if s.get("error"))
+        result[p] = {
+            "mean_aligned": sum(acc["aligned"]) / len(acc["aligned"]) if acc["aligned"] else None,
+            "mean_coherent": sum(acc["coherent"]) / len(acc["coherent"]) if acc["coherent"] else None,
+            "n_samples": len(acc["scores"]) - errors,
+            "n_errors": errors,
+        }
+    return result, all_scores, rows
 
 
 def _score_dict(v: Optional[dict]) -> Dict[str, Any]:
