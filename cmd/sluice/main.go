@@ -22,7 +22,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd())
+	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), versionCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		msg := err.Error()
 		if f := logRedact.Load(); f != nil {

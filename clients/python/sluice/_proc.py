@@ -1,0 +1,355 @@
+"""Running the sluice binary: finding it, its environment, its signals, its
+progress lines. Both the sync and the async path live here, so judge and
+dispatch only say which arguments to run."""
+
+import asyncio
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import warnings
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence
+
+from ._version import __version__
+
+# The variables sluice reads keys from (keys/load.go).
+KEY_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_BATCH_KEY", "ANTHROPIC_API_KEY_LOW_PRIO", "ANTHROPIC_API_KEYS")
+
+# Exit status of a sluice job that stopped early and resumes when re-run.
+EXIT_INTERRUPTED = 2
+
+INSTALL_HINT = (
+    "set SLUICE_BIN to the sluice binary's path or put `sluice` on PATH; build it with "
+    "`go install github.com/sluice-dev/sluice/cmd/sluice@latest`, or `go build -o ~/bin/sluice ./cmd/sluice` "
+    "in a clone of the repository"
+)
+
+
+class SluiceError(RuntimeError):
+    """sluice exited with a non-zero status. ``returncode`` is its status
+    (negative: killed by that signal), ``stderr`` the last lines it wrote
+    (sluice redacts keys from them; so does this package)."""
+
+    def __init__(self, message: str, returncode: int = 1, stderr: str = ""):
+        super().__init__(message)
+        self.returncode = returncode
+        self.stderr = stderr
+
+
+class SluiceInterrupted(SluiceError):
+    """sluice stopped early (exit status 2: interrupted, or out of budget);
+    calling again with the same arguments resumes the job."""
+
+
+class SluiceNotFound(SluiceError, FileNotFoundError):
+    """The sluice binary is not where SLUICE_BIN says, nor on PATH."""
+
+
+class Progress(NamedTuple):
+    """One progress line of sluice (written every 10 s while a job runs, and
+    once at its end). ``line`` is the line as sluice wrote it."""
+
+    done: int
+    total: int
+    per_minute: float
+    in_flight: int
+    rate_limited: int
+    overloaded: int
+    server_errors: int
+    elapsed: str
+    eta: str
+    cost_usd: float
+    line: str
+
+
+_PROGRESS = re.compile(
+    r"^progress: (\d+)/(\d+) done, ([\d.]+) req/min, in flight (\d+), 429s (\d+), 529s (\d+), 5xx (\d+), "
+    r"elapsed (\S+), eta (\S+), cost \$([\d.]+)"
+)
+
+
+def parse_progress(line: str) -> Optional[Progress]:
+    """The Progress of one of sluice's progress lines, or None for any other
+    line."""
+    m = _PROGRESS.match(line)
+    if not m:
+        return None
+    g = m.groups()
+    return Progress(int(g[0]), int(g[1]), float(g[2]), int(g[3]), int(g[4]), int(g[5]), int(g[6]), g[7], g[8],
+                    float(g[9]), line.rstrip("\n"))
+
+
+_LOGFIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')
+
+
+def parse_log_fields(line: str) -> Dict[str, str]:
+    """The key=value fields of one of sluice's log lines (slog's text
+    format; quoted values unquoted)."""
+    out = {}
+    for k, v in _LOGFIELD.findall(line):
+        if v.startswith('"'):
+            try:
+                v = json.loads(v)
+            except ValueError:
+                v = v[1:-1]
+        out[k] = v
+    return out
+
+
+_binary_checked: Dict[str, str] = {}
+_warned: set = set()
+
+
+def warn_once(key: str, message: str, category=UserWarning, stacklevel: int = 3) -> None:
+    """Warn with message the first time key is seen in this process."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    warnings.warn(message, category, stacklevel=stacklevel)
+
+
+def find_binary() -> str:
+    """The sluice binary: $SLUICE_BIN, else `sluice` on PATH. Raises
+    SluiceNotFound, saying how to install it. The first time a binary is
+    used, its version is compared with this package's (a warning if they
+    differ)."""
+    env = os.environ.get("SLUICE_BIN")
+    if env:
+        if not (os.path.isfile(env) and os.access(env, os.X_OK)):
+            raise SluiceNotFound("sluice: SLUICE_BIN=%s is not an executable file; %s" % (env, INSTALL_HINT))
+        path = env
+    else:
+        path = shutil.which("sluice")
+        if path is None:
+            raise SluiceNotFound("sluice: the sluice binary was not found; " + INSTALL_HINT)
+    if path not in _binary_checked:
+        _binary_checked[path] = _check_version(path)
+    return path
+
+
+def _check_version(path: str) -> str:
+    try:
+        out = subprocess.run([path, "version"], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+        got = out.stdout.strip().split()[-1] if out.returncode == 0 and out.stdout.strip() else ""
+    except (OSError, subprocess.SubprocessError):
+        got = ""
+    if got != __version__:
+        warn_once("version:" + path, "sluice: the binary %s is version %s, this package %s; use the binary of the same "
+                  "release" % (path, got or "unknown (no `sluice version`)", __version__), stacklevel=4)
+    return got
+
+
+def child_env(org_keys: Optional[Dict[str, str]] = None, base_url: Optional[str] = None) -> Dict[str, str]:
+    """The child's environment: this process's, with org_keys (label → key)
+    replacing every key variable when given, and base_url as
+    ANTHROPIC_BASE_URL. Keys travel only here, never in argv."""
+    env = dict(os.environ)
+    if org_keys:
+        for v in KEY_VARS:
+            env.pop(v, None)
+        items = []
+        for label, key in org_keys.items():
+            if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(label)):
+                raise ValueError("sluice: org_keys label %r: use letters, digits, _, - and ." % (label,))
+            if not key or "," in key or "\n" in key:
+                raise ValueError("sluice: org_keys[%r] is not a key value" % (label,))
+            items.append("%s=%s" % (label, key))
+        env["ANTHROPIC_API_KEYS"] = ",".join(items)
+    if base_url:
+        env["ANTHROPIC_BASE_URL"] = base_url
+    return env
+
+
+def secrets(env: Dict[str, str]) -> List[str]:
+    """Every key value env holds (for redaction and the argv check)."""
+    out = []
+    for v in KEY_VARS:
+        val = env.get(v, "")
+        if v == "ANTHROPIC_API_KEYS":
+            for item in val.split(","):
+                item = item.strip()
+                out.append(item.split("=", 1)[1] if "=" in item else item)
+        else:
+            out.append(val.strip())
+    return [s for s in out if len(s) >= 8]
+
+
+def redact(text: str, values: Iterable[str]) -> str:
+    for s in values:
+        text = text.replace(s, "[redacted]")
+    return text
+
+
+def check_args(args: Sequence[str], values: Iterable[str]) -> None:
+    """Refuses argv that holds a key value (argv is visible to every user of
+    the machine), without echoing it."""
+    for a in args:
+        for s in values:
+            if s in a:
+                raise ValueError("sluice: an argument holds an API key value; keys go in the environment, .env or "
+                                 "--keys-file, never in argv")
+
+
+def _preexec() -> None:  # pragma: no cover - runs in the child
+    # Linux: if this process dies (SIGKILL), the child gets SIGTERM and drains
+    # as for Ctrl-C, rather than running on as an orphan holding the job's lock.
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+class Child:
+    """One sluice invocation: arguments, environment, and where its lines go.
+
+    on_line(line) sees every stderr line; progress(Progress) every progress
+    line; echo copies stderr to sys.stderr (the familiar lines)."""
+
+    def __init__(self, args: List[str], env: Dict[str, str], *, echo: bool = True,
+                 on_progress: Optional[Callable[[Progress], None]] = None,
+                 on_line: Optional[Callable[[str], None]] = None, stdout_path: Optional[str] = None):
+        self.bin = find_binary()
+        self.args = list(args)
+        self.env = env
+        self.secrets = secrets(env)
+        check_args(self.args, self.secrets)
+        self.echo = echo
+        self.on_progress = on_progress
+        self.on_line = on_line
+        self.stdout_path = stdout_path
+        self.tail: collections.deque = collections.deque(maxlen=40)
+        self.interrupted = False
+
+    def _popen_kwargs(self) -> dict:
+        kw = dict(env=self.env, stdin=subprocess.DEVNULL, start_new_session=True)
+        if sys.platform.startswith("linux"):
+            kw["preexec_fn"] = _preexec
+        return kw
+
+    def _line(self, line: str) -> None:
+        line = redact(line, self.secrets)
+        self.tail.append(line.rstrip("\n"))
+        if self.echo:
+            sys.stderr.write(line if line.endswith("\n") else line + "\n")
+            sys.stderr.flush()
+        if self.on_line is not None:
+            self.on_line(line)
+        if self.on_progress is not None:
+            p = parse_progress(line)
+            if p is not None:
+                self.on_progress(p)
+
+    def _result(self, rc: int) -> None:
+        if rc == 0:
+            return
+        tail = "\n".join(self.tail)
+        what = "sluice %s" % (self.args[0] if self.args else "")
+        if rc == EXIT_INTERRUPTED:
+            raise SluiceInterrupted("%s stopped early (exit status 2); call again with the same arguments to "
+                                    "resume\n%s" % (what, tail), rc, tail)
+        status = "killed by signal %d" % -rc if rc < 0 else "exit status %d" % rc
+        raise SluiceError("%s failed (%s)\n%s" % (what, status, tail), rc, tail)
+
+    def _stdout(self):
+        if self.stdout_path:
+            return open(self.stdout_path, "wb")
+        return open(os.devnull, "wb")
+
+    # The sync path.
+
+    def run(self) -> None:
+        """Runs the child to its end. On KeyboardInterrupt the child gets one
+        SIGINT (a second KeyboardInterrupt: another, which aborts requests
+        in flight); the call waits for it to exit, then re-raises."""
+        with self._stdout() as out:
+            proc = subprocess.Popen([self.bin] + self.args, stdout=out, stderr=subprocess.PIPE,
+                                    **self._popen_kwargs())
+            reader = threading.Thread(target=self._read, args=(proc.stderr,), daemon=True)
+            reader.start()
+            try:
+                rc = proc.wait()
+            except BaseException:
+                self.interrupted = True
+                self._stop(proc)
+                reader.join()
+                raise
+            reader.join()
+        self._result(rc)
+
+    def _read(self, stream) -> None:
+        with stream:
+            for raw in iter(stream.readline, b""):
+                self._line(raw.decode("utf-8", "replace"))
+
+    @staticmethod
+    def _stop(proc: subprocess.Popen) -> None:
+        signals = 0
+        while True:
+            if proc.poll() is not None:
+                return
+            if signals < 2:
+                try:
+                    proc.send_signal(signal.SIGINT)
+                except ProcessLookupError:
+                    return
+                signals += 1
+            try:
+                proc.wait()
+                return
+            except KeyboardInterrupt:
+                continue  # the next pass sends the second SIGINT
+
+    # The async path.
+
+    async def run_async(self) -> None:
+        """run for an event loop: the loop reads the child's stderr and waits
+        for it without blocking. Cancelling the task sends the child SIGINT,
+        waits for it to exit, then lets the cancellation through."""
+        with self._stdout() as out:
+            proc = await asyncio.create_subprocess_exec(self.bin, *self.args, stdout=out,
+                                                        stderr=asyncio.subprocess.PIPE, **self._popen_kwargs())
+            reader = asyncio.ensure_future(self._read_async(proc.stderr))
+            try:
+                rc = await proc.wait()
+                await reader
+            except asyncio.CancelledError:
+                self.interrupted = True
+                await self._stop_async(proc, reader)
+                raise
+        self._result(rc)
+
+    async def _read_async(self, stream) -> None:
+        while True:
+            raw = await stream.readline()
+            if not raw:
+                return
+            self._line(raw.decode("utf-8", "replace"))
+
+    @staticmethod
+    async def _stop_async(proc, reader) -> None:
+        if proc.returncode is None:
+            try:
+                proc.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        signals = 1
+        while True:
+            try:
+                await asyncio.shield(proc.wait())
+                await asyncio.shield(reader)
+                return
+            except asyncio.CancelledError:
+                # Cancelled again while draining: abort requests in flight.
+                if signals < 2 and proc.returncode is None:
+                    try:
+                        proc.send_signal(signal.SIGINT)
+                    except ProcessLookupError:
+                        pass
+                    signals += 1

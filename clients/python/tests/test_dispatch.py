@@ -1,0 +1,212 @@
+"""dispatch_calls against `sluice sim`, and the package's edges (binary,
+version, keys)."""
+
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import unittest
+
+import sluice
+from sluice import _proc
+from sluice.dispatch import _DispatchJob
+
+from . import simworld
+from .simworld import ARGS, FAKE_KEYS, PKG, SimTest
+
+
+def setUpModule():
+    simworld.setup()
+
+
+def build(item):
+    return {"model": "claude-haiku-4-5", "max_tokens": 16,
+            "messages": [{"role": "user", "content": "say %s" % item.payload}]}
+
+
+def first_word(text):
+    return text.split()[0]
+
+
+class DispatchTest(SimTest):
+    def test_every_item_gets_a_result_with_the_old_categories(self):
+        items = [sluice.DispatchItem("ok/%d" % i, i) for i in range(6)]
+        items.append(sluice.DispatchItem("unknown-model", 99))
+
+        def build2(item):
+            p = build(item)
+            if item.item_id == "unknown-model":
+                p["model"] = "claude-no-such-model"
+            return p
+
+        routes = []
+        got = sluice.dispatch_calls(items, build2, first_word, on_route=routes.append, echo=False, sluice_args=ARGS)
+        self.assertEqual(set(got), {i.item_id for i in items})
+        for i in range(6):
+            r = got["ok/%d" % i]
+            self.assertEqual((r.category, r.error, r.item_id), ("ok", False, "ok/%d" % i))
+            self.assertTrue(r.result.startswith("sim-"))
+            self.assertIn(r.org, ("high_prio", "batch"))
+        bad = got["unknown-model"]
+        self.assertEqual((bad.category, bad.error, bad.result, bad.org), ("error", True, None, None))
+        self.assertTrue(bad.reason.startswith("error: "), bad.reason)
+        self.assertEqual(len(routes), 1)
+        self.assertEqual(routes[0].n_items, 7)
+
+    def test_a_parser_that_raises_makes_an_error_row(self):
+        def parse(text):
+            raise ValueError("not what I wanted")
+
+        got = sluice.dispatch_calls([sluice.DispatchItem("x", 1)], build, parse, echo=False, sluice_args=ARGS)
+        self.assertEqual(got["x"].category, "error")
+        self.assertIn("parse_error: ValueError: not what I wanted", got["x"].reason)
+
+    def test_unsafe_ids_and_a_recall(self):
+        items = [sluice.DispatchItem("a weird/id #%d" % i, i) for i in range(4)]
+        first = sluice.dispatch_calls(items, build, first_word, checkpoint_dir=self.path("ck"), echo=False,
+                                      sluice_args=ARGS)
+        before = self.sim.calls()
+        again = sluice.dispatch_calls(items, build, first_word, checkpoint_dir=self.path("ck"), echo=False,
+                                      sluice_args=ARGS)
+        self.assertEqual({k: v.result for k, v in again.items()}, {k: v.result for k, v in first.items()})
+        self.assertEqual(self.sim.calls(), before)  # done rows are not sent again
+
+    def test_a_system_role_message_is_refused_before_anything_is_sent(self):
+        before = self.sim.calls()
+
+        def bad(item):
+            return {"model": "claude-haiku-4-5", "max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}
+
+        with self.assertRaisesRegex(ValueError, r"'s'.*messages\[0\]"):
+            sluice.dispatch_calls([sluice.DispatchItem("s")], bad, first_word, echo=False, sluice_args=ARGS)
+        self.assertEqual(self.sim.calls(), before)
+
+    def test_org_keys_replace_the_environment_keys(self):
+        items = [sluice.DispatchItem("k%d" % i, i) for i in range(8)]
+        got = sluice.dispatch_calls(items, build, first_word, org_keys={"mine": FAKE_KEYS["ANTHROPIC_BATCH_KEY"]},
+                                    echo=False, sluice_args=ARGS)
+        self.assertEqual({r.org for r in got.values()}, {"mine"})  # the one key given, by its label
+
+    def test_async_matches_sync_and_leaves_the_loop_free(self):
+        items = [sluice.DispatchItem("as%d" % i, i) for i in range(10)]
+
+        async def main():
+            task = asyncio.ensure_future(sluice.dispatch_calls_async(items, build, first_word, echo=False,
+                                                                     sluice_args=ARGS))
+            ticks = 0
+            while not task.done():
+                ticks += 1
+                await asyncio.sleep(0.01)
+            return ticks, await task
+
+        ticks, a = asyncio.run(main())
+        self.assertGreater(ticks, 1)
+        s = sluice.dispatch_calls(items, build, first_word, echo=False, sluice_args=ARGS)
+        self.assertEqual({k: v.result for k, v in a.items()}, {k: v.result for k, v in s.items()})
+
+    def test_a_key_in_argv_is_refused_without_echoing_it(self):
+        key = FAKE_KEYS["ANTHROPIC_API_KEY"]
+        with self.assertRaises(ValueError) as cm:
+            sluice.dispatch_calls([sluice.DispatchItem("a")], build, first_word, echo=False,
+                                  sluice_args=["--keys-file=" + key])
+        self.assertNotIn(key, str(cm.exception))
+
+    def test_a_failing_sluice_raises_with_its_stderr_and_no_key(self):
+        with self.assertRaises(sluice.SluiceError) as cm:
+            sluice.dispatch_calls([sluice.DispatchItem("a")], build, first_word, echo=False,
+                                  sluice_args=["--no-such-flag"])
+        e = cm.exception
+        self.assertEqual(e.returncode, 1)
+        self.assertIn("no-such-flag", str(e))
+        for k in FAKE_KEYS.values():
+            self.assertNotIn(k, str(e))
+
+
+class MappingTest(unittest.TestCase):
+    """Results lines → DispatchResult, on lines made by hand (429s and
+    transport exhaustion take minutes to provoke on the simulator)."""
+
+    def result(self, rec):
+        job = _DispatchJob.__new__(_DispatchJob)
+        job.parse_response = first_word
+        return job._result("id", rec)
+
+    def errored(self, etype, cls):
+        return {"custom_id": "id", "result": {"type": "errored", "error": {"type": "error", "error": {
+            "type": etype, "message": "m"}}}, "sluice": {"class": cls, "org": "batch", "route": "sync"}}
+
+    def test_categories(self):
+        cases = [
+            (self.errored("rate_limit_error", "transport"), "rate_limited_exhausted"),
+            (self.errored("overloaded_error", "transport"), "transport_exhausted"),
+            (self.errored("api_error", "transport"), "transport_exhausted"),
+            (self.errored("invalid_request_error", "final"), "error"),
+            (self.errored("invalid_request_error", "invalid_input"), "error"),
+            ({"custom_id": "id", "result": {"type": "expired"}}, "transport_exhausted"),
+            (None, "transport_exhausted"),
+        ]
+        for rec, want in cases:
+            with self.subTest(rec=rec):
+                r = self.result(rec)
+                self.assertEqual((r.category, r.error, r.org, r.result), (want, True, None, None))
+
+    def test_a_cache_hit_has_no_org(self):
+        r = self.result({"custom_id": "id", "result": {"type": "succeeded", "message": {"content": [
+            {"type": "text", "text": "hello there"}]}}, "sluice": {"class": "ok", "route": "cache"}})
+        self.assertEqual((r.category, r.result, r.org, r.route), ("ok", "hello", None, "cache"))
+
+
+class PackageTest(unittest.TestCase):
+    def test_missing_binary_says_how_to_install(self):
+        env = {"PATH": "/nonexistent", "SLUICE_BIN": ""}
+        code = "import sluice\ntry:\n    sluice.find_binary()\nexcept sluice.SluiceNotFound as e:\n    print(e)\n"
+        out = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=PKG), capture_output=True,
+                             text=True, check=True).stdout
+        self.assertIn("SLUICE_BIN", out)
+        self.assertIn("go install", out)
+        out = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=PKG, SLUICE_BIN="/nope"),
+                             capture_output=True, text=True, check=True).stdout
+        self.assertIn("SLUICE_BIN=/nope is not an executable", out)
+
+    def test_version_is_the_binarys(self):
+        out = subprocess.run([simworld.binary(), "version"], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(out.split(), ["sluice", sluice.__version__])
+
+    def test_pyproject_takes_the_version_from_the_package(self):
+        with open(os.path.join(PKG, "pyproject.toml")) as f:
+            text = f.read()
+        self.assertRegex(text, r'dynamic = \["version"\]')
+        self.assertNotRegex(text, r'(?m)^version\s*=')
+
+    def test_pip_installs_it_offline(self):
+        # The in-tree backend needs nothing from a package index.
+        try:
+            import pip  # noqa: F401
+        except ImportError:
+            self.skipTest("no pip")
+        import tempfile
+        with tempfile.TemporaryDirectory() as target:
+            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--target", target, PKG],
+                           check=True, capture_output=True)
+            code = "import sluice, importlib.metadata as m; print(sluice.__file__, m.version('sluice'))"
+            out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=target), cwd=target,
+                                 capture_output=True, text=True, check=True).stdout.split()
+        self.assertTrue(out[0].startswith(target), out)
+        self.assertEqual(out[1], sluice.__version__)
+
+    def test_progress_lines_parse(self):
+        line = ("progress: 7/50 done, 4729 req/min, in flight 3, 429s 1, 529s 2, 5xx 0, elapsed 0:01, eta 0:09, "
+                "cost $0.1419\n")
+        p = _proc.parse_progress(line)
+        self.assertEqual((p.done, p.total, p.in_flight, p.rate_limited, p.overloaded, p.cost_usd),
+                         (7, 50, 3, 1, 2, 0.1419))
+        self.assertIsNone(_proc.parse_progress("sluice run: a → b"))
+
+    def test_log_fields(self):
+        f = _proc.parse_log_fields('time=x level=INFO msg="route chosen" route=sync why="a \\"b\\" c"')
+        self.assertEqual((f["msg"], f["route"], f["why"]), ("route chosen", "sync", 'a "b" c'))
+
+
+if __name__ == "__main__":
+    unittest.main()

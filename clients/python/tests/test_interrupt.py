@@ -1,0 +1,133 @@
+"""Stopping a job mid-way — Ctrl-C, task cancellation, SIGKILL of the
+Python process or of the sluice child — and resuming it with the same
+checkpoint_dir: nothing already answered is sent again, and the final
+results are complete.
+
+The response cache is off in these tests so that the count is exact: the
+re-call sends exactly the items without a complete results line.
+"""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import unittest
+
+import sluice
+
+from . import simworld
+from .simworld import ARGS, PY, SimTest, alive, children, complete_ids, completions, results_file, wait_for
+
+N_PERSONAS, N_QUESTIONS, N_COMPLETIONS = 4, 30, 4  # 480 items
+N = N_PERSONAS * N_QUESTIONS * N_COMPLETIONS
+EARLY = 40  # stop once this many rows are written
+
+KW = dict(force_sync=True, echo=False, sluice_args=ARGS + ["--cache-mode", "off"])
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import sluice
+    comps = json.load(open(sys.argv[1]))
+    try:
+        sluice.judge_completions_batch(comps, checkpoint_dir=sys.argv[2], **json.loads(sys.argv[3]))
+        print("DONE")
+    except KeyboardInterrupt:
+        print("INTERRUPTED")
+        sys.exit(130)
+    except sluice.SluiceError as e:
+        print("SLUICE_ERROR", e.returncode)
+        sys.exit(3)
+""")
+
+
+def setUpModule():
+    if not sys.platform.startswith("linux"):
+        raise unittest.SkipTest("these tests find the sluice child through /proc")
+    simworld.setup()
+
+
+class InterruptTest(SimTest):
+    def start(self, tag):
+        """Starts a Python process judging N items into a checkpoint dir and
+        waits until it has written EARLY rows; returns it, its sluice child
+        and the input."""
+        comps = completions(N_PERSONAS, N_QUESTIONS, N_COMPLETIONS, tag=tag)
+        inp, ck, script = self.path("in.json"), self.path("ck"), self.path("job.py")
+        with open(inp, "w") as f:
+            json.dump(comps, f)
+        with open(script, "w") as f:
+            f.write(SCRIPT)
+        py = subprocess.Popen([PY, script, inp, ck, json.dumps(KW)], env=simworld.python_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (py.poll() is None and py.kill(), py.communicate()))
+        wait_for(lambda: len(complete_ids(results_file(ck) or "")) >= EARLY or py.poll() is not None,
+                 "%d rows" % EARLY)
+        if py.poll() is not None:
+            self.fail("the job ended before it could be stopped: %s" % (py.communicate(),))
+        kids = children(py.pid)
+        self.assertEqual(len(kids), 1, kids)
+        self.addCleanup(lambda: alive(kids[0]) and os.kill(kids[0], signal.SIGKILL))
+        return py, kids[0], comps, ck
+
+    def resume(self, comps, ck):
+        """Re-calls the job; asserts that it sent exactly the items not
+        written before and that every item has its verdict."""
+        done = complete_ids(results_file(ck))
+        self.assertGreaterEqual(len(done), EARLY)
+        self.assertLess(len(done), N, "the job finished before it was stopped")
+        before = self.sim.calls()
+        got = sluice.judge_completions_batch(comps, checkpoint_dir=ck, **KW)
+        self.assertEqual(self.sim.calls() - before, N - len(done))
+        self.assertEqual(sum(r["n_samples"] for r in got.values()), N)
+        self.assertEqual(complete_ids(results_file(ck)) >= done, True)
+        self.assertEqual(len(complete_ids(results_file(ck))), N)
+
+    def test_ctrl_c_stops_sluice_cleanly_and_the_next_call_resumes(self):
+        py, kid, comps, ck = self.start("int")
+        py.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends to the Python process
+        out, err = py.communicate(timeout=60)
+        self.assertEqual((py.returncode, out.strip()), (130, "INTERRUPTED"), err)
+        self.assertFalse(alive(kid), "sluice outlived the interrupted call")
+        self.resume(comps, ck)
+
+    def test_sigkill_of_the_python_process_drains_sluice_and_resumes(self):
+        py, kid, comps, ck = self.start("pykill")
+        py.kill()
+        py.wait()
+        wait_for(lambda: not alive(kid), "the orphaned sluice to drain and exit")
+        self.resume(comps, ck)
+
+    def test_sigkill_of_sluice_and_the_next_call_resumes(self):
+        py, kid, comps, ck = self.start("kidkill")
+        os.kill(kid, signal.SIGKILL)
+        out, _ = py.communicate(timeout=60)
+        self.assertEqual((py.returncode, out.strip()), (3, "SLUICE_ERROR -9"))
+        self.resume(comps, ck)
+
+    def test_cancelling_the_async_task_stops_sluice_and_the_next_call_resumes(self):
+        comps = completions(N_PERSONAS, N_QUESTIONS, N_COMPLETIONS, tag="cancel")
+        ck = self.path("ck")
+
+        async def main():
+            task = asyncio.ensure_future(sluice.judge_completions_batch_async(comps, checkpoint_dir=ck, **KW))
+            while len(complete_ids(results_file(ck) or "")) < EARLY and not task.done():
+                await asyncio.sleep(0.02)
+            self.assertFalse(task.done(), "the job ended before it could be cancelled")
+            kids = [k for k in children(os.getpid()) if b"judge" in open("/proc/%d/cmdline" % k, "rb").read()]
+            self.assertEqual(len(kids), 1, kids)
+            task.cancel()
+            with self.assertRaises(asyncio.CancelledError):
+                await task
+            return kids
+
+        kids = asyncio.run(main())
+        for k in kids:
+            self.assertFalse(alive(k), "sluice outlived the cancelled task")
+        self.resume(comps, ck)
+
+
+if __name__ == "__main__":
+    unittest.main()
