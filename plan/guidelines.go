@@ -74,7 +74,11 @@ three organizations the system before sluice used and on a single public-tier
 key, when latency matters most and when cost does. The model, its parameters
 and their provenance are in [plan.md](plan.md); ` + "`sluice plan`" + ` answers the
 same question for your own job and limits, and ` + "`sluice guidelines`" + `
-regenerates this page.
+regenerates this page. Every figure on it is assumed — the simulator's
+presets and the planner's defaults, listed under *Assumptions* — none is
+observed: ` + "`sluice guidelines --from-observations`" + ` writes the same tables
+for your own organizations from what your runs observed, and says which of
+its figures were observed, when, and which are still assumed.
 
 ## How to read this
 

@@ -389,8 +389,10 @@ func toDecisionJSON(d plan.Decision) decisionJSON {
 
 func guidelinesCmd() *cobra.Command {
 	var (
-		out   string
-		check bool
+		out          string
+		check        bool
+		fromObs      bool
+		observations string
 	)
 	cmd := &cobra.Command{
 		Use:   "guidelines",
@@ -399,9 +401,19 @@ func guidelinesCmd() *cobra.Command {
 preset and one Scale-tier key), the crossover N per model and the plot of
 wall-clock and cost versus N (` + plan.GuidelinesPlot + `, beside the page). The output
 depends only on the code, so a test fails when the committed page is stale.
-With --check it writes nothing and fails if the files differ.`,
+With --check it writes nothing and fails if the files differ.
+
+With --from-observations it writes the same decision tables and crossover N
+for your own organizations instead — every organization the observations
+file holds (what earlier runs, judges, proxies and probes saw: limits,
+latency, answer lengths) — and says which figures were observed, when, and
+which are the planner's defaults. It writes to stdout unless --out is given,
+and never touches the committed page.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fromObs {
+				return observedGuidelines(cmd, observations, out, cmd.Flags().Changed("out"))
+			}
 			md, svg, err := plan.Guidelines(sim.PresetModel)
 			if err != nil {
 				return err
@@ -431,7 +443,35 @@ With --check it writes nothing and fails if the files differ.`,
 	}
 	cmd.Flags().StringVar(&out, "out", filepath.Join("docs", "guidelines.md"), "where to write the page (the plot goes beside it)")
 	cmd.Flags().BoolVar(&check, "check", false, "write nothing; fail if the files differ from what would be written")
+	cmd.Flags().BoolVar(&fromObs, "from-observations", false, "tabulate your own organizations, from the observations file, instead of the presets (stdout unless --out)")
+	cmd.Flags().StringVar(&observations, "observations", observe.DefaultPath(), "the observations file --from-observations reads (env SLUICE_OBSERVATIONS)")
 	return cmd
+}
+
+// observedGuidelines is `sluice guidelines --from-observations`.
+func observedGuidelines(cmd *cobra.Command, path, out string, toFile bool) error {
+	now := time.Now()
+	f, err := observe.Load(path, now)
+	if err != nil {
+		return err
+	}
+	if len(f.Orgs) == 0 {
+		return fmt.Errorf("guidelines: %s holds no observations (missing, or older than %s): a run, judge or proxy records them as it ends, and `sluice plan` with keys probes them", path, observe.MaxAge)
+	}
+	md, err := plan.ObservedGuidelines("`"+path+"`", "as of "+now.UTC().Format("2006-01-02 15:04 UTC"),
+		observe.ModelWorlds(f, plan.GuidelineModels(), plan.JudgeMaxTokens, now))
+	if err != nil {
+		return err
+	}
+	if !toFile {
+		_, err := cmd.OutOrStdout().Write(md)
+		return err
+	}
+	if err := writeFileAtomic(out, md); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s (%d bytes)\n", out, len(md))
+	return nil
 }
 
 // writeFileAtomic writes data to path whole (atomicfile.Write), so a
