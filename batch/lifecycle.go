@@ -433,6 +433,7 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 				r.mu.Lock()
 				r.release(c)
 				r.stats.Ended++
+				r.countTurnaround(c, &b)
 				r.mu.Unlock()
 				r.poke()
 				return &b, nil
@@ -750,4 +751,24 @@ func sleepOr(ctx context.Context, d time.Duration, wake <-chan struct{}) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// countTurnaround adds an ended batch to its org's Stats.Turnaround, by
+// the API's clock; a batch sluice cancelled ended early and says nothing
+// of the queue. Requires r.mu.
+func (r *Runner) countTurnaround(c *chunk, b *api.MessageBatch) {
+	if b.EndedAt == nil || b.CreatedAt.IsZero() || b.CancelInitiatedAt != nil || !b.EndedAt.After(b.CreatedAt) {
+		return
+	}
+	rc := b.RequestCounts
+	n := rc.Processing + rc.Succeeded + rc.Errored + rc.Canceled + rc.Expired
+	if r.stats.Turnaround == nil {
+		r.stats.Turnaround = map[string]Turnaround{}
+	}
+	t := r.stats.Turnaround[c.org.label]
+	t.OrgID = c.org.id
+	t.Batches++
+	t.Requests += n
+	t.Seconds += b.EndedAt.Sub(b.CreatedAt).Seconds()
+	r.stats.Turnaround[c.org.label] = t
 }

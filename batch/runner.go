@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -240,6 +241,19 @@ type Stats struct {
 	Foreign int64
 	// InFlight is, per org label, the requests in unended batches.
 	InFlight map[string]int
+	// Turnaround is, per org label, the batches that ended without being
+	// cancelled and their create-to-end times by the API's own clock
+	// (created_at to ended_at): what the planner's queue model is checked
+	// against (package observe records it).
+	Turnaround map[string]Turnaround
+}
+
+// Turnaround sums one organization's ended batches.
+type Turnaround struct {
+	OrgID    string
+	Batches  int64
+	Requests int64   // in those batches
+	Seconds  float64 // their create-to-end times, summed
 }
 
 // New opens the journal, recovers the chunks it leaves open, and returns a
@@ -675,6 +689,7 @@ func (r *Runner) Stats() Stats {
 	for _, o := range r.orgs {
 		s.InFlight[o.label] = o.inflight
 	}
+	s.Turnaround = maps.Clone(r.stats.Turnaround)
 	return s
 }
 

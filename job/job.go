@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
@@ -87,11 +88,12 @@ type Options struct {
 	// already holds, on top of the engine's own (transport-class rows are
 	// always driven again). The judge's --redrive sets it.
 	Redrive Redrive
-	// Observe, if set, is given every lane's final view and the input's
-	// mean max_tokens when the run ends (sent or not: a run interrupted
-	// halfway observed as much as it saw) — the command records them for
-	// the planner (observe.FromLanes, docs/observe.md).
-	Observe func(lanes []dispatch.LaneView, meanMaxTokens int)
+	// Observe, if set, is given every lane's final view, the batch path's
+	// stats (their turnaround) and the input's mean max_tokens when the run
+	// ends (sent or not: a run interrupted halfway observed as much as it
+	// saw) — the command records them for the planner (observe.FromLanes,
+	// observe.FromBatch, docs/observe.md).
+	Observe func(lanes []dispatch.LaneView, batches batch.Stats, meanMaxTokens int)
 	// Now reads the clock for the report's and the progress display's
 	// times (default time.Now).
 	Now func() time.Time

@@ -552,6 +552,18 @@ func TestBatchRoute(t *testing.T) {
 	if rep.Cost.Total.BatchUSD <= 0 || rep.Cost.Total.SyncUSD != 0 || rep.Route != route.Batch {
 		t.Fatalf("report %+v", rep)
 	}
+	// Every ended batch's turnaround is counted, by its org, for the
+	// observations.
+	var ended, reqs int64
+	for label, ta := range rep.Batch.Turnaround {
+		if ta.OrgID == "" || ta.Seconds <= 0 {
+			t.Fatalf("%s: turnaround %+v", label, ta)
+		}
+		ended, reqs = ended+ta.Batches, reqs+ta.Requests
+	}
+	if ended != batchesCreated(e.sim) || reqs != 2000 {
+		t.Fatalf("turnaround of %d batches (%d requests); %d were created for 2000", ended, reqs, batchesCreated(e.sim))
+	}
 }
 
 func TestSplitRoute(t *testing.T) {

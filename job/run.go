@@ -592,7 +592,7 @@ func (r *run) report(ctx context.Context) (*Report, error) {
 	rep.finish(r.d, &r.ledger, r.durable.Load(), r.since())
 	if r.o.Observe != nil {
 		_, views := r.d.Snapshot()
-		r.o.Observe(views, int(r.in.summary.MeanMaxTokens()+0.5))
+		r.o.Observe(views, rep.Batch, int(r.in.summary.MeanMaxTokens()+0.5))
 	}
 	close(r.rotDone)
 	r.rotWG.Wait()

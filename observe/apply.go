@@ -73,6 +73,13 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 				out = ob
 			}
 		}
+		if fo := f.Orgs[o.ID]; fo != nil && fo.Batch != nil {
+			b := fo.Batch
+			m, k := fitBatch(w.Batch, b.MeanRequests, b.MeanSeconds)
+			org.Batch = &m
+			prov = append(prov, fmt.Sprintf("%s batch queue: observed mean turnaround %s for %.0f-request batches over %d batch(es) (%s): the model's queue ×%.2f",
+				o.Label, time.Duration(b.MeanSeconds*float64(time.Second)).Round(time.Second), b.MeanRequests, b.Batches, ago(b.At), k))
+		}
 		w.Orgs = append(w.Orgs, org)
 	}
 	if depth > 0 {
@@ -117,6 +124,27 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 		prov = append(prov, fmt.Sprintf("answer length: the default model (uniform %d-%d tokens, capped by max_tokens)", w.Output.Min, w.Output.Max))
 	}
 	return prov, unknown
+}
+
+// fitBatch scales base so that one batch of n requests, alone in its
+// queue, takes secs from create to end — admission and processing
+// stretched alike, the model's shape kept (one size observed cannot
+// separate them) — and returns the scale.
+func fitBatch(base plan.BatchModel, n, secs float64) (plan.BatchModel, float64) {
+	model := base.AdmissionBase.Seconds() + base.AdmissionPerRequest.Seconds()*n + n/base.ProcessingRate
+	if base.StarveAbove > 0 && n > float64(base.StarveAbove) {
+		model += base.StarveFor.Seconds()
+	}
+	if model <= 0 || secs <= 0 {
+		return base, 1
+	}
+	k := secs / model
+	m := base
+	m.AdmissionBase = time.Duration(float64(base.AdmissionBase) * k)
+	m.AdmissionPerRequest = time.Duration(float64(base.AdmissionPerRequest) * k)
+	m.StarveFor = time.Duration(float64(base.StarveFor) * k)
+	m.ProcessingRate = base.ProcessingRate / k
+	return m, k
 }
 
 // FreshProbe is how long a probe's remaining headers describe the

@@ -50,9 +50,15 @@ func ModelWorlds(f *File, models []string, maxTokens int, now time.Time) []plan.
 		w := plan.NewWorld("your organizations")
 		prov, _ := Apply(&w, f, orgs, m, maxTokens, now)
 		b := w.Batch
+		observed := false
+		for _, o := range w.Orgs {
+			observed = observed || o.Batch != nil
+		}
+		if !observed {
+			prov = append(prov, fmt.Sprintf("batch queue: the planner's default model, not observed (a batch starts %v + %g s per request after create; %g requests/s per organization)",
+				b.AdmissionBase, b.AdmissionPerRequest.Seconds(), b.ProcessingRate))
+		}
 		prov = append(prov,
-			fmt.Sprintf("batch queue: the planner's default model, not observed (a batch starts %v + %g s per request after create; %g requests/s per organization)",
-				b.AdmissionBase, b.AdmissionPerRequest.Seconds(), b.ProcessingRate),
 			fmt.Sprintf("etiquette: sluice's own (cap %d in flight per organization, %.0f %% of every bucket left to colleagues)",
 				w.Caps[api.FamilyOf(m)], 100*w.Reserve))
 		out = append(out, plan.ModelWorld{Model: m, World: w, Provenance: prov})

@@ -16,10 +16,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/atomicfile"
@@ -55,6 +57,18 @@ type File struct {
 type Org struct {
 	Label string             `json:"label"` // the org's label when last seen (display only)
 	Pools map[api.Pool]*Pool `json:"pools"`
+	// Batch is the org's Message Batches turnaround (a queue is the
+	// org's, whatever the model).
+	Batch *Batch `json:"batch,omitempty"`
+}
+
+// Batch is the last run's ended batches of an organization: how many,
+// their mean size and mean create-to-end time by the API's clock.
+type Batch struct {
+	Batches      int64     `json:"batches"`
+	MeanRequests float64   `json:"mean_requests"`
+	MeanSeconds  float64   `json:"mean_seconds"`
+	At           time.Time `json:"at"`
 }
 
 // Pool is what was seen of one organization × model pool. Every part
@@ -257,7 +271,10 @@ func (f *File) age(now time.Time) {
 				delete(o.Pools, p)
 			}
 		}
-		if len(o.Pools) == 0 {
+		if b := o.Batch; b != nil && (stale(b.At) || bad(b.MeanRequests, b.MeanSeconds) || b.Batches <= 0 || b.MeanRequests < 1 || b.MeanSeconds <= 0) {
+			o.Batch = nil
+		}
+		if len(o.Pools) == 0 && o.Batch == nil {
 			delete(f.Orgs, id)
 		}
 	}
@@ -309,6 +326,47 @@ func (f *File) Add(samples ...Sample) {
 	}
 }
 
+// BatchSample is one organization's ended batches in one run.
+type BatchSample struct {
+	OrgID, Label string
+	batch.Turnaround
+	At time.Time
+}
+
+// FromBatch turns a batch path's Stats (at the end of a run) into samples,
+// one per organization whose batches ended.
+func FromBatch(s batch.Stats, now time.Time) []BatchSample {
+	var out []BatchSample
+	for label, t := range s.Turnaround {
+		if t.OrgID == "" || t.Batches == 0 {
+			continue
+		}
+		out = append(out, BatchSample{OrgID: t.OrgID, Label: label, Turnaround: t, At: now})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].OrgID < out[j].OrgID })
+	return out
+}
+
+// AddBatch merges batch samples into f: the newest run's replace the
+// older (the queue as it is now).
+func (f *File) AddBatch(samples ...BatchSample) {
+	for _, s := range samples {
+		if s.Batches <= 0 || s.Requests <= 0 {
+			continue
+		}
+		o := f.Orgs[s.OrgID]
+		if o == nil {
+			o = &Org{Pools: map[api.Pool]*Pool{}}
+			f.Orgs[s.OrgID] = o
+		}
+		if s.Label != "" {
+			o.Label = s.Label
+		}
+		o.Batch = &Batch{Batches: s.Batches, MeanRequests: float64(s.Requests) / float64(s.Batches),
+			MeanSeconds: s.Seconds / float64(s.Batches), At: s.At}
+	}
+}
+
 // Pool returns what is known of org × pool, or nil.
 func (f *File) Pool(orgID string, pool api.Pool) *Pool {
 	if o := f.Orgs[orgID]; o != nil {
@@ -333,10 +391,17 @@ func (f *File) Write(path string) error {
 // file that could not be parsed is replaced; the error of that read is
 // returned with a nil error of the write, so the caller may warn.
 func Record(path string, now time.Time, samples ...Sample) (readErr, err error) {
-	if path == "" || len(samples) == 0 { // "": observations off
+	return RecordRun(path, now, samples, nil)
+}
+
+// RecordRun is Record for a run's end: its lanes' samples and its batch
+// path's turnaround.
+func RecordRun(path string, now time.Time, lanes []Sample, batches []BatchSample) (readErr, err error) {
+	if path == "" || len(lanes)+len(batches) == 0 { // "": observations off
 		return nil, nil
 	}
 	f, readErr := Load(path, now)
-	f.Add(samples...)
+	f.Add(lanes...)
+	f.AddBatch(batches...)
 	return readErr, f.Write(path)
 }

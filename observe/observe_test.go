@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/lane"
@@ -156,4 +157,45 @@ func keysOf(m map[string]*Org) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestBatchTurnaroundIsApplied: a run's ended batches are recorded by
+// organization and the next plan's queue model for that org is scaled so
+// one batch of the observed size takes the observed time; a damaged entry
+// is dropped on load.
+func TestBatchTurnaroundIsApplied(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "observations.json")
+	stats := batch.Stats{Turnaround: map[string]batch.Turnaround{
+		"high_prio": {OrgID: "org-a", Batches: 4, Requests: 2000, Seconds: 4 * 300},
+	}}
+	if _, err := RecordRun(path, t0, nil, FromBatch(stats, t0)); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Load(path, t0.Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := f.Orgs["org-a"].Batch; b == nil || b.Batches != 4 || b.MeanRequests != 500 || b.MeanSeconds != 300 {
+		t.Fatalf("recorded %+v", f.Orgs["org-a"])
+	}
+	w := plan.NewWorld("mine")
+	prov, _ := Apply(&w, f, []OrgRef{{ID: "org-a", Label: "high_prio"}, {ID: "org-b", Label: "other"}}, "claude-sonnet-4-5", 256, t0.Add(time.Hour))
+	m := w.Orgs[0].Batch
+	if m == nil || w.Orgs[1].Batch != nil {
+		t.Fatalf("batch models %+v / %+v: want the observed org's only", w.Orgs[0].Batch, w.Orgs[1].Batch)
+	}
+	if got := m.AdmissionBase.Seconds() + m.AdmissionPerRequest.Seconds()*500 + 500/m.ProcessingRate; math.Abs(got-300) > 0.01 {
+		t.Errorf("the fitted model takes %.2f s for one 500-request batch, observed 300 s", got)
+	}
+	if !strings.Contains(prov.String(), "high_prio batch queue: observed mean turnaround 5m0s for 500-request batches over 4 batch(es)") {
+		t.Errorf("provenance:\n%s", prov)
+	}
+	// A damaged entry is dropped, not applied.
+	f.Orgs["org-a"].Batch.MeanSeconds = -1
+	if err := f.Write(path); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ = Load(path, t0); f.Orgs["org-a"] != nil && f.Orgs["org-a"].Batch != nil {
+		t.Errorf("a negative turnaround survived the load: %+v", f.Orgs["org-a"].Batch)
+	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
@@ -172,7 +173,7 @@ aborts them. See docs/proxy.md.`,
 			}
 			err = drainProxy(cmd.Context(), out, srv, px, d, dstop, grace)
 			_, views := d.Snapshot() // what the lanes saw, for the next plan
-			recordObservations(rf.observations, views, 0, log)
+			recordObservations(rf.observations, views, batch.Stats{}, 0, log)
 			return err
 		},
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
@@ -113,23 +114,24 @@ func (f routeFlags) world(ks []*keys.Key, c *client.Client, given *plan.World, j
 }
 
 // observer returns job.Options.Observe for these flags: the run's lanes
-// recorded in the observations file for the next plan (nil when
-// --observations is empty). A failure to record is a warning: the run's
-// results are not at stake.
-func (f routeFlags) observer(log *slog.Logger) func([]dispatch.LaneView, int) {
+// and batch turnaround recorded in the observations file for the next
+// plan (nil when --observations is empty). A failure to record is a
+// warning: the run's results are not at stake.
+func (f routeFlags) observer(log *slog.Logger) func([]dispatch.LaneView, batch.Stats, int) {
 	if f.observations == "" {
 		return nil
 	}
-	return func(views []dispatch.LaneView, maxTokens int) {
-		recordObservations(f.observations, views, maxTokens, log)
+	return func(views []dispatch.LaneView, bs batch.Stats, maxTokens int) {
+		recordObservations(f.observations, views, bs, maxTokens, log)
 	}
 }
 
-// recordObservations merges lanes' views into the observations file at
+// recordObservations merges lanes' views and a batch path's turnaround
+// into the observations file at
 // path.
-func recordObservations(path string, views []dispatch.LaneView, maxTokens int, log *slog.Logger) {
+func recordObservations(path string, views []dispatch.LaneView, bs batch.Stats, maxTokens int, log *slog.Logger) {
 	now := time.Now()
-	readErr, err := observe.Record(path, now, observe.FromLanes(views, maxTokens, now)...)
+	readErr, err := observe.RecordRun(path, now, observe.FromLanes(views, maxTokens, now), observe.FromBatch(bs, now))
 	if readErr != nil {
 		log.Warn("the observations file was unreadable and is replaced", "err", readErr)
 	}
