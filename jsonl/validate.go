@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/rawjson"
 )
 
 // Info describes one valid input line.
@@ -102,22 +103,22 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	if line[0] != '{' {
 		return fail("a line must be a JSON object, got %s", kindName(line))
 	}
-	top := members(line)
-	idRaw := lookup(top, "custom_id")
+	top := rawjson.Members(line)
+	idRaw := rawjson.Lookup(top, "custom_id")
 	if idRaw != nil && idRaw[0] == '"' {
-		if id := decodeString(idRaw); api.ValidCustomID(id) {
+		if id := rawjson.String(idRaw); api.ValidCustomID(id) {
 			info.CustomID = id
 		}
 	}
 	seen := make(map[string]bool, len(top))
 	var unknown []string
 	for _, m := range top {
-		if seen[m.key] {
-			return fail("key %q appears twice", m.key)
+		if seen[m.Key] {
+			return fail("key %q appears twice", m.Key)
 		}
-		seen[m.key] = true
-		if m.key != "custom_id" && m.key != "params" {
-			unknown = append(unknown, strconv.Quote(m.key))
+		seen[m.Key] = true
+		if m.Key != "custom_id" && m.Key != "params" {
+			unknown = append(unknown, strconv.Quote(m.Key))
 		}
 	}
 	if len(unknown) > 0 {
@@ -132,7 +133,7 @@ func validate(line []byte, copyParams bool) (Info, error) {
 		return fail("custom_id %s does not match ^[a-zA-Z0-9_-]{1,64}$", show(idRaw))
 	}
 
-	params := lookup(top, "params")
+	params := rawjson.Lookup(top, "params")
 	switch {
 	case params == nil:
 		return fail("params is required")
@@ -141,18 +142,35 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	case len(params) > api.MaxMessagesBytes:
 		return fail("params is %d bytes, over the %d-byte limit of a Messages request", len(params), api.MaxMessagesBytes)
 	}
-	pm := members(params)
+	if reason := readParams(params, &info, false); reason != "" {
+		return fail("%s", reason)
+	}
+	info.ParamsHash = ParamsHash(params)
+	info.Params = params
+	if copyParams {
+		info.Params = bytes.Clone(params)
+	}
+	return info, nil
+}
 
-	model := lookup(pm, "model")
+// readParams applies the params rules of ValidateLine to params (an object)
+// and fills info's Model, MaxTokens, Stream and EstInputTokens; the
+// returned reason is "" when they hold. allowStream lifts the rule that
+// stream is false.
+func readParams(params []byte, info *Info, allowStream bool) (reason string) {
+	fail := func(format string, args ...any) string { return fmt.Sprintf(format, args...) }
+	pm := rawjson.Members(params)
+
+	model := rawjson.Lookup(pm, "model")
 	if model == nil {
 		return fail("params.model is required")
 	}
 	if model[0] != '"' || len(model) == 2 {
 		return fail("params.model must be a non-empty string, got %s", show(model))
 	}
-	info.Model = decodeString(model)
+	info.Model = rawjson.String(model)
 
-	maxTok := lookup(pm, "max_tokens")
+	maxTok := rawjson.Lookup(pm, "max_tokens")
 	if maxTok == nil {
 		return fail("params.max_tokens is required")
 	}
@@ -162,11 +180,13 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	}
 	info.MaxTokens = n
 
-	if s := lookup(pm, "stream"); s != nil {
+	if s := rawjson.Lookup(pm, "stream"); s != nil {
 		switch s[0] {
 		case 't':
 			info.Stream = true
-			return fail("params.stream is true: sluice writes results in the non-streaming format; remove it or set it to false")
+			if !allowStream {
+				return fail("params.stream is true: sluice writes results in the non-streaming format; remove it or set it to false")
+			}
 		case 'f':
 		default:
 			return fail("params.stream must be a boolean, got %s", show(s))
@@ -174,12 +194,12 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	}
 
 	chars := 0
-	if sys := lookup(pm, "system"); sys != nil {
+	if sys := rawjson.Lookup(pm, "system"); sys != nil {
 		switch sys[0] {
 		case '"':
-			chars += stringLen(sys)
+			chars += rawjson.StringLen(sys)
 		case '[':
-			for i, b := range elements(sys) {
+			for i, b := range rawjson.Elements(sys) {
 				if b[0] != '{' {
 					return fail("params.system[%d] must be a content block object, got %s", i, kindName(b))
 				}
@@ -190,14 +210,14 @@ func validate(line []byte, copyParams bool) (Info, error) {
 		}
 	}
 
-	msgs := lookup(pm, "messages")
+	msgs := rawjson.Lookup(pm, "messages")
 	if msgs == nil {
 		return fail("params.messages is required")
 	}
 	if msgs[0] != '[' {
 		return fail("params.messages must be a non-empty array, got %s", kindName(msgs))
 	}
-	list := elements(msgs)
+	list := rawjson.Elements(msgs)
 	if len(list) == 0 {
 		return fail("params.messages must be a non-empty array, got []")
 	}
@@ -205,8 +225,8 @@ func validate(line []byte, copyParams bool) (Info, error) {
 		if m[0] != '{' {
 			return fail("params.messages[%d] must be an object, got %s", i, kindName(m))
 		}
-		mm := members(m)
-		role := lookup(mm, "role")
+		mm := rawjson.Members(m)
+		role := rawjson.Lookup(mm, "role")
 		switch {
 		case role == nil:
 			return fail("params.messages[%d].role is required", i)
@@ -216,15 +236,15 @@ func validate(line []byte, copyParams bool) (Info, error) {
 		default:
 			return fail(`params.messages[%d].role must be "user" or "assistant", got %s`, i, show(role))
 		}
-		content := lookup(mm, "content")
+		content := rawjson.Lookup(mm, "content")
 		if content == nil {
 			return fail("params.messages[%d].content is required", i)
 		}
 		switch content[0] {
 		case '"':
-			chars += stringLen(content)
+			chars += rawjson.StringLen(content)
 		case '[':
-			blocks := elements(content)
+			blocks := rawjson.Elements(content)
 			if len(blocks) == 0 {
 				return fail("params.messages[%d].content must be a string or a non-empty array, got []", i)
 			}
@@ -239,10 +259,28 @@ func validate(line []byte, copyParams bool) (Info, error) {
 		}
 	}
 	info.EstInputTokens = int64((chars+3)/4 + 4*len(list) + 7)
-	info.ParamsHash = ParamsHash(params)
-	info.Params = params
-	if copyParams {
-		info.Params = bytes.Clone(params)
+	return ""
+}
+
+// DescribeParams reads a Messages request body as ValidateLine reads a
+// line's params, except that stream may be true: the proxy learns the
+// model, max_tokens, stream and the input estimate of what it forwards in
+// one validation pass and one walk, and both paths estimate input alike.
+// The body is not copied (Info.Params aliases it) and ParamsHash is not
+// computed. On failure the error says which rule failed and Info holds
+// what was read before it; the API answers such a body with its own 400.
+func DescribeParams(body []byte) (Info, error) {
+	var info Info
+	if !json.Valid(body) {
+		return info, LineError{Reason: syntaxReason(body)}
+	}
+	body = bytes.TrimSpace(body)
+	if body[0] != '{' {
+		return info, LineError{Reason: "a Messages request must be a JSON object, got " + kindName(body)}
+	}
+	info.Params = body
+	if reason := readParams(body, &info, true); reason != "" {
+		return info, LineError{Reason: reason}
 	}
 	return info, nil
 }
@@ -250,12 +288,12 @@ func validate(line []byte, copyParams bool) (Info, error) {
 // textLen returns the length of the text of block when it is a text block
 // with a string text, else 0.
 func textLen(block []byte) int {
-	bm := members(block)
-	if !bytes.Equal(lookup(bm, "type"), []byte(`"text"`)) {
+	bm := rawjson.Members(block)
+	if !bytes.Equal(rawjson.Lookup(bm, "type"), []byte(`"text"`)) {
 		return 0
 	}
-	if t := lookup(bm, "text"); t != nil && t[0] == '"' {
-		return stringLen(t)
+	if t := rawjson.Lookup(bm, "text"); t != nil && t[0] == '"' {
+		return rawjson.StringLen(t)
 	}
 	return 0
 }

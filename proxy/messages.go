@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -493,51 +493,18 @@ type params struct {
 	est       int64 // input tokens, estimated as jsonl does
 }
 
-// parseParams reads model, max_tokens, stream and an input estimate. A
-// body it cannot read gives what it could: the API answers such a body
-// with its own 400.
+// parseParams reads model, max_tokens, stream and an input estimate, by
+// the rules and the estimate `sluice run` uses for its input lines
+// (jsonl.DescribeParams: one validation pass, no decoding). A body that
+// breaks a rule gives what was read before it, and an estimate from its
+// size: the API answers such a body with its own 400.
 func parseParams(body []byte) params {
-	var m struct {
-		Model     string          `json:"model"`
-		MaxTokens int64           `json:"max_tokens"`
-		Stream    bool            `json:"stream"`
-		System    json.RawMessage `json:"system"`
-		Messages  []struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
+	info, err := jsonl.DescribeParams(body)
+	p := params{model: info.Model, maxTokens: info.MaxTokens, stream: info.Stream, est: info.EstInputTokens}
+	if err != nil && p.est == 0 {
+		p.est = int64(len(body)/4 + 7)
 	}
-	if json.Unmarshal(body, &m) != nil && m.Model == "" {
-		return params{est: int64(len(body)/4 + 7)}
-	}
-	chars := textLen(m.System)
-	for _, msg := range m.Messages {
-		chars += textLen(msg.Content)
-	}
-	return params{model: m.Model, maxTokens: m.MaxTokens, stream: m.Stream,
-		est: int64((chars+3)/4 + 4*len(m.Messages) + 7)}
-}
-
-// textLen is the length of a string, or of the text of an array of
-// blocks.
-func textLen(raw json.RawMessage) int {
-	if len(raw) == 0 {
-		return 0
-	}
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return len(s)
-	}
-	var blocks []struct {
-		Text string `json:"text"`
-	}
-	if json.Unmarshal(raw, &blocks) != nil {
-		return len(raw)
-	}
-	n := 0
-	for _, b := range blocks {
-		n += len(b.Text)
-	}
-	return n
+	return p
 }
 
 // handleCountTokens serves POST /v1/messages/count_tokens on a live key.

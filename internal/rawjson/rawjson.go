@@ -1,32 +1,35 @@
-package jsonl
+// Package rawjson walks JSON that json.Valid has already accepted, without
+// decoding it: values are returned as sub-slices of the input, so reading a
+// few fields of a request or an answer costs one validation pass and one
+// walk however deep the document is. jsonl reads input lines with it, the
+// client reads answers and the proxy reads the bodies it forwards.
+//
+// Every function here assumes valid input and starts at a value's first
+// byte; on anything else the result is unspecified (it may panic).
+package rawjson
 
 import (
 	"bytes"
 	"encoding/json"
 )
 
-// This file walks JSON that json.Valid has already accepted, without
-// decoding it: values are returned as sub-slices of the input, so checking a
-// line costs one validation pass and one walk however deep the request is.
-// Every function here assumes valid input and starts at a value's first byte.
-
-// member is one key and raw value of a JSON object.
-type member struct {
-	key string
-	val []byte
+// Member is one key and raw value of a JSON object.
+type Member struct {
+	Key string
+	Val []byte
 }
 
-// members returns the members of the object b, in order, duplicates kept.
-func members(b []byte) []member {
-	var out []member
+// Members returns the members of the object b, in order, duplicates kept.
+func Members(b []byte) []Member {
+	var out []Member
 	i := skipSpace(b, 1)
 	for b[i] != '}' {
 		end := skipString(b, i)
-		key := decodeString(b[i:end])
+		key := String(b[i:end])
 		i = skipSpace(b, end) + 1 // past ':'
 		i = skipSpace(b, i)
 		vend := skipValue(b, i)
-		out = append(out, member{key, b[i:vend]})
+		out = append(out, Member{key, b[i:vend]})
 		i = skipSpace(b, vend)
 		if b[i] == ',' {
 			i = skipSpace(b, i+1)
@@ -35,13 +38,13 @@ func members(b []byte) []member {
 	return out
 }
 
-// lookup returns the value of the last member named key, or nil; a JSON
+// Lookup returns the value of the last member named key, or nil; a JSON
 // null counts as absent. Last wins, as in encoding/json.
-func lookup(ms []member, key string) []byte {
+func Lookup(ms []Member, key string) []byte {
 	var v []byte
 	for _, m := range ms {
-		if m.key == key {
-			v = m.val
+		if m.Key == key {
+			v = m.Val
 		}
 	}
 	if bytes.Equal(v, []byte("null")) {
@@ -50,8 +53,8 @@ func lookup(ms []member, key string) []byte {
 	return v
 }
 
-// elements returns the elements of the array b.
-func elements(b []byte) [][]byte {
+// Elements returns the elements of the array b.
+func Elements(b []byte) [][]byte {
 	var out [][]byte
 	i := skipSpace(b, 1)
 	for b[i] != ']' {
@@ -117,8 +120,8 @@ func skipSpace(b []byte, i int) int {
 	return i
 }
 
-// decodeString returns the string the JSON string literal b denotes.
-func decodeString(b []byte) string {
+// String returns the string the JSON string literal b denotes.
+func String(b []byte) string {
 	if bytes.IndexByte(b, '\\') < 0 {
 		return string(b[1 : len(b)-1])
 	}
@@ -127,11 +130,11 @@ func decodeString(b []byte) string {
 	return s
 }
 
-// stringLen returns len of the string the JSON string literal b denotes,
+// StringLen returns len of the string the JSON string literal b denotes,
 // without allocating when b holds no escapes.
-func stringLen(b []byte) int {
+func StringLen(b []byte) int {
 	if bytes.IndexByte(b, '\\') < 0 {
 		return len(b) - 2
 	}
-	return len(decodeString(b))
+	return len(String(b))
 }
