@@ -91,16 +91,38 @@ func (r *RateLimitHeaders) Get(l Limiter) *LimitState {
 	}
 }
 
+// canonicalLimitHeaders holds, for each of Limiters, its limit, remaining
+// and reset header names in canonical form, so that reading an answer's
+// twelve headers is twelve map lookups: building and canonicalising each
+// name per answer was a visible share of the proxy's CPU per request.
+var canonicalLimitHeaders = func() (names [len(Limiters)][3]string) {
+	for i, l := range Limiters {
+		for j, f := range [3]string{"limit", "remaining", "reset"} {
+			names[i][j] = http.CanonicalHeaderKey(LimitHeaderName(l, f))
+		}
+	}
+	return names
+}()
+
+// first is h.Get(name) for a name already in canonical form.
+func first(h http.Header, canonical string) string {
+	if vs := h[canonical]; len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
 // ParseRateLimitHeaders reads the rate-limit headers of h. A dimension whose
 // three headers are not all present and well formed is left !Present: some
 // models and gateways omit dimensions, so callers must cope.
 func ParseRateLimitHeaders(h http.Header) RateLimitHeaders {
 	var r RateLimitHeaders
-	for _, l := range Limiters {
+	for i, l := range Limiters {
 		s := r.Get(l)
-		lim, err1 := strconv.ParseInt(h.Get(LimitHeaderName(l, "limit")), 10, 64)
-		rem, err2 := strconv.ParseInt(h.Get(LimitHeaderName(l, "remaining")), 10, 64)
-		rv := h.Get(LimitHeaderName(l, "reset"))
+		names := &canonicalLimitHeaders[i]
+		lim, err1 := strconv.ParseInt(first(h, names[0]), 10, 64)
+		rem, err2 := strconv.ParseInt(first(h, names[1]), 10, 64)
+		rv := first(h, names[2])
 		reset, err3 := time.Parse(time.RFC3339, rv)
 		if err1 == nil && err2 == nil && err3 == nil {
 			*s = LimitState{Present: true, Limit: lim, Remaining: rem, Reset: reset, ResetFine: strings.Contains(rv, ".")}
