@@ -5,6 +5,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	runtimemetrics "runtime/metrics"
 	"sort"
 	"strconv"
 	"strings"
@@ -254,4 +255,11 @@ func (p *Proxy) writeMetrics(w io.Writer) {
 	}
 	s = family(w, "sluice_proxy_up", "gauge", "1 while the proxy serves, 0 while it drains.")
 	s.add(b2f(!p.draining.Load()))
+
+	// The process's own allocations: what `sluice bench overhead` divides
+	// by the requests served to report allocations per request.
+	rm := []runtimemetrics.Sample{{Name: "/gc/heap/allocs:objects"}, {Name: "/gc/heap/allocs:bytes"}}
+	runtimemetrics.Read(rm)
+	family(w, "sluice_go_heap_allocs_objects_total", "counter", "Heap objects the process has allocated.").add(float64(rm[0].Value.Uint64()))
+	family(w, "sluice_go_heap_allocs_bytes_total", "counter", "Heap bytes the process has allocated.").add(float64(rm[1].Value.Uint64()))
 }

@@ -22,8 +22,14 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	var prof profiles
+	prof.register(root)
 	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), versionCmd())
-	if err := root.ExecuteContext(ctx); err != nil {
+	err := root.ExecuteContext(ctx)
+	if perr := prof.stop(); perr != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", perr)
+	}
+	if err != nil {
 		msg := err.Error()
 		if f := logRedact.Load(); f != nil {
 			msg = (*f)(msg) // an error may carry a lower layer's raw text

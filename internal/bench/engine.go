@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"time"
 
@@ -49,7 +50,13 @@ type EngineResult struct {
 	Limited   int64 // 429s the simulator sent
 	Extra     int64 // answers beyond the first for one body
 	PeakRSSMB float64
-	Report    *job.Report
+	// AllocsPerRequest and AllocBytesPerRequest are this process's heap
+	// allocations per request over the job (the engine runs in-process;
+	// the simulator is a child); CPUPerRequest is this process's CPU time
+	// per request, 0 where not measured.
+	AllocsPerRequest, AllocBytesPerRequest float64
+	CPUPerRequest                          time.Duration
+	Report                                 *job.Report
 }
 
 // steadyWindow measures throughput between 10 % and 90 % of a job's
@@ -142,6 +149,9 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 		logw = io.Discard
 	}
 	steady := newSteadyWindow(e.Workload.N)
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	cpu0 := procCPU(os.Getpid())
 	start := time.Now()
 	opts := job.Options{
 		Input: in, Output: out, Logger: slog.New(slog.NewTextHandler(logw, nil)),
@@ -150,9 +160,18 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 	}
 	rep, err := job.Run(ctx, opts)
 	res.Wall = time.Since(start)
+	cpu := procCPU(os.Getpid()) - cpu0
+	runtime.ReadMemStats(&m1)
 	res.Report = rep
 	if err != nil {
 		return res, err
+	}
+	if n := rep.Requests.Written; n > 0 {
+		res.AllocsPerRequest = float64(m1.Mallocs-m0.Mallocs) / float64(n)
+		res.AllocBytesPerRequest = float64(m1.TotalAlloc-m0.TotalAlloc) / float64(n)
+		if cpu > 0 {
+			res.CPUPerRequest = cpu / time.Duration(n)
+		}
 	}
 	res.Throughput = float64(rep.Requests.Written) / res.Wall.Seconds()
 	res.Steady = steady.rate()
@@ -283,4 +302,11 @@ func (r EngineResult) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  simulator: %d admitted, %d × 429 (%.2f%%), %d extra answers; peak RSS of this process %s\n",
 		r.Admitted, r.Limited, r.Pct429(), r.Extra, rss)
+	if r.AllocsPerRequest > 0 {
+		cpu := ""
+		if r.CPUPerRequest > 0 {
+			cpu = fmt.Sprintf("; CPU %.0f µs", float64(r.CPUPerRequest)/1e3)
+		}
+		fmt.Fprintf(w, "  engine per request: %.0f allocations, %.1f KiB allocated%s\n", r.AllocsPerRequest, r.AllocBytesPerRequest/1024, cpu)
+	}
 }

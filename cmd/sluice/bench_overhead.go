@@ -1,0 +1,66 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/internal/bench"
+)
+
+func benchOverheadCmd() *cobra.Command {
+	var (
+		conns, body     int
+		dur, warm       time.Duration
+		model, proxyCPU string
+		verbose         bool
+	)
+	cmd := &cobra.Command{
+		Use:   "overhead",
+		Short: "What `sluice proxy` adds to one request: the same load straight to a zero-latency simulator and through the proxy",
+		Long: `overhead starts 'sluice sim' (three orgs, zero latency, no limits) as a child
+process and drives a closed loop from --connections keep-alive connections
+(each sends its next request when the last is answered, as wrk does) with
+--body-byte Messages bodies, first straight to the simulator and then through
+'sluice proxy' (a second child) in front of it. It prints req/s, p50 and p99
+of both, the ratio, the latency the proxy adds, the CPU each process spent
+per request and the proxy's heap allocations per request.
+
+The load generator shares the machine's cores with both children: on a small
+machine every figure is a floor, and the ratio is the number to compare.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if conns < 1 || body < 1 || dur <= 0 || warm < 0 {
+				return fmt.Errorf("bench overhead: --connections, --body and --duration must be positive")
+			}
+			run := bench.OverheadRun{Binary: bin, Sim: unlimited(1, 8, 32), Connections: conns, BodyBytes: body,
+				Duration: dur, Warmup: warm, Model: model}
+			if proxyCPU != "" {
+				run.ProxyArgs = append(run.ProxyArgs, "--cpu-profile", proxyCPU)
+			}
+			if verbose {
+				run.Log = cmd.ErrOrStderr()
+			}
+			r, err := run.Run(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r.Print(cmd.OutOrStdout())
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&conns, "connections", 32, "keep-alive connections, each with one request outstanding")
+	cmd.Flags().IntVar(&body, "body", 1024, "bytes in each request body")
+	cmd.Flags().DurationVar(&dur, "duration", 10*time.Second, "measured window of each phase")
+	cmd.Flags().DurationVar(&warm, "warmup", 2*time.Second, "load before each measured window (not counted)")
+	cmd.Flags().StringVar(&model, "model", "claude-haiku-4-5-20251001", "model named in each request")
+	cmd.Flags().StringVar(&proxyCPU, "proxy-cpu-profile", "", "write the proxy's pprof CPU profile to FILE (an absolute path)")
+	cmd.Flags().BoolVar(&verbose, "verbose", false, "pass the proxy's log through to stderr")
+	return cmd
+}
