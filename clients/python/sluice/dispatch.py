@@ -149,6 +149,8 @@ class _DispatchJob:
             args += ["--cache-mode", cache_mode]
         if keys_file is not None:
             args += ["--keys-file", os.fspath(keys_file)]
+        if org_keys:
+            args += ["--no-dotenv"]  # org_keys replace every key: ./.env's too
         self.args = args + [str(a) for a in sluice_args]
 
     def _line(self, line: str) -> None:

@@ -2,6 +2,7 @@
 version, keys)."""
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -87,6 +88,28 @@ class DispatchTest(SimTest):
         got = sluice.dispatch_calls(items, build, first_word, org_keys={"mine": FAKE_KEYS["ANTHROPIC_BATCH_KEY"]},
                                     echo=False, sluice_args=ARGS)
         self.assertEqual({r.org for r in got.values()}, {"mine"})  # the one key given, by its label
+
+    def test_org_keys_replace_the_keys_of_dotenv_too(self):
+        # sluice reads ./.env for a variable the environment lacks; org_keys
+        # must replace those keys as well (another organization's key there
+        # would otherwise join the pool).
+        work = self.path("cwd")
+        os.makedirs(work)
+        with open(os.path.join(work, ".env"), "w") as f:
+            f.write("ANTHROPIC_API_KEY=%s\n" % FAKE_KEYS["ANTHROPIC_API_KEY"])
+        old = os.getcwd()
+        os.chdir(work)
+        self.addCleanup(os.chdir, old)
+        items = [sluice.DispatchItem("dk%d" % i, i) for i in range(24)]
+        got = sluice.dispatch_calls(items, build, first_word, org_keys={"mine": FAKE_KEYS["ANTHROPIC_BATCH_KEY"]},
+                                    echo=False, sluice_args=["--no-probe"])
+        self.assertEqual({r.org for r in got.values()}, {"mine"})
+        raw = self.path("raw.json")
+        sluice.judge_completions_batch(simworld.completions(2, 3, 2, tag="dk"), save_raw=raw, echo=False,
+                                       org_keys={"mine": FAKE_KEYS["ANTHROPIC_BATCH_KEY"]},
+                                       sluice_args=["--no-probe", "--cache-mode", "off"])
+        with open(raw) as f:
+            self.assertEqual({r["org"] for r in json.load(f)["rows"]}, {"mine"})
 
     def test_async_matches_sync_and_leaves_the_loop_free(self):
         items = [sluice.DispatchItem("as%d" % i, i) for i in range(10)]
