@@ -144,6 +144,32 @@ def _check_version(path: str) -> str:
     return got
 
 
+# sluice refuses a key value shorter than this (keys/load.go); so does
+# org_keys, before anything is started.
+MIN_KEY_LEN = 8
+_KEY_OK = re.compile(r"[!-+\--~]{%d,}" % MIN_KEY_LEN)  # printable ASCII, no space, no comma
+_LABEL_OK = re.compile(r"[A-Za-z0-9_.-]{1,40}")
+
+
+def _tail(text: str) -> str:
+    """text shown by its last 4 characters at most (a value that may be a
+    key is never echoed whole; keys are at least MIN_KEY_LEN long)."""
+    return "…" + text[-4:]
+
+
+def _check_label(label) -> None:
+    """Refuses an org_keys label that is not one, without echoing it: a
+    mapping given the wrong way round ({key: label}) holds keys as labels,
+    and a label goes into logs and results."""
+    text = label if isinstance(label, str) else repr(label)
+    if text[:3].lower() == "sk-":
+        raise ValueError("sluice: an org_keys label (ending %r) starts with 'sk-', so it looks like an API key: "
+                         "org_keys maps label → key, e.g. {'main': 'sk-ant-…'}" % _tail(text))
+    if not isinstance(label, str) or not _LABEL_OK.fullmatch(label):
+        raise ValueError("sluice: an org_keys label (ending %r) is not a label: use 1 to 40 letters, digits, _, - "
+                         "and .; org_keys maps label → key" % _tail(text))
+
+
 def child_env(org_keys: Optional[Dict[str, str]] = None, base_url: Optional[str] = None) -> Dict[str, str]:
     """The child's environment: this process's, with org_keys (label → key)
     replacing every key variable when given, and base_url as
@@ -153,11 +179,14 @@ def child_env(org_keys: Optional[Dict[str, str]] = None, base_url: Optional[str]
         for v in KEY_VARS:
             env.pop(v, None)
         items = []
-        for label, key in org_keys.items():
-            if not re.fullmatch(r"[A-Za-z0-9_.-]+", str(label)):
-                raise ValueError("sluice: org_keys label %r: use letters, digits, _, - and ." % (label,))
-            if not key or "," in key or "\n" in key:
-                raise ValueError("sluice: org_keys[%r] is not a key value" % (label,))
+        for n, (label, key) in enumerate(org_keys.items(), 1):
+            _check_label(label)
+            if not isinstance(key, str) or not _KEY_OK.fullmatch(key):
+                # Neither is echoed whole: a mapping given the wrong way
+                # round has a key as its label.
+                raise ValueError("sluice: org_keys entry %d (label ending %r): the value is not an API key (at least "
+                                 "%d printable ASCII characters, no spaces or commas); org_keys maps label → key"
+                                 % (n, _tail(label), MIN_KEY_LEN))
             items.append("%s=%s" % (label, key))
         env["ANTHROPIC_API_KEYS"] = ",".join(items)
     if base_url:
@@ -166,7 +195,10 @@ def child_env(org_keys: Optional[Dict[str, str]] = None, base_url: Optional[str]
 
 
 def secrets(env: Dict[str, str]) -> List[str]:
-    """Every key value env holds (for redaction and the argv check)."""
+    """Every key value env holds (for redaction and the argv check). A
+    value shorter than MIN_KEY_LEN is not a key sluice would take (and
+    child_env refuses one in org_keys), so it is not redacted: redacting
+    "abc" would mangle every line."""
     out = []
     for v in KEY_VARS:
         val = env.get(v, "")
@@ -176,7 +208,9 @@ def secrets(env: Dict[str, str]) -> List[str]:
                 out.append(item.split("=", 1)[1] if "=" in item else item)
         else:
             out.append(val.strip())
-    return [s for s in out if len(s) >= 8]
+    out = [s for s in out if len(s) >= MIN_KEY_LEN]
+    # Longest first, so a key holding another is redacted whole.
+    return sorted(set(out), key=len, reverse=True)
 
 
 def redact(text: str, values: Iterable[str]) -> str:

@@ -111,6 +111,37 @@ class DispatchTest(SimTest):
         with open(raw) as f:
             self.assertEqual({r["org"] for r in json.load(f)["rows"]}, {"mine"})
 
+    def test_org_keys_given_the_wrong_way_round_are_refused_without_echoing_a_key(self):
+        key = FAKE_KEYS["ANTHROPIC_BATCH_KEY"]
+        other = "abcdef0123456789XYZW"  # a key of some other shape: it passes as a label
+        before = self.sim.calls()
+        cases = [
+            {key: "mine"},                    # {key: label}: the label starts with sk-
+            {"x" * 41 + key[-8:]: "mine"},    # longer than any label
+            {other: "mine"},                  # a short value: not a key
+            {"mine": "short"},
+            {"mine": key + ",x=" + key},      # a comma would smuggle a second entry in
+            {"has space": key},
+        ]
+        for ok in cases:
+            with self.subTest(org_keys=ok):
+                with self.assertRaises(ValueError) as cm:
+                    sluice.dispatch_calls([sluice.DispatchItem("w")], build, first_word, org_keys=ok, echo=False,
+                                          sluice_args=ARGS)
+                msg = str(cm.exception)
+                self.assertIn("org_keys", msg)
+                for label, value in ok.items():
+                    for secret in (label, value):
+                        if len(secret) >= 8:
+                            self.assertNotIn(secret[:-4], msg)
+                with self.assertRaises(ValueError):
+                    sluice.judge_completions_batch({"p": {"q": ["a"]}}, org_keys=ok, echo=False, sluice_args=ARGS)
+        self.assertEqual(self.sim.calls(), before)
+
+    def test_every_org_keys_value_is_redacted(self):
+        env = _proc.child_env({"a": "sk-ant-0123456789", "b": "12345678"})
+        self.assertEqual(set(_proc.secrets(env)), {"sk-ant-0123456789", "12345678"})
+
     def test_async_matches_sync_and_leaves_the_loop_free(self):
         items = [sluice.DispatchItem("as%d" % i, i) for i in range(10)]
 
