@@ -5,6 +5,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import tempfile
 from typing import Any, Iterable, Optional
 
@@ -27,10 +28,44 @@ def folder(kind: str, fp: str, checkpoint_dir: Optional[str]) -> "tuple[str, boo
     if checkpoint_dir:
         path, temp = os.path.join(os.fspath(checkpoint_dir), name), False
     else:
-        uid = os.getuid() if hasattr(os, "getuid") else "user"
-        path, temp = os.path.join(tempfile.gettempdir(), "sluice-py-%s" % uid, name), True
+        path, temp = os.path.join(temp_parent(), name), True
     os.makedirs(path, mode=0o700, exist_ok=True)
     return os.path.abspath(path), temp
+
+
+def temp_parent() -> str:
+    """$TMPDIR/sluice-py-<uid>, created 0700, and refused (PermissionError)
+    unless it is a real folder of this user that nobody else can write: its
+    name is predictable, and whoever controls it controls the requests
+    sluice sends and the results a call returns."""
+    base = tempfile.gettempdir()
+    if not hasattr(os, "getuid"):  # no uids (Windows): the user's own temp folder
+        path = os.path.join(base, "sluice-py-user")
+        os.makedirs(path, exist_ok=True)
+        return path
+    uid = os.getuid()
+    path = os.path.join(base, "sluice-py-%d" % uid)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+
+    def refuse(why: str) -> PermissionError:
+        return PermissionError("sluice: refusing the temporary folder %s: %s; remove it, or pass checkpoint_dir"
+                               % (path, why))
+
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        raise refuse("it is a symbolic link")
+    if not stat.S_ISDIR(st.st_mode):
+        raise refuse("it is not a folder")
+    if st.st_uid != uid:
+        raise refuse("it belongs to uid %d, not to this user (uid %d)" % (st.st_uid, uid))
+    if st.st_mode & 0o022:
+        raise refuse("group or others may write to it (mode %o)" % stat.S_IMODE(st.st_mode))
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(path, 0o700)  # e.g. 0755 as earlier versions made it: ours, and nobody else could write
+    return path
 
 
 def remove(path: str) -> None:

@@ -142,6 +142,42 @@ class DispatchTest(SimTest):
         env = _proc.child_env({"a": "sk-ant-0123456789", "b": "12345678"})
         self.assertEqual(set(_proc.secrets(env)), {"sk-ant-0123456789", "12345678"})
 
+    def test_the_temporary_parent_folder_must_be_ours_alone(self):
+        parent = os.path.join(os.environ["TMPDIR"], "sluice-py-%d" % os.getuid())
+        elsewhere = self.path("elsewhere")
+        os.makedirs(elsewhere)
+        os.symlink(elsewhere, parent)
+        before = self.sim.calls()
+        with self.assertRaisesRegex(PermissionError, "symbolic link"):
+            sluice.dispatch_calls([sluice.DispatchItem("t")], build, first_word, echo=False, sluice_args=ARGS)
+        self.assertEqual(os.listdir(elsewhere), [])
+        self.assertEqual(self.sim.calls(), before)
+        os.unlink(parent)
+
+        os.mkdir(parent)
+        os.chmod(parent, 0o777)
+        with self.assertRaisesRegex(PermissionError, "may write"):
+            sluice.dispatch_calls([sluice.DispatchItem("t")], build, first_word, echo=False, sluice_args=ARGS)
+        if os.getuid() == 0:
+            os.chmod(parent, 0o700)
+            os.chown(parent, 4242, -1)
+            with self.assertRaisesRegex(PermissionError, "uid 4242"):
+                sluice.dispatch_calls([sluice.DispatchItem("t")], build, first_word, echo=False, sluice_args=ARGS)
+            os.chown(parent, 0, -1)
+
+        os.chmod(parent, 0o755)  # as earlier versions made it: taken back to 0700
+        got = sluice.dispatch_calls([sluice.DispatchItem("t")], build, first_word, echo=False, sluice_args=ARGS)
+        self.assertEqual(got["t"].category, "ok")
+        self.assertEqual(os.stat(parent).st_mode & 0o777, 0o700)
+
+        os.rmdir(parent)  # made afresh: 0700 whatever the umask
+        old = os.umask(0)
+        try:
+            sluice.dispatch_calls([sluice.DispatchItem("t")], build, first_word, echo=False, sluice_args=ARGS)
+        finally:
+            os.umask(old)
+        self.assertEqual(os.stat(parent).st_mode & 0o777, 0o700)
+
     def test_async_matches_sync_and_leaves_the_loop_free(self):
         items = [sluice.DispatchItem("as%d" % i, i) for i in range(10)]
 
