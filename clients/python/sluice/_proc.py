@@ -387,3 +387,62 @@ class Child:
                     except ProcessLookupError:
                         pass
                     signals += 1
+
+
+# A whole call: the working folder's lock, the input, the child, the answer.
+# A job has lock (a _work.Lock), inputs (path → bytes), child() and
+# collect().
+
+
+def _write_inputs(job) -> None:
+    from . import _work
+
+    for path, data in job.inputs.items():
+        _work.write_atomic(path, data)
+
+
+def run_job(job):
+    """Runs job to its answer, holding its folder's lock throughout."""
+    job.lock.acquire()
+    finished = False
+    try:
+        _write_inputs(job)
+        job.child().run()
+        out = job.collect()
+        finished = True
+        return out
+    finally:
+        job.lock.release(finished)
+
+
+async def run_job_async(job):
+    """run_job for an event loop: waiting for the lock happens on an
+    executor thread, so the loop runs on while another call holds it."""
+    await _acquire_async(job.lock)
+    finished = False
+    try:
+        _write_inputs(job)
+        await job.child().run_async()
+        out = job.collect()
+        finished = True
+        return out
+    finally:
+        job.lock.release(finished)
+
+
+async def _acquire_async(lock) -> None:
+    loop = asyncio.get_running_loop()
+    cancel = threading.Event()
+    fut = loop.run_in_executor(None, lock.acquire, cancel)
+    try:
+        await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        # The thread stops waiting; a lock it took meanwhile is let go.
+        cancel.set()
+
+        def done(f) -> None:
+            if not f.cancelled() and f.exception() is None and f.result():
+                lock.release(False)
+
+        fut.add_done_callback(done)
+        raise

@@ -115,10 +115,11 @@ class _DispatchJob:
             rows.append({"custom_id": cid, "params": params})
         self.n = len(rows)
         fp = _work.fingerprint("run", rows)
-        self.dir, self.temp = _work.folder("run", fp, checkpoint_dir)
+        self.dir, self.temp = _work.location("run", fp, checkpoint_dir)
+        self.lock = _work.Lock(self.dir, self.temp)
         d = self.dir
         requests = os.path.join(d, "requests.jsonl")
-        _work.write_atomic(requests, _work.jsonl(rows))
+        self.inputs = {requests: _work.jsonl(rows)}
         self.out = os.path.join(d, "results.jsonl")
         self.report = os.path.join(d, "report.json")
         args = ["run", requests, "-o", self.out, "--report", self.report, "--skip-invalid", "--prefer", cost_pref]
@@ -177,8 +178,6 @@ class _DispatchJob:
         out = {}
         for cid, item_id in self.ids.items():
             out[item_id] = self._result(item_id, last.get(cid))
-        if self.temp:
-            _work.remove(self.dir)
         return out
 
     def _result(self, item_id: str, rec: Optional[dict]) -> DispatchResult:
@@ -259,8 +258,7 @@ def dispatch_calls(
     job = _make(items, build_request, parse_response, kw)
     if not job.n:
         return {}
-    job.child().run()
-    return job.collect()
+    return _proc.run_job(job)
 
 
 async def dispatch_calls_async(
@@ -304,8 +302,7 @@ async def dispatch_calls_async(
     job = _make(items, build_request, parse_response, kw)
     if not job.n:
         return {}
-    await job.child().run_async()
-    return job.collect()
+    return await _proc.run_job_async(job)
 
 
 __all__: List[str] = ["DispatchItem", "DispatchResult", "DispatchRoute", "dispatch_calls", "dispatch_calls_async",

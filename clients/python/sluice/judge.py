@@ -100,9 +100,10 @@ class _JudgeJob:
             checkpoint_dir = os.path.join(os.fspath(cache_dir), ".dispatch")
         elif checkpoint_dir is None and save_raw is not None:
             checkpoint_dir = os.path.join(os.path.dirname(os.path.abspath(os.fspath(save_raw))), ".judge_dispatch")
-        self.dir, self.temp = _work.folder("judge", fp, checkpoint_dir)
+        self.dir, self.temp = _work.location("judge", fp, checkpoint_dir)
+        self.lock = _work.Lock(self.dir, self.temp)
         d = self.dir
-        _work.write_atomic(os.path.join(d, "items.jsonl"), _work.jsonl(self.items))
+        self.inputs = {os.path.join(d, "items.jsonl"): _work.jsonl(self.items)}
         self.out = os.path.join(d, "verdicts.jsonl")
         self.report = os.path.join(d, "report.json")
         if dry_run:
@@ -112,11 +113,11 @@ class _JudgeJob:
                 "--report", self.report]
         if rubric is not None:
             path = os.path.join(d, "rubric.json")
-            _work.write_atomic(path, json.dumps(rubric, sort_keys=True).encode())
+            self.inputs[path] = json.dumps(rubric, sort_keys=True).encode()
             args += ["--rubric", path]
         if template is not None:
             path = os.path.join(d, "template.txt")
-            _work.write_atomic(path, template.encode())
+            self.inputs[path] = template.encode()
             args += ["--template", path]
         if judge_model:
             args += ["--model", judge_model]
@@ -156,8 +157,6 @@ class _JudgeJob:
             routing = {"route": "sync" if self.force_sync else plan.get("route"), "forced_sync": bool(self.force_sync),
                        "plan": plan}
             self._save({}, {}, [], {"hits": 0, "misses": 0}, 0, 0, routing)
-            if self.temp:
-                _work.remove(self.dir)
             return {}
         verdicts = {v.get("id"): v for v in _work.read_jsonl(self.out)}
         meta_rows = {}
@@ -173,8 +172,6 @@ class _JudgeJob:
                    "predicted_seconds": rep.get("predicted_seconds"), "forced_sync": bool(self.force_sync)}
         self._save(result, all_scores, rows, {"hits": int(cache.get("hits", 0)), "misses": n_submitted}, n_cached,
                    n_submitted, routing)
-        if self.temp:
-            _work.remove(self.dir)
         return result
 
     def _save(self, result, all_scores, rows, cache_stats, n_cached, n_submitted, routing) -> None:
@@ -308,8 +305,7 @@ def judge_completions_batch(
                 batch_client, temperature, on_progress, echo, sluice_args, org_keys, base_url, keys_file, cache_mode)
     if not job.items:
         return {p: {"mean_aligned": None, "mean_coherent": None, "n_samples": 0, "n_errors": 0} for p in job.personas}
-    job.child().run()
-    return job.collect()
+    return _proc.run_job(job)
 
 
 async def judge_completions_batch_async(
@@ -346,5 +342,4 @@ async def judge_completions_batch_async(
                 batch_client, temperature, on_progress, echo, sluice_args, org_keys, base_url, keys_file, cache_mode)
     if not job.items:
         return {p: {"mean_aligned": None, "mean_coherent": None, "n_samples": 0, "n_errors": 0} for p in job.personas}
-    await job.child().run_async()
-    return job.collect()
+    return await _proc.run_job_async(job)

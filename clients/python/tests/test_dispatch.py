@@ -178,6 +178,59 @@ class DispatchTest(SimTest):
             os.umask(old)
         self.assertEqual(os.stat(parent).st_mode & 0o777, 0o700)
 
+    def temp_folders(self):
+        parent = os.path.join(os.environ["TMPDIR"], "sluice-py-%d" % os.getuid())
+        return os.listdir(parent) if os.path.isdir(parent) else []
+
+    def test_two_identical_async_calls_at_once_take_turns(self):
+        # Without checkpoint_dir both use one temporary folder: the second
+        # waits for the first, then sluice resumes its finished results.
+        items = [sluice.DispatchItem("g%d" % i, i) for i in range(30)]
+        before = self.sim.calls()
+
+        async def main():
+            return await asyncio.gather(*(sluice.dispatch_calls_async(items, build, first_word, echo=False,
+                                                                      sluice_args=ARGS) for _ in range(2)))
+
+        a, b = asyncio.run(main())
+        self.assertEqual({k: v.result for k, v in a.items()}, {k: v.result for k, v in b.items()})
+        self.assertEqual({v.category for v in a.values()} | {v.category for v in b.values()}, {"ok"})
+        self.assertEqual(self.sim.calls() - before, len(items))  # the second sent nothing again
+        self.assertEqual(self.temp_folders(), [])  # removed once, by the last
+
+    def test_two_identical_calls_on_threads_take_turns(self):
+        import threading
+
+        comps = simworld.completions(2, 5, 2, tag="th")
+        got, errors = [], []
+
+        def call():
+            try:
+                got.append(sluice.judge_completions_batch(comps, echo=False,
+                                                          sluice_args=ARGS + ["--cache-mode", "off"]))
+            except BaseException as e:  # noqa: B036 - reported below
+                errors.append(e)
+
+        before = self.sim.calls()
+        threads = [threading.Thread(target=call) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+        self.assertEqual(got[0], got[1])
+        self.assertEqual(sum(r["n_samples"] for r in got[0].values()), 20)
+        self.assertEqual(self.sim.calls() - before, 20)
+        self.assertEqual(self.temp_folders(), [])
+
+    def test_empty_input_makes_no_folder(self):
+        self.assertEqual(sluice.dispatch_calls([], build, first_word, echo=False), {})
+        self.assertEqual(asyncio.run(sluice.dispatch_calls_async([], build, first_word, echo=False)), {})
+        got = sluice.judge_completions_batch({"p": {}}, echo=False)
+        self.assertEqual(got, {"p": {"mean_aligned": None, "mean_coherent": None, "n_samples": 0, "n_errors": 0}})
+        self.assertEqual(sluice.judge_completions_batch({}, echo=False), {})
+        self.assertEqual(os.listdir(os.environ["TMPDIR"]), [])
+
     def test_async_matches_sync_and_leaves_the_loop_free(self):
         items = [sluice.DispatchItem("as%d" % i, i) for i in range(10)]
 
