@@ -366,8 +366,7 @@ class Child:
                 return
             self._line(raw.decode("utf-8", "replace"))
 
-    @staticmethod
-    async def _stop_async(proc, reader) -> None:
+    async def _stop_async(self, proc, reader) -> None:
         if proc.returncode is None:
             try:
                 proc.send_signal(signal.SIGINT)
@@ -375,11 +374,19 @@ class Child:
                 pass
         signals = 1
         while True:
+            if reader.cancelled():
+                # asyncio.run's shutdown cancels every task, this reader too:
+                # read on (sluice must not block on a full stderr pipe), and
+                # do not await the cancelled task, which would raise at once,
+                # forever.
+                reader = asyncio.ensure_future(self._read_async(proc.stderr))
             try:
                 await asyncio.shield(proc.wait())
                 await asyncio.shield(reader)
                 return
             except asyncio.CancelledError:
+                if reader.cancelled():
+                    continue
                 # Cancelled again while draining: abort requests in flight.
                 if signals < 2 and proc.returncode is None:
                     try:

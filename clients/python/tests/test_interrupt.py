@@ -128,6 +128,42 @@ class InterruptTest(SimTest):
             self.assertFalse(alive(k), "sluice outlived the cancelled task")
         self.resume(comps, ck)
 
+    def test_asyncio_run_ending_with_the_task_running_stops_sluice_and_resumes(self):
+        # main raises while the call runs: asyncio.run cancels every task,
+        # the call's stderr reader too, and the call must still drain sluice
+        # and return (it once spun on the cancelled reader forever).
+        comps = completions(N_PERSONAS, N_QUESTIONS, N_COMPLETIONS, tag="arun")
+        inp, ck, script = self.path("in.json"), self.path("ck"), self.path("arun.py")
+        with open(inp, "w") as f:
+            json.dump(comps, f)
+        with open(script, "w") as f:
+            f.write(textwrap.dedent("""
+                import asyncio, json, sys, time
+                import sluice
+                sys.path.insert(0, sys.argv[4])
+                from tests.simworld import complete_ids, results_file
+                comps = json.load(open(sys.argv[1]))
+                async def main():
+                    task = asyncio.ensure_future(sluice.judge_completions_batch_async(
+                        comps, checkpoint_dir=sys.argv[2], **json.loads(sys.argv[3])))
+                    while len(complete_ids(results_file(sys.argv[2]) or "")) < %d and not task.done():
+                        await asyncio.sleep(0.02)
+                    raise RuntimeError("main gave up" if not task.done() else "finished too soon")
+                try:
+                    asyncio.run(main())
+                except RuntimeError as e:
+                    print(e)
+            """ % EARLY))
+        py = subprocess.Popen([PY, script, inp, ck, json.dumps(KW), simworld.PKG], env=simworld.python_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: (py.poll() is None and py.kill(), py.communicate()))
+        try:
+            out, err = py.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.fail("asyncio.run did not return once its main raised")
+        self.assertEqual(out.strip(), "main gave up", err)
+        self.resume(comps, ck)
+
 
 if __name__ == "__main__":
     unittest.main()
