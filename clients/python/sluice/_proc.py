@@ -260,6 +260,11 @@ class Child:
         self.stdout_path = stdout_path
         self.tail: collections.deque = collections.deque(maxlen=40)
         self.interrupted = False
+        # The first exception a callback raised: the child is stopped
+        # (SIGINT), its stderr read to the end, and this raised once it
+        # exited.
+        self.callback_error: Optional[BaseException] = None
+        self._proc = None
 
     def _popen_kwargs(self) -> dict:
         kw = dict(env=self.env, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -273,12 +278,28 @@ class Child:
         if self.echo:
             sys.stderr.write(line if line.endswith("\n") else line + "\n")
             sys.stderr.flush()
-        if self.on_line is not None:
-            self.on_line(line)
-        if self.on_progress is not None:
-            p = parse_progress(line)
-            if p is not None:
-                self.on_progress(p)
+        if self.callback_error is not None:
+            return  # no more callbacks once one raised
+        try:
+            if self.on_line is not None:
+                self.on_line(line)
+            if self.on_progress is not None:
+                p = parse_progress(line)
+                if p is not None:
+                    self.on_progress(p)
+        except Exception as e:  # the caller's callback: stop the job, keep draining, raise it at the end
+            self.callback_error = e
+            proc = self._proc
+            if proc is not None and proc.returncode is None:
+                try:
+                    proc.send_signal(signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+
+    def _raise_callback_error(self) -> None:
+        if self.callback_error is not None:
+            err, self.callback_error = self.callback_error, None
+            raise err
 
     def _result(self, rc: int) -> None:
         if rc == 0:
@@ -305,6 +326,7 @@ class Child:
         with self._stdout() as out:
             proc = subprocess.Popen([self.bin] + self.args, stdout=out, stderr=subprocess.PIPE,
                                     **self._popen_kwargs())
+            self._proc = proc
             reader = threading.Thread(target=self._read, args=(proc.stderr,), daemon=True)
             reader.start()
             try:
@@ -315,6 +337,7 @@ class Child:
                 reader.join()
                 raise
             reader.join()
+        self._raise_callback_error()
         self._result(rc)
 
     def _read(self, stream) -> None:
@@ -349,6 +372,7 @@ class Child:
         with self._stdout() as out:
             proc = await asyncio.create_subprocess_exec(self.bin, *self.args, stdout=out,
                                                         stderr=asyncio.subprocess.PIPE, **self._popen_kwargs())
+            self._proc = proc
             reader = asyncio.ensure_future(self._read_async(proc.stderr))
             try:
                 rc = await proc.wait()
@@ -357,6 +381,7 @@ class Child:
                 self.interrupted = True
                 await self._stop_async(proc, reader)
                 raise
+        self._raise_callback_error()
         self._result(rc)
 
     async def _read_async(self, stream) -> None:

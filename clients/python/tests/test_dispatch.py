@@ -231,6 +231,43 @@ class DispatchTest(SimTest):
         self.assertEqual(sluice.judge_completions_batch({}, echo=False), {})
         self.assertEqual(os.listdir(os.environ["TMPDIR"]), [])
 
+    def test_a_callback_that_raises_stops_sluice_and_is_raised(self):
+        # on_route fires early in the run: sluice gets SIGINT (not a broken
+        # stderr pipe), drains, and the callback's error reaches the caller.
+        items = [sluice.DispatchItem("cb%d" % i, i) for i in range(300)]
+        ck = self.path("ck")
+
+        class Boom(Exception):
+            pass
+
+        def on_route(route):
+            raise Boom("no thanks")
+
+        # The planner's "route chosen" line (not --route, which logs none).
+        kw = dict(checkpoint_dir=ck, echo=False, cost_pref="latency", sluice_args=ARGS)
+        with self.assertRaisesRegex(Boom, "no thanks"):
+            sluice.dispatch_calls(items, build, first_word, on_route=on_route, **kw)
+        with self.assertRaisesRegex(Boom, "no thanks"):
+            asyncio.run(sluice.dispatch_calls_async(items, build, first_word, on_route=on_route, **kw))
+        # The job resumes: every item is answered, each sent once.
+        before = self.sim.calls()
+        done = simworld.complete_ids(simworld.results_file(ck, "run"))
+        got = sluice.dispatch_calls(items, build, first_word, **kw)
+        self.assertEqual({r.category for r in got.values()}, {"ok"})
+        self.assertEqual(self.sim.calls() - before, len(items) - len(done))
+
+    def test_a_progress_callback_that_raises_is_raised(self):
+        def on_progress(p):
+            raise KeyError("progress")
+
+        for call in (lambda: sluice.judge_completions_batch(simworld.completions(1, 3, 2, tag="pc"),
+                                                            on_progress=on_progress, echo=False, sluice_args=ARGS),
+                     lambda: asyncio.run(sluice.judge_completions_batch_async(
+                         simworld.completions(1, 3, 2, tag="pca"), on_progress=on_progress, echo=False,
+                         sluice_args=ARGS))):
+            with self.assertRaisesRegex(KeyError, "progress"):
+                call()
+
     def test_async_matches_sync_and_leaves_the_loop_free(self):
         items = [sluice.DispatchItem("as%d" % i, i) for i in range(10)]
 
