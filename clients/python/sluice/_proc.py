@@ -433,6 +433,12 @@ def _write_inputs(job) -> None:
         _work.write_atomic(path, data)
 
 
+def _deliver(job) -> None:
+    deliver = getattr(job, "deliver", None)
+    if deliver is not None:
+        deliver()
+
+
 def run_job(job):
     """Runs job to its answer, holding its folder's lock throughout."""
     job.lock.acquire()
@@ -440,26 +446,66 @@ def run_job(job):
     try:
         _write_inputs(job)
         job.child().run()
+        _deliver(job)
         out = job.collect()
         finished = True
         return out
     finally:
         job.lock.release(finished)
+
+
+def _start(job) -> "Child":
+    # The input written and the binary found (its first use runs `sluice
+    # version`).
+    _write_inputs(job)
+    return job.child()
+
+
+def _finish(job):
+    finished = False
+    try:
+        out = job.collect()
+        finished = True
+        return out
+    finally:
+        job.lock.release(finished)  # removing a temporary folder may take a while: on this thread too
+
+
+async def in_executor(fn: Callable):
+    """fn() on the loop's default executor: what is slow with a large input
+    (building requests, fingerprints, writing and reading files, the
+    caller's parse_response) must not stop the loop."""
+    return await asyncio.get_running_loop().run_in_executor(None, fn)
 
 
 async def run_job_async(job):
-    """run_job for an event loop: waiting for the lock happens on an
-    executor thread, so the loop runs on while another call holds it."""
+    """run_job for an event loop. Only the child's stderr and exit are the
+    loop's; the lock's wait, the input, the version check and reading the
+    answer run on executor threads."""
+    loop = asyncio.get_running_loop()
     await _acquire_async(job.lock)
-    finished = False
+    handed_off = False  # a thread's task (or its done callback) lets the lock go
+
+    async def in_thread(fn):
+        nonlocal handed_off
+        fut = loop.run_in_executor(None, fn, job)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            # The thread runs on; the lock goes once it is done.
+            handed_off = True
+            fut.add_done_callback(lambda f: (f.cancelled() or f.exception(), job.lock.release(False)))
+            raise
+
     try:
-        _write_inputs(job)
-        await job.child().run_async()
-        out = job.collect()
-        finished = True
-        return out
+        child = await in_thread(_start)
+        await child.run_async()
+        _deliver(job)
+        handed_off = True  # _finish releases it
+        return await in_thread(_finish)
     finally:
-        job.lock.release(finished)
+        if not handed_off:
+            job.lock.release(False)
 
 
 async def _acquire_async(lock) -> None:

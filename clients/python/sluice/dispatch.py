@@ -3,6 +3,7 @@ callbacks and result categories (../shared/reference/source-system.md §2.1,
 §2.3, §9)."""
 
 import datetime as _dt
+import functools
 import hashlib
 import os
 from dataclasses import dataclass
@@ -73,8 +74,7 @@ def _custom_id(item_id: str) -> str:
 class _DispatchJob:
     def __init__(self, items, build_request, parse_response, model, deadline, cost_pref, cache_dir, checkpoint_dir,
                  concurrency_overrides, chunk_size, max_concurrent_sub_batches, force_path, org_keys, on_route,
-                 on_progress, echo, sluice_args, base_url, keys_file, cache_mode, ignored):
-        warn_ignored(ignored, "dispatch_calls")
+                 on_progress, echo, sluice_args, base_url, keys_file, cache_mode):
         if build_request is None or parse_response is None:
             raise TypeError("dispatch_calls: build_request and parse_response are required")
         if cost_pref not in ("balanced", "cost", "latency"):
@@ -165,16 +165,20 @@ class _DispatchJob:
         return _proc.Child(self.args, self.env, echo=self.echo, on_progress=self.on_progress, on_line=self._line,
                            stdout_path=os.path.join(self.dir, "sluice.out"))
 
+    def deliver(self) -> None:
+        """on_route from the report when sluice logged no choice (--route);
+        called on the caller's thread (the async call's loop)."""
+        if not self.routed and self.on_route is not None:
+            rep = _work.read_json(self.report) or {}
+            self.routed = True
+            self.on_route(DispatchRoute(self.n, rep.get("route") or "none", self.cost_pref, rep.get("route_why") or ""))
+
     def collect(self) -> Dict[str, DispatchResult]:
         last: Dict[str, dict] = {}
         for rec in _work.read_jsonl(self.out):
             cid = rec.get("custom_id")
             if cid in self.ids:
                 last[cid] = rec
-        if not self.routed and self.on_route is not None:
-            rep = _work.read_json(self.report) or {}
-            self.routed = True
-            self.on_route(DispatchRoute(self.n, rep.get("route") or "none", self.cost_pref, rep.get("route_why") or ""))
         out = {}
         for cid, item_id in self.ids.items():
             out[item_id] = self._result(item_id, last.get(cid))
@@ -211,9 +215,13 @@ class _DispatchJob:
         return DispatchResult(item_id, None, True, "batch_error: %s" % kind, None, RESULT_TRANSPORT, route)
 
 
-def _make(items, build_request, parse_response, kw) -> _DispatchJob:
+def _make(items, build_request, parse_response, kw) -> Callable[[], _DispatchJob]:
+    """Warns about ignored parameters (pointing at the caller's line) and
+    returns what prepares the job: build_request for every item, the
+    fingerprint, the input's bytes (the async call runs it on a thread)."""
     ignored = [k for k in IGNORED_DISPATCH_PARAMS if kw.pop(k) is not _UNSET]
-    return _DispatchJob(items, build_request, parse_response, ignored=ignored, **kw)
+    warn_ignored(ignored, "dispatch_calls")
+    return functools.partial(_DispatchJob, items, build_request, parse_response, **kw)
 
 
 def dispatch_calls(
@@ -255,7 +263,7 @@ def dispatch_calls(
     kw = dict(locals())
     for k in ("items", "build_request", "parse_response"):
         kw.pop(k)
-    job = _make(items, build_request, parse_response, kw)
+    job = _make(items, build_request, parse_response, kw)()
     if not job.n:
         return {}
     return _proc.run_job(job)
@@ -299,7 +307,7 @@ async def dispatch_calls_async(
     kw = dict(locals())
     for k in ("items", "build_request", "parse_response"):
         kw.pop(k)
-    job = _make(items, build_request, parse_response, kw)
+    job = await _proc.in_executor(_make(items, build_request, parse_response, kw))
     if not job.n:
         return {}
     return await _proc.run_job_async(job)

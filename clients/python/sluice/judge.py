@@ -1,6 +1,7 @@
 """judge_completions_batch over `sluice judge`, with the old system's input
 and return value (../shared/reference/source-system.md §2.1, §2.3, §9)."""
 
+import functools
 import json
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
@@ -26,7 +27,7 @@ def warn_ignored(names: Sequence[str], where: str) -> None:
     for name in names:
         _proc.warn_once("ignored:%s:%s" % (where, name),
                         "sluice.%s: %s is ignored (sluice plans routes, concurrency, clients and polling itself)"
-                        % (where, name), IgnoredParameterWarning, stacklevel=6)
+                        % (where, name), IgnoredParameterWarning, stacklevel=5)
 
 
 def _number(v: Any) -> bool:
@@ -39,8 +40,7 @@ class _JudgeJob:
 
     def __init__(self, completions, judge_system_prompt, format_user_msg, judge_model, max_tokens, cache_dir,
                  save_raw, force_sync, dry_run, checkpoint_dir, temperature, sluice_args, org_keys, base_url,
-                 keys_file, cache_mode, on_progress, echo, ignored):
-        warn_ignored(ignored, "judge_completions_batch")
+                 keys_file, cache_mode, on_progress, echo):
         if not isinstance(completions, Mapping):
             raise TypeError("judge_completions_batch: completions must be {persona: {question: [completion, ...]}}")
         if judge_model is None:
@@ -256,13 +256,16 @@ _Prompt = Union[str, Mapping[str, Any], None]
 
 def _make(completions, judge_system_prompt, format_user_msg, judge_model, max_tokens, poll_interval, cache_dir,
           save_raw, threshold_base, force_sync, dry_run, checkpoint_dir, max_concurrent, sync_client, batch_client,
-          temperature, on_progress, echo, sluice_args, org_keys, base_url, keys_file, cache_mode) -> _JudgeJob:
+          temperature, on_progress, echo, sluice_args, org_keys, base_url, keys_file,
+          cache_mode) -> Callable[[], _JudgeJob]:
     given = {"poll_interval": poll_interval, "threshold_base": threshold_base, "max_concurrent": max_concurrent,
              "sync_client": sync_client, "batch_client": batch_client}
     ignored = [k for k in IGNORED_JUDGE_PARAMS if given[k] is not _UNSET]
-    return _JudgeJob(completions, judge_system_prompt, format_user_msg, judge_model, max_tokens, cache_dir, save_raw,
-                     force_sync, dry_run, checkpoint_dir, temperature, sluice_args, org_keys, base_url, keys_file,
-                     cache_mode, on_progress, echo, ignored)
+    warn_ignored(ignored, "judge_completions_batch")
+    # What prepares the job (the async call runs it on a thread).
+    return functools.partial(_JudgeJob, completions, judge_system_prompt, format_user_msg, judge_model, max_tokens,
+                             cache_dir, save_raw, force_sync, dry_run, checkpoint_dir, temperature, sluice_args,
+                             org_keys, base_url, keys_file, cache_mode, on_progress, echo)
 
 
 def judge_completions_batch(
@@ -302,7 +305,7 @@ def judge_completions_batch(
     """
     job = _make(completions, judge_system_prompt, format_user_msg, judge_model, max_tokens, poll_interval, cache_dir,
                 save_raw, threshold_base, force_sync, dry_run, checkpoint_dir, max_concurrent, sync_client,
-                batch_client, temperature, on_progress, echo, sluice_args, org_keys, base_url, keys_file, cache_mode)
+                batch_client, temperature, on_progress, echo, sluice_args, org_keys, base_url, keys_file, cache_mode)()
     if not job.items:
         return {p: {"mean_aligned": None, "mean_coherent": None, "n_samples": 0, "n_errors": 0} for p in job.personas}
     return _proc.run_job(job)
@@ -337,9 +340,10 @@ async def judge_completions_batch_async(
     """judge_completions_batch for an event loop: the same parameters and
     result; the loop is never blocked, and cancelling the task stops sluice
     cleanly (SIGINT, wait) before the cancellation goes through."""
-    job = _make(completions, judge_system_prompt, format_user_msg, judge_model, max_tokens, poll_interval, cache_dir,
-                save_raw, threshold_base, force_sync, dry_run, checkpoint_dir, max_concurrent, sync_client,
-                batch_client, temperature, on_progress, echo, sluice_args, org_keys, base_url, keys_file, cache_mode)
+    job = await _proc.in_executor(_make(completions, judge_system_prompt, format_user_msg, judge_model, max_tokens,
+                                        poll_interval, cache_dir, save_raw, threshold_base, force_sync, dry_run,
+                                        checkpoint_dir, max_concurrent, sync_client, batch_client, temperature,
+                                        on_progress, echo, sluice_args, org_keys, base_url, keys_file, cache_mode))
     if not job.items:
         return {p: {"mean_aligned": None, "mean_coherent": None, "n_samples": 0, "n_errors": 0} for p in job.personas}
     return await _proc.run_job_async(job)
