@@ -266,7 +266,36 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def jsonl(rows: Iterable[Any]) -> bytes:
-    return b"".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode() + b"\n" for r in rows)
+    return b"".join(line(r) for r in rows)
+
+
+class BadValue(ValueError):
+    """A value JSON cannot carry to sluice (the message says why; the
+    caller names the item). type_error: an object of a type JSON has no
+    form for (the caller raises TypeError, as json does)."""
+
+    def __init__(self, message: str, type_error: bool = False):
+        super().__init__(message)
+        self.type_error = type_error
+
+
+def line(row: Any) -> bytes:
+    """row as one JSON line (UTF-8). A NaN or infinity (JSON has none: the
+    line would be refused), a lone surrogate (not UTF-8) or an object JSON
+    cannot hold raises BadValue saying which."""
+    try:
+        text = json.dumps(row, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    except TypeError as e:
+        raise BadValue("a value JSON cannot hold (%s)" % e, type_error=True) from None
+    except ValueError:
+        raise BadValue("a NaN or infinite number, which JSON cannot hold") from None
+    except RecursionError:
+        raise BadValue("a value that contains itself") from None
+    try:
+        return text.encode("utf-8") + b"\n"
+    except UnicodeEncodeError as e:
+        raise BadValue("text that is not valid Unicode (a lone surrogate, %r, at position %d)"
+                       % (e.object[e.start:e.end], e.start)) from None
 
 
 def read_jsonl(path: str):

@@ -92,10 +92,16 @@ class _DispatchJob:
         self.items = list(items)
         self.ids: Dict[str, str] = {}  # custom id -> item id
         rows = []
-        for item in self.items:
+        lines = []
+        for pos, item in enumerate(self.items):
             item_id = getattr(item, "item_id", None)
             if not isinstance(item_id, str) or not item_id:
                 raise TypeError("dispatch_calls: every item needs a non-empty str item_id (DispatchItem)")
+            try:
+                item_id.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError("dispatch_calls: items[%d]: item_id %r is not valid Unicode text (it holds a lone "
+                                 "surrogate), so it cannot name a request" % (pos, item_id)) from None
             params = build_request(item)
             if not isinstance(params, dict):
                 raise TypeError("dispatch_calls: build_request(%r) returned %s, not a dict of Messages params"
@@ -112,14 +118,23 @@ class _DispatchJob:
             if cid in self.ids:
                 raise ValueError("dispatch_calls: item_id %r appears twice" % (item_id,))
             self.ids[cid] = item_id
-            rows.append({"custom_id": cid, "params": params})
+            row = {"custom_id": cid, "params": params}
+            try:
+                lines.append(_work.line(row))
+            except _work.BadValue as e:
+                # As for the other build_request output the package checks:
+                # raised before anything is sent, naming the item.
+                raise (TypeError if e.type_error else ValueError)(
+                    "dispatch_calls: items[%d] (item_id %r): build_request returned params holding %s"
+                    % (pos, item_id, e)) from None
+            rows.append(row)
         self.n = len(rows)
         fp = _work.fingerprint("run", rows)
         self.dir, self.temp = _work.location("run", fp, checkpoint_dir)
         self.lock = _work.Lock(self.dir, self.temp)
         d = self.dir
         requests = os.path.join(d, "requests.jsonl")
-        self.inputs = {requests: _work.jsonl(rows)}
+        self.inputs = {requests: b"".join(lines)}
         self.out = os.path.join(d, "results.jsonl")
         self.report = os.path.join(d, "report.json")
         args = ["run", requests, "-o", self.out, "--report", self.report, "--skip-invalid", "--prefer", cost_pref]

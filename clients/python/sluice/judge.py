@@ -3,6 +3,7 @@ and return value (../shared/reference/source-system.md §2.1, §2.3, §9)."""
 
 import functools
 import json
+import math
 import os
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -47,6 +48,8 @@ class _JudgeJob:
             judge_model = os.environ.get("JUDGE_MODEL") or None
         self.model = judge_model
         self.max_tokens = int(max_tokens)
+        if temperature is not None and not math.isfinite(float(temperature)):
+            raise ValueError("judge_completions_batch: temperature %r is not a finite number" % (temperature,))
         self.save_raw = save_raw
         self.dry_run = dry_run
         self.force_sync = force_sync
@@ -61,6 +64,7 @@ class _JudgeJob:
         self.items: List[dict] = []
         self.meta: Dict[str, tuple] = {}  # custom id -> (persona, question, completion index)
         self.personas: List[str] = []
+        lines: List[bytes] = []
         idx = 0
         for persona, questions in completions.items():
             persona = str(persona)
@@ -82,6 +86,13 @@ class _JudgeJob:
                         item["user_msg"] = format_user_msg(question, comp)
                     else:
                         item["question"], item["completion"] = str(question), str(comp)
+                    try:
+                        lines.append(_work.line(item))
+                    except _work.BadValue as e:
+                        what = "user message" if format_user_msg else "persona, question or completion"
+                        raise (TypeError if e.type_error else ValueError)(
+                            "judge_completions_batch: completions[%r][%r][%d] (item %d): its %s holds %s"
+                            % (persona, question, ci, len(self.items), what, e)) from None
                     self.items.append(item)
                     self.meta[cid] = (persona, question, ci)
                 idx += 1
@@ -103,7 +114,7 @@ class _JudgeJob:
         self.dir, self.temp = _work.location("judge", fp, checkpoint_dir)
         self.lock = _work.Lock(self.dir, self.temp)
         d = self.dir
-        self.inputs = {os.path.join(d, "items.jsonl"): _work.jsonl(self.items)}
+        self.inputs = {os.path.join(d, "items.jsonl"): b"".join(lines)}
         self.out = os.path.join(d, "verdicts.jsonl")
         self.report = os.path.join(d, "report.json")
         if dry_run:
@@ -113,7 +124,10 @@ class _JudgeJob:
                 "--report", self.report]
         if rubric is not None:
             path = os.path.join(d, "rubric.json")
-            self.inputs[path] = json.dumps(rubric, sort_keys=True).encode()
+            try:
+                self.inputs[path] = json.dumps(rubric, sort_keys=True, allow_nan=False).encode()
+            except (TypeError, ValueError) as e:
+                raise ValueError("judge_completions_batch: judge_system_prompt is not a JSON rubric: %s" % e) from None
             args += ["--rubric", path]
         if template is not None:
             path = os.path.join(d, "template.txt")

@@ -268,6 +268,43 @@ class DispatchTest(SimTest):
             with self.assertRaisesRegex(KeyError, "progress"):
                 call()
 
+    def test_params_json_cannot_hold_are_refused_naming_the_item(self):
+        before = self.sim.calls()
+
+        def with_value(v):
+            def b(item):
+                p = build(item)
+                if item.item_id == "bad":
+                    p["temperature"] = v
+                return p
+            return b
+
+        items = [sluice.DispatchItem("fine", 1), sluice.DispatchItem("bad", 2)]
+        for v in (float("nan"), float("inf")):
+            with self.assertRaisesRegex(ValueError, r"items\[1\] \(item_id 'bad'\).*NaN or infinite"):
+                sluice.dispatch_calls(items, with_value(v), first_word, echo=False, sluice_args=ARGS)
+        with self.assertRaisesRegex(TypeError, r"items\[1\] \(item_id 'bad'\).*JSON cannot hold"):
+            sluice.dispatch_calls(items, with_value(object()), first_word, echo=False, sluice_args=ARGS)
+        with self.assertRaisesRegex(ValueError, r"items\[1\] \(item_id 'bad'\).*lone surrogate"):
+            sluice.dispatch_calls(items, with_value("\ud800"), first_word, echo=False, sluice_args=ARGS)
+        with self.assertRaisesRegex(ValueError, r"items\[1\]: item_id .* lone surrogate"):
+            sluice.dispatch_calls([sluice.DispatchItem("ok", 1), sluice.DispatchItem("x\udc80", 2)], build,
+                                  first_word, echo=False, sluice_args=ARGS)
+        self.assertEqual(self.sim.calls(), before)
+        self.assertEqual(self.temp_folders(), [])
+
+    def test_judge_input_json_cannot_hold_is_refused_naming_the_item(self):
+        with self.assertRaisesRegex(ValueError, r"completions\['p'\]\['q'\]\[1\].*lone surrogate"):
+            sluice.judge_completions_batch({"p": {"q": ["a", "b\ud800"]}}, echo=False, sluice_args=ARGS)
+        with self.assertRaisesRegex(ValueError, r"completions\['p'\]\['q'\]\[0\].*user message.*NaN"):
+            sluice.judge_completions_batch({"p": {"q": ["a"]}}, format_user_msg=lambda q, c: float("nan"),
+                                           echo=False, sluice_args=ARGS)
+        with self.assertRaisesRegex(ValueError, "temperature"):
+            sluice.judge_completions_batch({"p": {"q": ["a"]}}, temperature=float("nan"), echo=False, sluice_args=ARGS)
+        with self.assertRaisesRegex(ValueError, "judge_system_prompt"):
+            sluice.judge_completions_batch({"p": {"q": ["a"]}}, judge_system_prompt={"system": "x", "fields": [
+                {"name": "s", "type": "number", "max": float("nan")}]}, echo=False, sluice_args=ARGS)
+
     def test_async_matches_sync_and_leaves_the_loop_free(self):
         items = [sluice.DispatchItem("as%d" % i, i) for i in range(10)]
 
