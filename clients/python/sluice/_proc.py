@@ -114,7 +114,8 @@ def warn_once(key: str, message: str, category=UserWarning, stacklevel: int = 3)
 
 
 def find_binary() -> str:
-    """The sluice binary: $SLUICE_BIN, else `sluice` on PATH. Raises
+    """The sluice binary's absolute path: $SLUICE_BIN (relative to the
+    working directory), else `sluice` on PATH. Raises
     SluiceNotFound, saying how to install it. The first time a binary is
     used, its version is compared with this package's (a warning if they
     differ)."""
@@ -122,11 +123,15 @@ def find_binary() -> str:
     if env:
         if not (os.path.isfile(env) and os.access(env, os.X_OK)):
             raise SluiceNotFound("sluice: SLUICE_BIN=%s is not an executable file; %s" % (env, INSTALL_HINT))
-        path = env
+        # Absolute: a bare name would otherwise be looked up on PATH when
+        # launched (another binary than the one checked here), and a
+        # relative one would follow a later chdir.
+        path = os.path.abspath(env)
     else:
         path = shutil.which("sluice")
         if path is None:
             raise SluiceNotFound("sluice: the sluice binary was not found; " + INSTALL_HINT)
+        path = os.path.abspath(path)  # PATH may hold a relative folder
     if path not in _binary_checked:
         _binary_checked[path] = _check_version(path)
     return path

@@ -305,6 +305,21 @@ class DispatchTest(SimTest):
             sluice.judge_completions_batch({"p": {"q": ["a"]}}, judge_system_prompt={"system": "x", "fields": [
                 {"name": "s", "type": "number", "max": float("nan")}]}, echo=False, sluice_args=ARGS)
 
+    def test_a_relative_sluice_bin_is_made_absolute(self):
+        # A bare name that is a file here but not on PATH: launched as is,
+        # it would be looked up on PATH (and fail, or run another binary).
+        b = os.path.abspath(simworld.binary())
+        old_cwd, old_bin, old_path = os.getcwd(), os.environ["SLUICE_BIN"], os.environ.get("PATH", "")
+        os.chdir(os.path.dirname(b))
+        self.addCleanup(os.chdir, old_cwd)
+        os.environ["SLUICE_BIN"] = os.path.basename(b)
+        self.addCleanup(os.environ.__setitem__, "SLUICE_BIN", old_bin)
+        os.environ["PATH"] = "/nonexistent"
+        self.addCleanup(os.environ.__setitem__, "PATH", old_path)
+        self.assertEqual(sluice.find_binary(), b)
+        got = sluice.dispatch_calls([sluice.DispatchItem("rel")], build, first_word, echo=False, sluice_args=ARGS)
+        self.assertEqual(got["rel"].category, "ok")
+
     def test_async_matches_sync_and_leaves_the_loop_free(self):
         items = [sluice.DispatchItem("as%d" % i, i) for i in range(10)]
 
