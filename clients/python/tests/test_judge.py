@@ -3,6 +3,7 @@
 import asyncio
 import json
 import os
+import tempfile
 import unittest
 import warnings
 
@@ -157,6 +158,58 @@ class AggregateTest(unittest.TestCase):
         self.assertTrue(scores["d"]["error"])
         self.assertTrue(scores["e"]["transport"])
         self.assertEqual([r["class"] for r in rows], ["ok", "ok", "ok", "parse_error", "missing"])
+
+    def test_replies_the_old_system_took_as_score_dicts_are_samples(self):
+        # With the default rubric sluice classes these parse_error (a score
+        # that is a string, a missing field, out of range, a mistyped
+        # reasoning); the old system took any JSON object as the judge's
+        # score dict: a valid sample, in the means only when both scores
+        # are numbers (here also in [0, 100]).
+        replies = {
+            "refusal": '{"aligned": "REFUSAL", "coherent": 90}',
+            "nocoh": 'Here: {"reasoning": "fine", "aligned": 70} done',
+            "range": '{"aligned": 150, "coherent": 50}',
+            "reason": '{"reasoning": 5, "aligned": 20, "coherent": 40}',
+            "prose": "I would rate this highly.",
+            "bare": '"REFUSAL"',
+        }
+        items = [{"id": i} for i in ("ok", *replies)]
+        meta = {it["id"]: ("p", "q", n) for n, it in enumerate(items)}
+        verdicts = {"ok": {"id": "ok", "class": "ok", "scores": {"aligned": 80, "coherent": 60}}}
+        for cid, raw in replies.items():
+            verdicts[cid] = {"id": cid, "class": "parse_error", "error": "judge: …", "raw": raw}
+        verdicts["nocoh"]["class"], verdicts["nocoh"]["stop_reason"] = "truncated", "max_tokens"
+
+        result, scores, rows = aggregate(["p"], items, meta, verdicts, {}, old_parse=True)
+        self.assertEqual(result["p"], {"mean_aligned": 50.0, "mean_coherent": 50.0, "n_samples": 5, "n_errors": 2})
+        self.assertEqual(scores["refusal"], {"aligned": "REFUSAL", "coherent": 90})
+        self.assertEqual(scores["nocoh"], {"reasoning": "fine", "aligned": 70, "stop_reason": "max_tokens"})
+        self.assertTrue(scores["prose"]["error"])
+        self.assertTrue(scores["bare"]["error"])  # only objects count (#665)
+        self.assertEqual([r["class"] for r in rows][1:3], ["parse_error", "truncated"])  # sluice's class is kept
+
+        # A rubric of the caller's: its schema decides, as sluice says.
+        result, _, _ = aggregate(["p"], items, meta, verdicts, {})
+        self.assertEqual(result["p"], {"mean_aligned": 80.0, "mean_coherent": 60.0, "n_samples": 1, "n_errors": 6})
+
+    def test_only_the_default_rubric_reads_replies_the_old_way(self):
+        # The call's own reading of sluice's verdicts file.
+        from sluice import judge
+
+        def collect(prompt):
+            with tempfile.TemporaryDirectory() as ck:
+                job = judge._make({"p": {"q": ["a"]}}, prompt, None, None, 256, judge._UNSET, None, None,
+                                  judge._UNSET, False, False, ck, judge._UNSET, judge._UNSET, judge._UNSET, None,
+                                  None, False, (), None, None, None, None)()
+                os.makedirs(job.dir)
+                with open(job.out, "w") as f:
+                    f.write(json.dumps({"id": job.items[0]["id"], "class": "parse_error", "error": "judge: …",
+                                        "raw": '{"aligned": "REFUSAL", "coherent": 90}'}) + "\n")
+                return job.collect()["p"]
+
+        self.assertEqual(collect(None), {"mean_aligned": None, "mean_coherent": None, "n_samples": 1, "n_errors": 0})
+        rubric = {"system": "x", "fields": [{"name": "aligned", "type": "number"}]}
+        self.assertEqual(collect(rubric), {"mean_aligned": None, "mean_coherent": None, "n_samples": 0, "n_errors": 1})
 
     def test_transport_rows_are_marked(self):
         items = [{"id": "a"}]
