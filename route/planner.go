@@ -67,7 +67,8 @@ type Router struct {
 	started  time.Time
 	decision plan.Decision // the plan in force
 	routing  Routing
-	replans  int
+	replans  int  // re-plans that changed the route
+	checks   int  // every re-plan, kept routes included
 	first    bool // the first-answers re-plan has run
 	off      int  // consecutive checks with the sync rate more than replanOff away
 	since    time.Time
@@ -82,8 +83,12 @@ type ratePoint struct {
 
 // The re-plan rules (docs/route.md, "Re-planning mid-run").
 const (
-	// maxReplans bounds the re-plans of one run.
+	// maxReplans bounds the re-plans of one run that change its route.
 	maxReplans = 4
+	// maxReplanChecks bounds every re-plan, those that keep the route
+	// included: they cost nothing but a log line, and must not use up the
+	// changes a later collapse of the sync side needs.
+	maxReplanChecks = 16
 	// replanOff is how far the measured sync rate may stay from the plan's.
 	replanOff = 0.2
 	// replanShare is how far a split's batch share must move to count as
@@ -237,7 +242,7 @@ type Measure struct {
 func (p *Router) Replan(m Measure) (Routing, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.o.Route != "auto" || !p.decided || p.replans >= maxReplans || m.Unsent <= 0 {
+	if p.o.Route != "auto" || !p.decided || p.replans >= maxReplans || p.checks >= maxReplanChecks || m.Unsent <= 0 {
 		return Routing{}, false
 	}
 	pool := api.PoolOf(p.job.Model)
@@ -278,7 +283,7 @@ func (p *Router) Replan(m Measure) (Routing, bool) {
 		why = fmt.Sprintf("the sync side ran at %.1f req/s, the plan said %.1f", measured, expected)
 		efficiency = measured
 	}
-	p.replans++
+	p.checks++
 	p.off = 0
 	p.since = m.At
 	p.history = p.history[:0]
@@ -351,6 +356,7 @@ func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing,
 		return Routing{}, false
 	}
 	r.Why = fmt.Sprintf("re-planned (%s): %s", why, d.Why)
+	p.replans++
 	p.routing = r
 	log.Info("re-planned: the route changes", "from", describe(old), "to", describe(r), "why", why,
 		"unsent", m.Unsent, "predicted", d.Wall.Mid.Round(time.Second))
