@@ -417,6 +417,13 @@ func (r *run) syncSink(res dispatch.Result) {
 func (r *run) startBatch(br *batch.Runner) {
 	r.sideMu.Lock()
 	defer r.sideMu.Unlock()
+	r.startBatchLocked(br)
+}
+
+// startBatchLocked is startBatch with sideMu held: a re-plan opens the
+// batch path in the same critical section as its re-route, so a sync
+// feeder ending in between cannot miss the batch path it must wait for.
+func (r *run) startBatchLocked(br *batch.Runner) {
 	r.batchStarted = true
 	r.batchRunner.Store(br)
 	go func() { r.batchDone <- br.Run(r.feedCtx) }()
@@ -502,6 +509,9 @@ func (r *run) replan() {
 			}
 			return back
 		})
+		if err == nil && br != nil {
+			r.startBatchLocked(br)
+		}
 		r.sideMu.Unlock()
 		if err != nil {
 			r.o.Logger.Warn("re-plan not applied: the route stays "+r.fan.Routing().Route, "err", err)
@@ -512,9 +522,6 @@ func (r *run) replan() {
 		r.rep.Replans = append(r.rep.Replans, ReplanReport{AtSeconds: r.since().Seconds(), Route: nr.Route, BatchShare: nr.BatchShare,
 			PredictedSeconds: nr.Predicted.Seconds(), Why: nr.Why})
 		r.repMu.Unlock()
-		if br != nil {
-			r.startBatch(br)
-		}
 	}
 }
 
