@@ -30,6 +30,15 @@ def first_word(text):
     return text.split()[0]
 
 
+def _dispatch_defaults():
+    """dispatch_calls' keyword parameters and their defaults."""
+    import inspect
+
+    from sluice import dispatch
+    return {k: p.default for k, p in inspect.signature(dispatch.dispatch_calls).parameters.items()
+            if p.kind is p.KEYWORD_ONLY}
+
+
 class DispatchTest(SimTest):
     def test_every_item_gets_a_result_with_the_old_categories(self):
         items = [sluice.DispatchItem("ok/%d" % i, i) for i in range(6)]
@@ -197,6 +206,23 @@ class DispatchTest(SimTest):
         self.assertEqual({v.category for v in a.values()} | {v.category for v in b.values()}, {"ok"})
         self.assertEqual(self.sim.calls() - before, len(items))  # the second sent nothing again
         self.assertEqual(self.temp_folders(), [])  # removed once, by the last
+
+    def test_cancelling_an_async_call_that_waits_for_the_lock(self):
+        from sluice import dispatch
+
+        items = [sluice.DispatchItem("w%d" % i, i) for i in range(3)]
+        kw = dict(echo=False, sluice_args=ARGS)
+        # Another call's hold on the same folder.
+        other = dispatch._make(items, build, first_word, dict(_dispatch_defaults(), **kw))()
+        self.assertTrue(other.lock.acquire())
+        try:
+            with self.assertRaises(asyncio.TimeoutError):
+                asyncio.run(asyncio.wait_for(sluice.dispatch_calls_async(items, build, first_word, **kw), 1.0))
+            self.assertEqual([n for n in os.listdir(other.dir) if n.startswith(".waiting")], [])
+        finally:
+            other.lock.release(False)
+        got = asyncio.run(sluice.dispatch_calls_async(items, build, first_word, **kw))  # the lock is free again
+        self.assertEqual({r.category for r in got.values()}, {"ok"})
 
     def test_two_identical_calls_on_threads_take_turns(self):
         import threading
