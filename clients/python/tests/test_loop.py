@@ -62,7 +62,8 @@ class LoopTest(SimTest):
 
         def build(item):
             span.mark()
-            return {"model": "claude-haiku-4-5", "max_tokens": 8, "messages": [{"role": "user", "content": item.payload}]}
+            return {"model": "claude-haiku-4-5", "max_tokens": 8,
+                    "messages": [{"role": "user", "content": item.payload}]}
 
         items = [sluice.DispatchItem("p%d" % i, "n%d" % i) for i in range(20000)]
         # A flag sluice refuses: it exits at once, nothing is sent.
@@ -88,7 +89,8 @@ class LoopTest(SimTest):
         span = Span()
 
         def build(item):
-            return {"model": "claude-haiku-4-5", "max_tokens": 8, "messages": [{"role": "user", "content": item.payload}]}
+            return {"model": "claude-haiku-4-5", "max_tokens": 8,
+                    "messages": [{"role": "user", "content": item.payload}]}
 
         def parse(text):
             span.mark()
