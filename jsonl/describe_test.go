@@ -26,10 +26,12 @@ func TestDescribeParamsAllowsStreamAndReportsWhatItRead(t *testing.T) {
 	if err != nil || !got.Stream || got.EstInputTokens != 1+4+7 {
 		t.Fatalf("stream body: %+v, %v", got, err)
 	}
-	// A rule broken after model and max_tokens: both are still reported.
-	got, err = DescribeParams([]byte(`{"model":"m","max_tokens":5,"messages":[]}`))
+	// A rule broken after model and max_tokens: both are still reported,
+	// and the estimate comes from the body's size.
+	broken := `{"model":"m","max_tokens":5,"messages":[]}`
+	got, err = DescribeParams([]byte(broken))
 	var le LineError
-	if !errors.As(err, &le) || got.Model != "m" || got.MaxTokens != 5 {
+	if !errors.As(err, &le) || got.Model != "m" || got.MaxTokens != 5 || got.EstInputTokens != int64(len(broken)/4+7) {
 		t.Fatalf("broken body: %+v, %v", got, err)
 	}
 	for _, bad := range []string{`{"model":`, `[1]`, `"x"`} {

@@ -268,8 +268,18 @@ func readParams(params []byte, info *Info, allowStream bool) (reason string) {
 // one validation pass and one walk, and both paths estimate input alike.
 // The body is not copied (Info.Params aliases it) and ParamsHash is not
 // computed. On failure the error says which rule failed and Info holds
-// what was read before it; the API answers such a body with its own 400.
+// what was read before it, with EstInputTokens from the body's size
+// (len/4 + 7) when the rules broke before the estimate: the API answers
+// such a body with its own 400, and the request still needs a budget.
 func DescribeParams(body []byte) (Info, error) {
+	info, err := describeParams(body)
+	if err != nil && info.EstInputTokens == 0 {
+		info.EstInputTokens = int64(len(body)/4 + 7)
+	}
+	return info, err
+}
+
+func describeParams(body []byte) (Info, error) {
 	var info Info
 	if !json.Valid(body) {
 		return info, LineError{Reason: syntaxReason(body)}

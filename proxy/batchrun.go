@@ -31,7 +31,7 @@ func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
 	// Streaming is not allowed in batches: errored without being sent.
 	drive := todo[:0:0]
 	for _, i := range todo {
-		if parseParams(rows[i]).stream {
+		if parseParams(rows[i]).Stream {
 			e := api.NewErrorBody(api.ErrInvalidRequest, "", "stream: streaming is not supported in Message Batches")
 			b.deliver(rowDone{i: i, typ: api.ResultErrored, line: lineOf(ids[i], api.BatchResult{Type: api.ResultErrored, Error: &e})})
 			continue
@@ -170,11 +170,11 @@ func (p *Proxy) routeBatch(b *vbatch, rows []json.RawMessage, drive []int) route
 	sum := jsonl.Summary{Lines: len(drive), Valid: len(drive), Models: map[string]int{}}
 	for _, i := range drive {
 		info := parseParams(rows[i])
-		if info.model != "" {
-			sum.Models[info.model]++
+		if info.Model != "" {
+			sum.Models[info.Model]++
 		}
-		sum.EstInputTokens += info.est
-		sum.MaxTokens += info.maxTokens
+		sum.EstInputTokens += info.EstInputTokens
+		sum.MaxTokens += info.MaxTokens
 	}
 	r, err := p.cfg.Plan(sum, len(drive))
 	if err != nil {
@@ -260,8 +260,8 @@ func (br *batchRoute) feed(p *Proxy, b *vbatch, rows []json.RawMessage, toBatch 
 			continue
 		}
 		info := parseParams(rows[i])
-		req := &dispatch.Request{ID: id, Params: rows[i], Model: info.model, MaxTokens: info.maxTokens,
-			EstInput: info.est, ParamsHash: jsonl.ParamsHash(rows[i])}
+		req := &dispatch.Request{ID: id, Params: rows[i], Model: info.Model, MaxTokens: info.MaxTokens,
+			EstInput: info.EstInputTokens, ParamsHash: jsonl.ParamsHash(rows[i])}
 		ctx := b.ctx
 		if held {
 			ctx = p.life
@@ -288,14 +288,14 @@ func (br *batchRoute) feed(p *Proxy, b *vbatch, rows []json.RawMessage, toBatch 
 func (p *Proxy) submitRow(b *vbatch, i int, params json.RawMessage) {
 	info := parseParams(params)
 	id := b.ids[i]
-	req := &dispatch.Request{ID: id, Params: params, Model: info.model, MaxTokens: info.maxTokens, EstInput: info.est}
-	pool := api.PoolOf(info.model)
+	req := &dispatch.Request{ID: id, Params: params, Model: info.Model, MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens}
+	pool := api.PoolOf(info.Model)
 	err := p.d.SubmitSend(b.ctx, req, nil, func(res dispatch.Result) {
 		if res.Aborted {
 			b.deliver(p.aborted(b, i, res.Err))
 			return
 		}
-		p.metrics.usage(res.Org, pool, info.model, res.Usage, false)
+		p.metrics.usage(res.Org, pool, info.Model, res.Usage, false)
 		b.deliver(rowDone{i: i, typ: rowType(res), line: rowLine(id, res)})
 	})
 	if err != nil {

@@ -31,11 +31,11 @@ func (p *Proxy) handleMessages(w http.ResponseWriter, r *http.Request) {
 	}
 	info := parseParams(body)
 	extra := forwardHeaders(r.Header)
-	req := &dispatch.Request{ID: "proxy", Params: body, Model: info.model, MaxTokens: info.maxTokens, EstInput: info.est}
-	pool := api.PoolOf(info.model)
+	req := &dispatch.Request{ID: "proxy", Params: body, Model: info.Model, MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens}
+	pool := api.PoolOf(info.Model)
 
 	var ckey cache.Key
-	cacheable := !info.stream && p.cfg.Cache != nil && p.cfg.Cache.Mode() != cache.Off
+	cacheable := !info.Stream && p.cfg.Cache != nil && p.cfg.Cache.Mode() != cache.Off
 	if cacheable {
 		// anthropic-beta can change the answer: it is part of the key.
 		k, err := cache.KeyOf(body, extra.Get(api.HeaderBeta))
@@ -56,7 +56,7 @@ func (p *Proxy) handleMessages(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	var sink *streamSink
 	var inner dispatch.Sender
-	if info.stream {
+	if info.Stream {
 		sink = &streamSink{w: w, rc: http.NewResponseController(w), c: c, redact: p.pool().Redact, writeTimeout: p.cfg.StreamWriteTimeout}
 		defer sink.close()
 		inner = p.d.StreamSender(body, extra, sink)
@@ -485,26 +485,13 @@ func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Write(b)
 }
 
-// params is what the proxy reads of a Messages body.
-type params struct {
-	model     string
-	maxTokens int64
-	stream    bool
-	est       int64 // input tokens, estimated as jsonl does
-}
-
-// parseParams reads model, max_tokens, stream and an input estimate, by
-// the rules and the estimate `sluice run` uses for its input lines
-// (jsonl.DescribeParams: one validation pass, no decoding). A body that
-// breaks a rule gives what was read before it, and an estimate from its
-// size: the API answers such a body with its own 400.
-func parseParams(body []byte) params {
-	info, err := jsonl.DescribeParams(body)
-	p := params{model: info.Model, maxTokens: info.MaxTokens, stream: info.Stream, est: info.EstInputTokens}
-	if err != nil && p.est == 0 {
-		p.est = int64(len(body)/4 + 7)
-	}
-	return p
+// parseParams reads model, max_tokens, stream and an input estimate of a
+// body the proxy forwards, by the rules and the estimate `sluice run`
+// uses for its input lines. A body that breaks a rule gives what was read
+// before it: the API answers it with its own 400.
+func parseParams(body []byte) jsonl.Info {
+	info, _ := jsonl.DescribeParams(body)
+	return info
 }
 
 // handleCountTokens serves POST /v1/messages/count_tokens on a live key.
