@@ -37,7 +37,7 @@ machine every figure is a floor, and the ratio is the number to compare.`,
 				return err
 			}
 			if conns < 1 || body < 1 || dur <= 0 || warm < 0 {
-				return fmt.Errorf("bench overhead: --connections, --body and --duration must be positive")
+				return fmt.Errorf("bench overhead: --connections, --body and --duration must be positive, --warmup not negative")
 			}
 			run := bench.OverheadRun{Binary: bin, Sim: unlimited(1, 8, 32), Connections: conns, BodyBytes: body,
 				Duration: dur, Warmup: warm, Model: model}

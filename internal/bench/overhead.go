@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
@@ -152,12 +153,9 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 		lat  []time.Duration
 		errs map[int]int
 	}
-	var (
-		mu       sync.Mutex
-		measured bool
-		stop     bool
-	)
-	state := func() (bool, bool) { mu.Lock(); defer mu.Unlock(); return measured, stop }
+	// measured: answers count from now; stop: connections end. Read once
+	// per request by every connection.
+	var measured, stop atomic.Bool
 	conns := make([]*conn, o.Connections)
 	var wg sync.WaitGroup
 	for i := range conns {
@@ -170,10 +168,10 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 		wg.Go(func() {
 			defer tr.CloseIdleConnections()
 			for {
-				in, done := state()
-				if done {
+				if stop.Load() {
 					return
 				}
+				in := measured.Load()
 				req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/messages", bytes.NewReader(body))
 				if err != nil {
 					return
@@ -220,16 +218,13 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 	if mark != nil {
 		mark(true)
 	}
-	mu.Lock()
-	measured = true
-	mu.Unlock()
+	measured.Store(true)
 	t0 := time.Now()
 	if err := sleep(o.Duration); err != nil {
 		return res, err
 	}
-	mu.Lock()
-	measured, stop = false, true
-	mu.Unlock()
+	stop.Store(true)
+	measured.Store(false)
 	window := time.Since(t0)
 	if mark != nil {
 		mark(false)
