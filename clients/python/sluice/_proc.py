@@ -199,6 +199,13 @@ def child_env(org_keys: Optional[Dict[str, str]] = None, base_url: Optional[str]
     return env
 
 
+def key_flags(org_keys: Optional[Dict[str, str]]) -> List[str]:
+    """The flags every sluice command of a call takes beside child_env's
+    environment: org_keys replace every key, ./.env's too (sluice would
+    otherwise fall back to a .env in the working directory)."""
+    return ["--no-dotenv"] if org_keys else []
+
+
 def secrets(env: Dict[str, str]) -> List[str]:
     """Every key value env holds (for redaction and the argv check). A
     value shorter than MIN_KEY_LEN is not a key sluice would take (and
@@ -447,16 +454,14 @@ def _deliver(job) -> None:
 def run_job(job):
     """Runs job to its answer, holding its folder's lock throughout."""
     job.lock.acquire()
-    finished = False
     try:
-        _write_inputs(job)
-        job.child().run()
+        child = _start(job)
+        child.run()
         _deliver(job)
-        out = job.collect()
-        finished = True
-        return out
-    finally:
-        job.lock.release(finished)
+    except BaseException:
+        job.lock.release(False)
+        raise
+    return _finish(job)  # it lets the lock go
 
 
 def _start(job) -> "Child":

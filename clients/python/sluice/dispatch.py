@@ -165,8 +165,7 @@ class _DispatchJob:
             args += ["--cache-mode", cache_mode]
         if keys_file is not None:
             args += ["--keys-file", os.fspath(keys_file)]
-        if org_keys:
-            args += ["--no-dotenv"]  # org_keys replace every key: ./.env's too
+        args += _proc.key_flags(org_keys)
         self.args = args + [str(a) for a in sluice_args]
 
     def _line(self, line: str) -> None:

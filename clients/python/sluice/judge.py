@@ -56,7 +56,7 @@ class _JudgeJob:
         self.on_progress = on_progress
         self.echo = echo
         self.env = _proc.child_env(org_keys, base_url)
-        self.org_keys = bool(org_keys)
+        self.key_flags = _proc.key_flags(org_keys)
 
         # Items, with the old ids: {persona}__{idx:05d}__{comp_idx:02d}, idx
         # a question counter across personas (so the ids are unique even
@@ -148,8 +148,7 @@ class _JudgeJob:
             args += ["--cache-mode", cache_mode]
         if keys_file is not None:
             args += ["--keys-file", os.fspath(keys_file)]
-        if self.org_keys:
-            args += ["--no-dotenv"]  # org_keys replace every key: ./.env's too
+        args += self.key_flags
         self.args = args + [str(a) for a in sluice_args]
 
     def _plan_args(self) -> List[str]:
@@ -160,8 +159,7 @@ class _JudgeJob:
                 str(mean_in), "--json", "--no-probe"]
         if self.model:
             args += ["--model", self.model]
-        if self.org_keys:
-            args += ["--no-dotenv"]
+        args += self.key_flags
         return args
 
     def child(self) -> _proc.Child:
