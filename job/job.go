@@ -71,7 +71,11 @@ type Options struct {
 	// new routing of the requests not yet sent (route.Router.Replan: `run
 	// --route auto`); the run applies it with route.Fanout.Reroute. Nil: the
 	// first routing holds for the whole run.
-	Replan         func(route.Measure) (route.Routing, bool)
+	Replan func(route.Measure) (route.Routing, bool)
+	// ReplanRefused, if set, is told a routing Replan returned that the run
+	// could not apply (route.Fanout.Reroute refused it), so the planner
+	// puts its previous plan back in force (route.Router.Refused).
+	ReplanRefused  func(route.Routing)
 	ReplanInterval time.Duration
 	// OnDurable, if set, is told the running count of results made
 	// durable this run, after each commit (benchmarks time with it).
@@ -97,6 +101,13 @@ type Options struct {
 	// Now reads the clock for the report's and the progress display's
 	// times (default time.Now).
 	Now func() time.Time
+}
+
+// RoutedBy hands the run's routing to rt (`--route auto|sync|batch`): it
+// picks the route once the input is surveyed, re-plans while the run
+// goes, and hears of a re-plan the run could not apply.
+func (o *Options) RoutedBy(rt *route.Router) {
+	o.Plan, o.Replan, o.ReplanRefused = rt.Route, rt.Replan, rt.Refused
 }
 
 // Redrive is a caller's policy for rows already done, applied by the

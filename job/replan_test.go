@@ -133,7 +133,8 @@ func TestAutoReplansForTheWorldItFinds(t *testing.T) {
 	o := e.options()
 	rt := route.NewRouter(route.Options{Route: "auto", Prefer: "latency", TimeScale: k, Log: o.Logger,
 		World: func(plan.Job) (plan.World, error) { return w, nil }})
-	o.Plan, o.Replan, o.ReplanInterval = rt.Route, rt.Replan, 20*time.Millisecond
+	o.RoutedBy(rt)
+	o.ReplanInterval = 20 * time.Millisecond
 	rep, err := e.run(o)
 	if err != nil {
 		t.Fatal(err)

@@ -515,6 +515,9 @@ func (r *run) replan() {
 		r.sideMu.Unlock()
 		if err != nil {
 			r.o.Logger.Warn("re-plan not applied: the route stays "+r.fan.Routing().Route, "err", err)
+			if r.o.ReplanRefused != nil {
+				r.o.ReplanRefused(nr)
+			}
 			continue
 		}
 		r.replans.Add(1)

@@ -67,12 +67,21 @@ type Router struct {
 	started  time.Time
 	decision plan.Decision // the plan in force
 	routing  Routing
-	replans  int  // re-plans that changed the route
-	checks   int  // every re-plan, kept routes included
-	first    bool // the first-answers re-plan has run
-	off      int  // consecutive checks with the sync rate more than replanOff away
-	since    time.Time
-	history  []ratePoint
+	// prior is the decision and routing a route change replaced, kept
+	// until the run applies the change or refuses it (Refused).
+	prior   *applied
+	replans int  // re-plans that changed the route
+	checks  int  // every re-plan, kept routes included
+	first   bool // the first-answers re-plan has run
+	off     int  // consecutive checks with the sync rate more than replanOff away
+	since   time.Time
+	history []ratePoint
+}
+
+// applied is a plan in force: its decision and routing.
+type applied struct {
+	decision plan.Decision
+	routing  Routing
 }
 
 // ratePoint is the count of sync answers at a time.
@@ -346,9 +355,10 @@ func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing,
 		log.Warn("re-plan skipped", "why", why, "err", err)
 		return Routing{}, false
 	}
-	old := p.routing
+	old, oldDecision := p.routing, p.decision
 	r := p.routingFor(d, w, m.Unsent)
 	p.decision = d
+	p.prior = nil
 	same := r.Route == old.Route && math.Abs(r.BatchShare-old.BatchShare) <= replanShare
 	if same {
 		log.Info("re-planned: the route stays "+old.Route, "why", why, "unsent", m.Unsent,
@@ -358,9 +368,29 @@ func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing,
 	r.Why = fmt.Sprintf("re-planned (%s): %s", why, d.Why)
 	p.replans++
 	p.routing = r
+	p.prior = &applied{decision: oldDecision, routing: old}
 	log.Info("re-planned: the route changes", "from", describe(old), "to", describe(r), "why", why,
 		"unsent", m.Unsent, "predicted", d.Wall.Mid.Round(time.Second))
 	return r, true
+}
+
+// Refused tells the Router that the run could not apply r, the routing
+// its last Replan returned (Fanout.Reroute refused it: the batch path only
+// harvests an earlier run's batches, or could not open). The plan in force
+// before r is in force again — its route and the sync rate the rate rule
+// compares with — and r does not count against the run's route changes.
+// Without this, a refused move to all-batch would leave a plan with no
+// sync share in force, and the rate rule off for the rest of the run.
+func (p *Router) Refused(r Routing) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.prior == nil || p.routing.Why != r.Why || p.routing.Route != r.Route {
+		return // not the last change Replan returned
+	}
+	p.decision, p.routing = p.prior.decision, p.prior.routing
+	p.prior = nil
+	p.replans--
+	p.off = 0
 }
 
 // describe names a routing: its route, with the batch share of a split.

@@ -126,3 +126,53 @@ func TestForcedRoutesNeverReplan(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusedReplanPutsThePriorPlanBack: a move to batch the run could
+// not apply (Router.Refused) leaves the sync plan in force, so the rate
+// rule still compares the sync side with it and re-plans when the sync
+// side stays slow. Before, the refused all-batch plan (no sync share)
+// stayed in force and the rate rule was off for the rest of the run.
+func TestRefusedReplanPutsThePriorPlanBack(t *testing.T) {
+	p, _ := router(t, "auto")
+	at := t0.Add(5 * time.Second)
+	nr, ok := p.Replan(route.Measure{At: at, Lanes: lanes(50, 4), Unsent: 19850, SyncAnswered: 12, SyncBacklog: true})
+	if !ok || nr.Route == route.Sync {
+		t.Fatalf("first answers at 50 RPM: re-planned %v to %+v; this test needs a move off sync", ok, nr)
+	}
+	p.Refused(nr)
+	// The sync side goes on at 150 RPM in all, far below the sync plan.
+	n := int64(12)
+	again := false
+	for range 90 {
+		at = at.Add(time.Second)
+		n += 2 + n%2 // 2.5 req/s
+		if r, ok := p.Replan(route.Measure{At: at, Lanes: lanes(50, n/3), Unsent: 19850 - int(n), SyncAnswered: n, SyncBacklog: true}); ok {
+			again = r.Route != route.Sync
+			break
+		}
+	}
+	if !again {
+		t.Fatal("after a refused re-plan, a sync side at 150 RPM for 90 s was never re-planned")
+	}
+}
+
+// TestRefusedIgnoresAStaleRouting: Refused with a routing other than the
+// last change Replan returned changes nothing.
+func TestRefusedIgnoresAStaleRouting(t *testing.T) {
+	p, _ := router(t, "auto")
+	at := t0.Add(5 * time.Second)
+	nr, ok := p.Replan(route.Measure{At: at, Lanes: lanes(50, 4), Unsent: 19850, SyncAnswered: 12, SyncBacklog: true})
+	if !ok {
+		t.Fatal("no re-plan")
+	}
+	p.Refused(route.Routing{Route: route.Sync, Why: "something else"})
+	// The batch plan stays in force: no sync share, so no rate re-plan.
+	n := int64(12)
+	for range 90 {
+		at = at.Add(time.Second)
+		n += 2
+		if r, ok := p.Replan(route.Measure{At: at, Lanes: lanes(50, n/3), Unsent: 19850 - int(n), SyncAnswered: n, SyncBacklog: true}); ok {
+			t.Fatalf("re-planned to %s after a stale Refused; the plan in force was %s", r.Route, nr.Route)
+		}
+	}
+}

@@ -118,11 +118,12 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 	// The planner sees the simulated world as it is (time scale included).
 	world := plan.FromModel(cfg.Model(), nil)
 	rt := routeFlags{route: "auto", prefer: "latency"}.routerScaled(pool.Keys(), nil, &world, k, log)
-	err = runJob(cmd.Context(), job.Options{
+	opts := job.Options{
 		Input: in, Output: res, Dispatch: dc, Progress: out, Terminal: tty,
 		ProgressInterval: interval, Logger: log, Command: resume, Redact: pool.Redact,
-		Plan: rt.Route, Replan: rt.Replan,
-	}, rep)
+	}
+	opts.RoutedBy(rt)
+	err = runJob(cmd.Context(), opts, rep)
 	st := srv.Stats()
 	var admitted, limited int64
 	for _, o := range st.Orgs {

@@ -102,10 +102,9 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 				Terminal: term.IsTerminal(int(os.Stderr.Fd())), Logger: log, Redact: redactLoaded,
 				Rotations: eng.watchKeys(watchCtx, pool, log),
 				Command:   "sluice " + strings.Join(os.Args[1:], " "),
-				Plan:      rt.Route,
-				Replan:    rt.Replan,
 				Observe:   rf.observer(log),
 			}
+			cfg.Engine.RoutedBy(rt)
 			if !noProgress {
 				cfg.Engine.Progress = os.Stderr
 			}

@@ -79,7 +79,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 				return err
 			}
 			rt := rf.router(pool.Keys(), c, nil, log)
-			opts.Plan, opts.Replan = rt.Route, rt.Replan
+			opts.RoutedBy(rt)
 			opts.Observe = rf.observer(log)
 			rc, err := cf.open(cmd, log)
 			if err != nil {

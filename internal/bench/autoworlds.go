@@ -140,12 +140,13 @@ func (w AutoWorld) Run(ctx context.Context, binary string, log io.Writer) (AutoR
 		caps = max(caps, c)
 	}
 	start := time.Now()
-	rep, err := job.Run(ctx, job.Options{
+	opts := job.Options{
 		Input: in, Output: out, Logger: logger,
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: sp.Base, MaxConns: caps*len(w.Sim.Orgs) + 64}),
 			Keys: pool.Keys()},
-		Plan: rt.Route, Replan: rt.Replan,
-	})
+	}
+	opts.RoutedBy(rt)
+	rep, err := job.Run(ctx, opts)
 	res.Wall = time.Since(start)
 	if err != nil {
 		return res, err
