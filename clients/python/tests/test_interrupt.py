@@ -28,8 +28,12 @@ EARLY = 40  # stop once this many rows are written
 KW = dict(force_sync=True, echo=False, sluice_args=ARGS + ["--cache-mode", "off"])
 
 SCRIPT = textwrap.dedent("""
-    import json, sys
+    import json, signal, sys
     import sluice
+    # Ctrl-C must raise KeyboardInterrupt here even when the tests run as a
+    # background job, where the shell starts every process with SIGINT
+    # ignored and Python then installs no handler for it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     comps = json.load(open(sys.argv[1]))
     try:
         sluice.judge_completions_batch(comps, checkpoint_dir=sys.argv[2], **json.loads(sys.argv[3]))
