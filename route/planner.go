@@ -70,6 +70,7 @@ type Router struct {
 	// prior is the decision and routing a route change replaced, kept
 	// until the run applies the change or refuses it (Refused).
 	prior   *applied
+	noBatch bool // the run refused a route with batch in it (Refused)
 	replans int  // re-plans that changed the route
 	checks  int  // every re-plan, kept routes included
 	first   bool // the first-answers re-plan has run
@@ -355,6 +356,13 @@ func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing,
 		log.Warn("re-plan skipped", "why", why, "err", err)
 		return Routing{}, false
 	}
+	if p.noBatch && d.Route != plan.RouteSync {
+		// The run refused a move to batch, and would again: the sync plan
+		// stays in force, its rate the one the rule compares with.
+		log.Info("re-planned: the route stays "+p.routing.Route+" (this run refused a move to batch)", "why", why,
+			"unsent", m.Unsent, "would be", string(d.Route))
+		return Routing{}, false
+	}
 	old, oldDecision := p.routing, p.decision
 	r := p.routingFor(d, w, m.Unsent)
 	p.decision = d
@@ -381,6 +389,8 @@ func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing,
 // compares with — and r does not count against the run's route changes.
 // Without this, a refused move to all-batch would leave a plan with no
 // sync share in force, and the rate rule off for the rest of the run.
+// Both reasons for a refusal last the run, so later re-plans that would
+// send to batch keep the plan in force instead of proposing it again.
 func (p *Router) Refused(r Routing) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -389,6 +399,7 @@ func (p *Router) Refused(r Routing) {
 	}
 	p.decision, p.routing = p.prior.decision, p.prior.routing
 	p.prior = nil
+	p.noBatch = r.Route != Sync
 	p.replans--
 	p.off = 0
 }

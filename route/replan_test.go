@@ -1,6 +1,9 @@
 package route_test
 
 import (
+	"bytes"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,30 +132,36 @@ func TestForcedRoutesNeverReplan(t *testing.T) {
 
 // TestRefusedReplanPutsThePriorPlanBack: a move to batch the run could
 // not apply (Router.Refused) leaves the sync plan in force, so the rate
-// rule still compares the sync side with it and re-plans when the sync
-// side stays slow. Before, the refused all-batch plan (no sync share)
-// stayed in force and the rate rule was off for the rest of the run.
+// rule still compares the sync side with it; and since a refusal lasts the
+// run, the re-plans it makes keep sync instead of proposing batch again.
+// Before, the refused all-batch plan (no sync share) stayed in force and
+// the rate rule was off for the rest of the run.
 func TestRefusedReplanPutsThePriorPlanBack(t *testing.T) {
-	p, _ := router(t, "auto")
+	var buf bytes.Buffer
+	now := t0
+	p := route.NewRouter(route.Options{Route: "auto", Prefer: "latency", World: world, Now: func() time.Time { return now },
+		Log: slog.New(slog.NewTextHandler(&buf, nil))})
+	if _, err := p.Route(summary(20000), 20000); err != nil {
+		t.Fatal(err)
+	}
 	at := t0.Add(5 * time.Second)
 	nr, ok := p.Replan(route.Measure{At: at, Lanes: lanes(50, 4), Unsent: 19850, SyncAnswered: 12, SyncBacklog: true})
 	if !ok || nr.Route == route.Sync {
 		t.Fatalf("first answers at 50 RPM: re-planned %v to %+v; this test needs a move off sync", ok, nr)
 	}
 	p.Refused(nr)
+	buf.Reset()
 	// The sync side goes on at 150 RPM in all, far below the sync plan.
 	n := int64(12)
-	again := false
 	for range 90 {
 		at = at.Add(time.Second)
 		n += 2 + n%2 // 2.5 req/s
 		if r, ok := p.Replan(route.Measure{At: at, Lanes: lanes(50, n/3), Unsent: 19850 - int(n), SyncAnswered: n, SyncBacklog: true}); ok {
-			again = r.Route != route.Sync
-			break
+			t.Fatalf("re-planned to %s again after the run refused a move to batch", r.Route)
 		}
 	}
-	if !again {
-		t.Fatal("after a refused re-plan, a sync side at 150 RPM for 90 s was never re-planned")
+	if !strings.Contains(buf.String(), "the sync side ran at") {
+		t.Fatalf("after a refused re-plan, a sync side at 150 RPM for 90 s was never compared with the sync plan:\n%s", buf.String())
 	}
 }
 

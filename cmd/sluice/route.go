@@ -72,8 +72,8 @@ func (f *routeFlags) fromEnv(cmd *cobra.Command) error {
 // organization (docs/observe.md). world, if set, is the planner's world
 // (the demo's simulator), and timeScale the simulator's clock (1 for the
 // real API). c sends the probes (nil: none).
-// The Router's Route is job.Options.Plan, its Replan job.Options.Replan
-// (`--route auto` re-plans once the first answers are in: docs/route.md).
+// The Router is wired into a run with job.Options.RoutedBy (`--route
+// auto` re-plans once the first answers are in: docs/route.md).
 func (f routeFlags) router(ks []*keys.Key, c *client.Client, world *plan.World, log *slog.Logger) *route.Router {
 	return f.routerScaled(ks, c, world, 1, log)
 }
