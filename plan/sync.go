@@ -64,7 +64,11 @@ type laneModel struct {
 	cap, s, d, lat float64
 	rCap, rb       float64 // cap ÷ L; the binding bucket's refill (+Inf: none)
 	tc             float64 // the ramp reaches the cap
-	t0, td         float64 // c(t) ÷ L passes the refill; the burst is spent (+Inf: never)
+	// hold is how long the lane sends nothing at the start: the engine
+	// takes only from a bucket above its reserve, so a bucket that starts
+	// below the reserve must first refill to it (budget.BucketState.Wait).
+	hold   float64
+	t0, td float64 // c(t) ÷ L passes the refill; the burst is spent (+Inf: never)
 }
 
 // newLaneModel builds the lane of org o for job j (resolved) in world w.
@@ -78,6 +82,9 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 		rCap: float64(c) / lat, rb: math.Inf(1),
 	}
 	m.Org, m.Cap, m.Start = o.Name, c, w.Ramp.start(c)
+	if lim.RPM > 0 || lim.ITPM > 0 || lim.OTPM > 0 {
+		m.hold = math.Max(0, w.BucketDrained+w.Reserve-1) * w.BucketWindow.Seconds()
+	}
 	m.Binding = BindCap
 	for _, b := range []struct {
 		name string
@@ -179,12 +186,13 @@ type syncRun struct {
 // (the fraction of every lane's sending rate the job gets), with or without
 // the initial burst.
 func sendTime(ms []laneModel, n int, e float64, burst bool) float64 {
-	first := 0.0
+	first, hold := 0.0, 0.0
 	for _, m := range ms {
 		first += m.s
+		hold = math.Max(hold, m.hold)
 	}
 	if float64(n) <= first {
-		return 0
+		return hold
 	}
 	need := float64(n) - first
 	total := func(t float64) float64 {
@@ -198,7 +206,9 @@ func sendTime(ms []laneModel, n int, e float64, burst bool) float64 {
 	for total(hi) < 0 {
 		hi *= 2
 	}
-	return bisect(total, 0, hi)
+	// Every lane of a world shares its buckets' start state, so one hold
+	// delays them all.
+	return hold + bisect(total, 0, hi)
 }
 
 // efficiency is World.Efficiency, 1 when unset.

@@ -370,3 +370,25 @@ func TestEfficiencyScalesTheSyncRoute(t *testing.T) {
 		t.Error("a negative efficiency validates")
 	}
 }
+
+// TestBucketsBelowTheReserveHoldTheStart: the engine takes only from a
+// bucket above its reserve, so buckets that start empty first refill to
+// it: reserve × window (0.15 × 60 s = 9 s) before anything is sent. A
+// bucket that starts exactly at the reserve (drained 0.85) holds nothing.
+func TestBucketsBelowTheReserveHoldTheStart(t *testing.T) {
+	wall := func(drained float64) time.Duration {
+		w := plan.NewWorld("otpm", plan.Org{Name: "solo", Limits: map[api.Pool]plan.Limits{
+			api.PoolSonnet4: {RPM: 100_000, ITPM: 100_000_000, OTPM: 144 * 60 * 10},
+		}})
+		w.BucketWindow, w.BucketDrained = time.Minute, drained
+		d, err := plan.Decide(w, plan.JudgeJob(10_000, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Wall.Mid
+	}
+	atReserve, empty := wall(1-plan.DefaultReserve), wall(1)
+	if got := (empty - atReserve).Seconds(); !near(got, plan.DefaultReserve*60, 0.05) { // the tail moves a little with the send time
+		t.Errorf("empty buckets took %.3f s more than buckets at the reserve, want %.3f", got, plan.DefaultReserve*60)
+	}
+}
