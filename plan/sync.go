@@ -186,13 +186,12 @@ type syncRun struct {
 // (the fraction of every lane's sending rate the job gets), with or without
 // the initial burst.
 func sendTime(ms []laneModel, n int, e float64, burst bool) float64 {
-	first, hold := 0.0, 0.0
+	first := 0.0
 	for _, m := range ms {
 		first += m.s
-		hold = math.Max(hold, m.hold)
 	}
 	if float64(n) <= first {
-		return hold
+		return 0
 	}
 	need := float64(n) - first
 	total := func(t float64) float64 {
@@ -206,9 +205,7 @@ func sendTime(ms []laneModel, n int, e float64, burst bool) float64 {
 	for total(hi) < 0 {
 		hi *= 2
 	}
-	// Every lane of a world shares its buckets' start state, so one hold
-	// delays them all.
-	return hold + bisect(total, 0, hi)
+	return bisect(total, 0, hi)
 }
 
 // efficiency is World.Efficiency, 1 when unset.
@@ -247,10 +244,21 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	// are unknown). The queue goes to whichever lane answers first, so the
 	// sends beyond the probes start, in expectation, at the first of k
 	// probe answers: the latency's 1/(k+1) quantile.
+	//
+	// Buckets that start below the reserve hold every lane until they have
+	// refilled to it (laneModel.hold; the lanes of a world share its
+	// buckets' start state). The refill runs while the probes are out, so
+	// the sends start at the later of the two, and the tail above is
+	// measured from there.
+	start := 0.0
+	for _, m := range ms {
+		start = math.Max(start, m.hold)
+	}
 	if n > len(ms) {
 		probe := lat.quantile(j.MeanOutput, math.Sqrt2*math.Erfinv(2/float64(len(ms)+1)-1))
-		r.send, low, high = r.send+probe, low+probe, high+probe
+		start = math.Max(start, probe)
 	}
+	r.send, low, high = r.send+start, low+start, high+start
 	r.wall = Range{
 		Low:  seconds(low + lat.median(j.MeanOutput)),
 		Mid:  seconds(r.send + over),

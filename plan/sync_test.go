@@ -373,22 +373,32 @@ func TestEfficiencyScalesTheSyncRoute(t *testing.T) {
 
 // TestBucketsBelowTheReserveHoldTheStart: the engine takes only from a
 // bucket above its reserve, so buckets that start empty first refill to
-// it: reserve × window (0.15 × 60 s = 9 s) before anything is sent. A
-// bucket that starts exactly at the reserve (drained 0.85) holds nothing.
+// it — reserve × window, 0.15 × 60 s = 9 s — and the refill runs while the
+// header probe is out: the sends start at the later of the probe's answer
+// and the refill. A bucket that starts at the reserve (drained 0.85) holds
+// nothing. A job of a few requests still ends after its answers (Mid ≥
+// Low): the tail is counted from the hold on, not from zero.
 func TestBucketsBelowTheReserveHoldTheStart(t *testing.T) {
-	wall := func(drained float64) time.Duration {
+	decide := func(n int, drained float64) plan.Decision {
 		w := plan.NewWorld("otpm", plan.Org{Name: "solo", Limits: map[api.Pool]plan.Limits{
 			api.PoolSonnet4: {RPM: 100_000, ITPM: 100_000_000, OTPM: 144 * 60 * 10},
 		}})
 		w.BucketWindow, w.BucketDrained = time.Minute, drained
-		d, err := plan.Decide(w, plan.JudgeJob(10_000, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
+		d, err := plan.Decide(w, plan.JudgeJob(n, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d.Wall.Mid
+		return d
 	}
-	atReserve, empty := wall(1-plan.DefaultReserve), wall(1)
-	if got := (empty - atReserve).Seconds(); !near(got, plan.DefaultReserve*60, 0.05) { // the tail moves a little with the send time
-		t.Errorf("empty buckets took %.3f s more than buckets at the reserve, want %.3f", got, plan.DefaultReserve*60)
+	probe := 0.5 + 144.0/64 // one lane: its probe answers at the median
+	hold := plan.DefaultReserve * 60
+	atReserve, empty := decide(10_000, 1-plan.DefaultReserve), decide(10_000, 1)
+	if got := (empty.Wall.Mid - atReserve.Wall.Mid).Seconds(); !near(got, hold-probe, 1e-3) {
+		t.Errorf("empty buckets took %.3f s more than buckets at the reserve, want %.3f (the hold less the probe it overlaps)", got, hold-probe)
+	}
+	for _, n := range []int{1, 3, 50} {
+		if d := decide(n, 1); d.Wall.Mid < d.Wall.Low || d.Wall.Mid.Seconds() < hold+probe {
+			t.Errorf("%d requests from empty buckets: wall %v (low %v), want at least the %.1f s hold and one answer", n, d.Wall.Mid, d.Wall.Low, hold)
+		}
 	}
 }
