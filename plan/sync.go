@@ -64,11 +64,7 @@ type laneModel struct {
 	cap, s, d, lat float64
 	rCap, rb       float64 // cap ÷ L; the binding bucket's refill (+Inf: none)
 	tc             float64 // the ramp reaches the cap
-	// hold is how long the lane sends nothing at the start: the engine
-	// takes only from a bucket above its reserve, so a bucket that starts
-	// below the reserve must first refill to it (budget.BucketState.Wait).
-	hold   float64
-	t0, td float64 // c(t) ÷ L passes the refill; the burst is spent (+Inf: never)
+	t0, td         float64 // c(t) ÷ L passes the refill; the burst is spent (+Inf: never)
 }
 
 // newLaneModel builds the lane of org o for job j (resolved) in world w.
@@ -82,9 +78,6 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 		rCap: float64(c) / lat, rb: math.Inf(1),
 	}
 	m.Org, m.Cap, m.Start = o.Name, c, w.Ramp.start(c)
-	if lim.RPM > 0 || lim.ITPM > 0 || lim.OTPM > 0 {
-		m.hold = math.Max(0, w.BucketDrained+w.Reserve-1) * w.BucketWindow.Seconds()
-	}
 	m.Binding = BindCap
 	for _, b := range []struct {
 		name string
@@ -245,14 +238,17 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	// sends beyond the probes start, in expectation, at the first of k
 	// probe answers: the latency's 1/(k+1) quantile.
 	//
-	// Buckets that start below the reserve hold every lane until they have
-	// refilled to it (laneModel.hold; the lanes of a world share its
-	// buckets' start state). The refill runs while the probes are out, so
-	// the sends start at the later of the two, and the tail above is
-	// measured from there.
+	// Buckets that start below the reserve hold every lane that has one
+	// until they have refilled to it: the engine takes only from a bucket
+	// above its reserve (budget.BucketState.Wait), and the lanes of a
+	// world share its buckets' start state. The refill runs while the
+	// probes are out, so the sends start at the later of the two, and the
+	// tail above is measured from there.
 	start := 0.0
 	for _, m := range ms {
-		start = math.Max(start, m.hold)
+		if !math.IsInf(m.rb, 1) { // a known limit: a bucket to refill
+			start = math.Max(0, w.BucketDrained+w.Reserve-1) * w.BucketWindow.Seconds()
+		}
 	}
 	if n > len(ms) {
 		probe := lat.quantile(j.MeanOutput, math.Sqrt2*math.Erfinv(2/float64(len(ms)+1)-1))
