@@ -100,6 +100,9 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 		full := po.Limits.RemainingSeconds / w.BucketWindow.Seconds()
 		drained = math.Max(drained, 1-math.Min(full, 1))
 	}
+	// The central prediction counts the buckets' burst only when both
+	// their depth and their level were read, not assumed.
+	w.BucketsKnown = probed && depth > 0
 	if probed {
 		w.BucketDrained = drained
 		prov = append(prov, fmt.Sprintf("buckets at the start: %.0f %% drained (the probes' remaining headers, the emptiest org)", 100*drained))

@@ -74,6 +74,7 @@ func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens in
 	}
 	if known {
 		w.BucketDrained = drained
+		w.BucketsKnown = true // every known bucket's depth and level came from its headers
 		prov = append(prov, fmt.Sprintf("buckets now: %.0f %% drained (the emptiest the lanes' headers show)", 100*drained))
 	}
 	if err := w.Validate(); err != nil {

@@ -51,6 +51,9 @@ func TestLiveIsTheLanesWorldNow(t *testing.T) {
 	if got := w.BucketDrained; math.Abs(got-0.7) > 1e-9 {
 		t.Errorf("bucket drained = %.3f, want 0.7 (the emptiest lane now)", got)
 	}
+	if !w.BucketsKnown {
+		t.Error("BucketsKnown false with every lane's depth and level from its headers")
+	}
 	if len(base.Latency) != baseLat {
 		t.Error("Live wrote the fitted latency into the base world's map")
 	}

@@ -199,3 +199,40 @@ func TestBatchTurnaroundIsApplied(t *testing.T) {
 		t.Errorf("a negative turnaround survived the load: %+v", f.Orgs["org-a"].Batch)
 	}
 }
+
+// TestBucketsKnownNeedsADepthAndAFreshProbe: the world says its buckets
+// are known (so the central prediction counts their burst) only when a
+// lane learned the depth and a fresh probe read the level; a depth with no
+// probe, a probe with no learned depth, or a stale probe leave it assumed.
+func TestBucketsKnownNeedsADepthAndAFreshProbe(t *testing.T) {
+	orgs := []OrgRef{{"org-a", "high_prio"}}
+	probed := func(depth float64, at time.Time) *File {
+		f := &File{Version: fileVersion, Orgs: map[string]*Org{}}
+		f.Add(FromLanes([]dispatch.LaneView{view("org-a", "high_prio", 1200, 100, 15_000, 3*time.Second)}, 256, t0)...)
+		l := f.Pool("org-a", api.PoolSonnet4).Limits
+		l.DepthSeconds, l.Source, l.RemainingSeconds, l.At = depth, SourceProbe, depth, at
+		return f
+	}
+	for _, tt := range []struct {
+		name string
+		f    *File
+		want bool
+	}{
+		{"learned depth, fresh probe", probed(10, t0), true},
+		{"no learned depth, fresh probe", probed(0, t0), false},
+		{"learned depth, stale probe", probed(10, t0.Add(-FreshProbe-time.Second)), false},
+	} {
+		w := plan.NewWorld("x")
+		w.BucketsKnown = !tt.want // Apply must set it either way
+		Apply(&w, tt.f, orgs, "claude-sonnet-4-5", 256, t0)
+		if w.BucketsKnown != tt.want {
+			t.Errorf("%s: BucketsKnown = %v, want %v", tt.name, w.BucketsKnown, tt.want)
+		}
+	}
+	f := &File{Version: fileVersion, Orgs: map[string]*Org{}}
+	f.Add(FromLanes([]dispatch.LaneView{view("org-a", "high_prio", 1200, 100, 15_000, 3*time.Second)}, 256, t0)...)
+	w := plan.NewWorld("x")
+	if Apply(&w, f, orgs, "claude-sonnet-4-5", 256, t0); w.BucketsKnown {
+		t.Error("a run's headers with no probe: BucketsKnown, want assumed (the level is not read)")
+	}
+}

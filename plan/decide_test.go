@@ -312,6 +312,18 @@ func TestReadWorld(t *testing.T) {
 	if lanes[0].Binding != plan.BindRPM || lanes[0].Rate != 10 || lanes[1].Binding != plan.BindCap {
 		t.Errorf("lanes %+v", lanes)
 	}
+	if w.BucketsKnown {
+		t.Error("a file without bucket_window and bucket_drained: BucketsKnown, want assumed")
+	}
+	for file, want := range map[string]bool{
+		`{"orgs": [{"name": "a"}], "bucket_window": "10s"}`:                        false,
+		`{"orgs": [{"name": "a"}], "bucket_drained": 0}`:                           false,
+		`{"orgs": [{"name": "a"}], "bucket_window": "10s", "bucket_drained": 0.5}`: true,
+	} {
+		if w, err := plan.ReadWorld(strings.NewReader(file)); err != nil || w.BucketsKnown != want {
+			t.Errorf("ReadWorld(%s): BucketsKnown %v (%v), want %v", file, w.BucketsKnown, err, want)
+		}
+	}
 	for _, bad := range []string{
 		`{"orgs": [{"name": "a"}], "colour": 1}`,
 		`{"orgs": []}`,

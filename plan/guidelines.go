@@ -93,7 +93,9 @@ its figures were observed, when, and which are still assumed.
 - **concurrency**: the peak requests in flight on each sync lane, one number
   per organization.
 - **wall-clock**: the central prediction, then the low–high range. Sync: low
-  spends the buckets' initial burst and a median last answer; high loses 15 %
+  spends the buckets' initial burst and a median last answer (the central
+  value too when the buckets' depth and level are known, as a preset's are);
+  high loses 15 %
   of the rate to colleagues and waits for a p99 last answer. Batch: low halves
   every queue delay and doubles the processing rate; high does the reverse.
 - **cost**: the chosen route's, at the catalog's standard prices; batch

@@ -16,11 +16,14 @@ import (
 // its binding rate-limit bucket. The first start requests of every lane go
 // out at once. The job is done one latency after its last request is sent.
 //
-// Buckets start full, so a lane whose limit is below cap ÷ L could first
-// burst (1 − reserve) · window · refill requests beyond the refill before
-// it is paced. Only the low end of the range counts on that burst: the
-// engine was measured not to realize it (docs/plan.md), a colleague may
-// have spent it, and the API may enforce a limit over a shorter window.
+// A lane whose limit is below cap ÷ L first spends what its binding bucket
+// holds above the reserve when its sending reaches the refill — a full
+// bucket's (1 − reserve) · window · refill at most, what the ramp left
+// unspent at least — before it is paced (withBurst). The low end of the
+// range counts on that burst; the central value only when the buckets'
+// depth and level were configured or read (World.BucketsKnown), since a
+// colleague may have spent an assumed burst and the API may enforce a
+// limit over a shorter window than assumed (docs/plan.md).
 
 // What binds a lane or a route.
 const (
@@ -52,8 +55,11 @@ type Lane struct {
 	// on the lane (0 when the lane is not used).
 	Peak int
 	// Burst is how many requests the lane can send beyond the refill rate
-	// before its binding bucket runs dry: (1 − reserve) · window · Rate
-	// when a bucket binds, 0 when the cap does.
+	// before its binding bucket runs dry, counted from when its sending
+	// first reaches the refill: what the bucket then holds above the
+	// reserve (its start state, the refill while the probe is out and the
+	// ramp's unspent refill, at most (1 − reserve) · window · Rate) when a
+	// bucket binds, 0 when the cap does.
 	Burst float64
 }
 
@@ -99,15 +105,31 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 	m.tc = m.d * math.Log2(m.cap/m.s)
 	m.t0, m.td = math.Inf(1), math.Inf(1)
 	if m.rb < m.rCap {
-		m.Burst = math.Max(0, 1-w.BucketDrained-w.Reserve) * w.BucketWindow.Seconds() * m.rb
 		m.t0 = math.Max(0, m.d*math.Log2(m.rb*lat/m.s))
-		// The bucket drains at c(t) ÷ L − refill from t0 on: find where
-		// the drained amount reaches the burst. g grows by at least
-		// rCap − rb per second once the ramp is over.
-		g := func(t float64) float64 { return m.conc(t) - m.conc(m.t0) - m.rb*(t-m.t0) - m.Burst }
-		lo, hi := m.t0, math.Max(m.t0, m.tc)+m.Burst/(m.rCap-m.rb)+1
-		m.td = bisect(g, lo, hi)
 	}
+	return m
+}
+
+// withBurst returns m with Burst and td set for sends that begin start
+// seconds after the job does (the header probe, the hold). Burst is what
+// the binding bucket holds above the engine's reserve when the lane's
+// sending first passes the refill, at t0: the start state, plus the refill
+// while the probe is out, less the first wave, plus what the ramp leaves
+// unspent below the refill, never more than a full bucket above the
+// reserve. The bucket then drains at c(t) ÷ L − refill: td is when it is
+// dry and the lane is paced.
+func (m laneModel) withBurst(w World, start float64) laneModel {
+	if math.IsInf(m.t0, 1) {
+		return m
+	}
+	depth := w.BucketWindow.Seconds() * m.rb // requests
+	level := math.Min(depth, (1-w.BucketDrained)*depth+start*m.rb)
+	ramp := m.rb*m.t0 - m.conc(m.t0) - m.s // unspent refill by t0 (the first wave goes at 0)
+	m.Burst = math.Min((1-w.Reserve)*depth, math.Max(0, level-w.Reserve*depth+ramp))
+	// g grows by at least rCap − rb per second once the ramp is over.
+	g := func(t float64) float64 { return m.conc(t) - m.conc(m.t0) - m.rb*(t-m.t0) - m.Burst }
+	lo, hi := m.t0, math.Max(m.t0, m.tc)+m.Burst/(m.rCap-m.rb)+1
+	m.td = bisect(g, lo, hi)
 	return m
 }
 
@@ -216,34 +238,22 @@ func highEfficiency(w World) float64 { return 1 - math.Max(w.Reserve, DefaultRes
 // p99 is the standard normal's 99th percentile.
 const p99 = 2.326
 
-// runSync predicts n requests on lanes ms (all of them).
-func runSync(w World, ms []laneModel, j Job, n int) syncRun {
-	lat := w.latency(api.PoolOf(j.Model))
-	r := syncRun{n: n, lat: lat, out: j.MeanOutput}
-	e := w.efficiency()
-	r.send = sendTime(ms, n, e, false)
-	low := sendTime(ms, n, e, true)
-	high := sendTime(ms, n, e*highEfficiency(w), false)
-	// The job ends with its slowest answer (tail.go): the central value
-	// adds the expected overshoot of the last end past the last send, the
-	// high end its 90th percentile after the slower sending.
-	wave := 0 // requests sent at once, before any answer
-	for _, m := range ms {
-		wave += int(m.s)
-	}
-	over, over90 := w.tail(lat, j.MaxTokens, n, wave, r.send)
-	// Each lane sends one header probe first and its first wave when the
-	// probe's answer has come back (lane: before any answer the buckets
-	// are unknown). The queue goes to whichever lane answers first, so the
-	// sends beyond the probes start, in expectation, at the first of k
-	// probe answers: the latency's 1/(k+1) quantile.
-	//
-	// Buckets that start below the reserve hold every lane that has one
-	// until they have refilled to it: the engine takes only from a bucket
-	// above its reserve (budget.BucketState.Wait), and the lanes of a
-	// world share its buckets' start state. The refill runs while the
-	// probes are out, so the sends start at the later of the two, and the
-	// tail above is measured from there.
+// sendStart is when the sends beyond the header probes begin, in seconds
+// from the start of a job of n requests on lanes ms.
+//
+// Each lane sends one header probe first and its first wave when the
+// probe's answer has come back (lane: before any answer the buckets are
+// unknown). The queue goes to whichever lane answers first, so the sends
+// beyond the probes start, in expectation, at the first of k probe
+// answers: the latency's 1/(k+1) quantile.
+//
+// Buckets that start below the reserve hold every lane that has one until
+// they have refilled to it: the engine takes only from a bucket above its
+// reserve (budget.BucketState.Wait), and the lanes of a world share its
+// buckets' start state. The refill runs while the probes are out, so the
+// sends start at the later of the two, and the tail is measured from
+// there.
+func sendStart(w World, ms []laneModel, j Job, n int) float64 {
 	start := 0.0
 	for _, m := range ms {
 		if !math.IsInf(m.rb, 1) { // a known limit: a bucket to refill
@@ -251,9 +261,38 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 		}
 	}
 	if n > len(ms) {
+		lat := w.latency(api.PoolOf(j.Model))
 		probe := lat.quantile(j.MeanOutput, math.Sqrt2*math.Erfinv(2/float64(len(ms)+1)-1))
 		start = math.Max(start, probe)
 	}
+	return start
+}
+
+// runSync predicts n requests on lanes ms (all of them).
+func runSync(w World, ms []laneModel, j Job, n int) syncRun {
+	lat := w.latency(api.PoolOf(j.Model))
+	r := syncRun{n: n, lat: lat, out: j.MeanOutput}
+	start := sendStart(w, ms, j, n)
+	// The burst is counted at the low end always, in the central value
+	// only when the buckets' depth and level are known (a colleague may
+	// have spent an assumed one, and the API may enforce a limit over a
+	// shorter window than assumed), at the high end never.
+	bs := make([]laneModel, len(ms))
+	for i, m := range ms {
+		bs[i] = m.withBurst(w, start)
+	}
+	e := w.efficiency()
+	r.send = sendTime(bs, n, e, w.BucketsKnown)
+	low := sendTime(bs, n, e, true)
+	high := sendTime(bs, n, e*highEfficiency(w), false)
+	// The job ends with its slowest answer (tail.go): the central value
+	// adds the expected overshoot of the last end past the last send, the
+	// high end its 90th percentile after the slower sending.
+	wave := 0 // requests sent at once, before any answer
+	for _, m := range bs {
+		wave += int(m.s)
+	}
+	over, over90 := w.tail(lat, j.MaxTokens, n, wave, r.send)
 	r.send, low, high = r.send+start, low+start, high+start
 	r.wall = Range{
 		Low:  seconds(low + lat.median(j.MeanOutput)),
@@ -262,15 +301,19 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	}
 	first := 0
 	votes := map[string]float64{}
-	for _, m := range ms {
+	for _, m := range bs {
 		first += m.Start
 		r.rate += e * m.Rate
 		r.ramp = math.Max(r.ramp, math.Min(m.tc, m.t0))
+		paced := m.t0 // the central value's lane meets its bucket's refill
+		if w.BucketsKnown {
+			paced = m.td // … once the burst is spent
+		}
 		l := m.Lane
-		l.Peak = int(math.Round(math.Min(m.ceiling(math.Min(r.send, m.t0)), float64(n))))
+		l.Peak = int(math.Round(math.Min(m.ceiling(math.Min(r.send, paced)), float64(n))))
 		r.lanes = append(r.lanes, l)
 		why := m.Binding
-		if r.send <= m.t0 {
+		if r.send <= paced {
 			why = BindCap
 		}
 		votes[why] += m.Rate
@@ -368,8 +411,10 @@ func (w World) Lanes(j Job) ([]Lane, error) {
 		return nil, err
 	}
 	var ls []Lane
-	for _, m := range laneModels(w, j) {
-		ls = append(ls, m.Lane)
+	ms := laneModels(w, j)
+	start := sendStart(w, ms, j, j.N)
+	for _, m := range ms {
+		ls = append(ls, m.withBurst(w, start).Lane)
 	}
 	return ls, nil
 }

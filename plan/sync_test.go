@@ -402,3 +402,64 @@ func TestBucketsBelowTheReserveHoldTheStart(t *testing.T) {
 		}
 	}
 }
+
+// TestKnownBucketsCountTheBurstInTheCentralValue: with full minute-deep
+// buckets the low end spends the burst either way; the central value does
+// only when the world says the buckets' depth and level are known (a
+// simulator's configuration, a learned depth read by a fresh probe), and
+// then comes down to within a tail of the low end. An assumed bucket
+// leaves the central value as it was.
+func TestKnownBucketsCountTheBurstInTheCentralValue(t *testing.T) {
+	decide := func(known bool) plan.Decision {
+		w := plan.NewWorld("otpm", plan.Org{Name: "solo", Limits: map[api.Pool]plan.Limits{
+			api.PoolSonnet4: {RPM: 100_000, ITPM: 100_000_000, OTPM: 144 * 60 * 10}, // 10 requests/s
+		}})
+		w.BucketsKnown = known
+		d, err := plan.Decide(w, plan.JudgeJob(10_000, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	assumed, known := decide(false), decide(true)
+	if assumed.Wall.Low != known.Wall.Low || assumed.Wall.High != known.Wall.High {
+		t.Errorf("the range's ends moved with BucketsKnown: %+v vs %+v", assumed.Wall, known.Wall)
+	}
+	// The burst is 510 requests at 10/s: a little under 51 s once the
+	// ramp's share of it is taken out.
+	if saved := (assumed.Wall.Mid - known.Wall.Mid).Seconds(); saved < 40 || saved > 51.1 {
+		t.Errorf("known buckets saved %.1f s of the central value, want a little under 51 s", saved)
+	}
+	if known.Wall.Mid < known.Wall.Low {
+		t.Errorf("central %v below the low end %v", known.Wall.Mid, known.Wall.Low)
+	}
+}
+
+// TestTheRampLeavesABurst: buckets that start empty refill while the
+// header probe is out and while the ramp sends below the refill; what they
+// hold above the reserve when the ramp reaches the refill is the lane's
+// burst. Checked against a step-by-step integration of the same bucket.
+func TestTheRampLeavesABurst(t *testing.T) {
+	w := plan.NewWorld("otpm", plan.Org{Name: "solo", Limits: map[api.Pool]plan.Limits{
+		api.PoolSonnet4: {RPM: 100_000, ITPM: 100_000_000, OTPM: 144 * 60 * 10}, // 10 requests/s
+	}})
+	w.BucketWindow, w.BucketDrained, w.BucketsKnown = 10*time.Second, 1, true
+	lanes, err := w.Lanes(plan.JudgeJob(10_000, sonnet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rb, depth, s = 10.0, 100.0, 12.0 // refill/s, a full bucket and the first wave, in requests
+	reserve := plan.DefaultReserve * depth
+	L := judgeLatency
+	dbl := lane.RampDoublingLatencies * L
+	start := math.Max(plan.DefaultReserve*10, 0.5+144.0/64) // the hold, or the probe's answer (one lane: its median)
+	level := math.Min(depth, rb*start) - s
+	const dt = 1e-4
+	for tt := 0.0; math.Min(100, s*math.Exp2(tt/dbl))/L < rb; tt += dt {
+		level = math.Min(depth, level+(rb-math.Min(100, s*math.Exp2(tt/dbl))/L)*dt)
+	}
+	want := math.Max(0, level-reserve)
+	if got := lanes[0].Burst; want < 5 || !near(got, want, 0.05) {
+		t.Errorf("burst = %.2f requests, want %.2f (the integrated bucket above its reserve)", got, want)
+	}
+}

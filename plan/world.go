@@ -165,7 +165,14 @@ type World struct {
 	// lanes, measure it. The burst is then (1 − BucketDrained − Reserve) ·
 	// limit · BucketWindow, never below 0.
 	BucketDrained float64
-	Ramp          Ramp
+	// BucketsKnown says BucketWindow and BucketDrained were configured or
+	// measured (a simulator's configuration, a learned depth with a fresh
+	// probe, a running job's headers), not assumed. Only then does the
+	// central prediction count the burst the buckets hold when a lane's
+	// sending first passes their refill (docs/plan.md, "The initial
+	// burst"); the low end always counts it, the high end never.
+	BucketsKnown bool
+	Ramp         Ramp
 	// Latency per pool; pools not listed use DefaultLatency.
 	Latency        map[api.Pool]Latency
 	DefaultLatency Latency
@@ -285,6 +292,7 @@ func (w World) batchModel(o Org) BatchModel {
 func NewWorld(name string, orgs ...Org) World {
 	w := FromModel(apimodel.Default(), nil)
 	w.Name = name
+	w.BucketsKnown = false // the default model's buckets are an assumption about these orgs
 	w.Orgs = append([]Org(nil), orgs...)
 	return w
 }
@@ -324,6 +332,7 @@ func FromModel(m apimodel.Model, caps map[api.Family]int) World {
 		Reserve:       DefaultReserve,
 		BucketWindow:  m.BucketWindow.D(),
 		BucketDrained: drainedIf(m.BucketsStartEmpty),
+		BucketsKnown:  true, // the simulator's configuration says both
 		Latency:       map[api.Pool]Latency{},
 		Output:        OutputModel{Min: m.Output.Min, Max: m.Output.Max},
 		Batch:         batch(m.Batch),
@@ -540,7 +549,8 @@ func (f batchFile) over(b BatchModel) BatchModel {
 //
 // Optional top-level fields override NewWorld's defaults: "caps" (by
 // family), "reserve", "bucket_window", "bucket_drained" (0 full, 1
-// empty at the start), "ramp" {"start", "doubling"},
+// empty at the start; with both given the buckets are taken as measured,
+// World.BucketsKnown), "ramp" {"start", "doubling"},
 // "latency" (by pool) and "default_latency" {"ttft", "tokens_per_sec",
 // "sigma"}, "output" {"min", "max"}, "batch" (and per org "batch")
 // {"admission_base", "admission_per_request", "processing_rate",
@@ -567,6 +577,9 @@ func ReadWorld(r io.Reader) (World, error) {
 	if f.BucketDrained != nil {
 		w.BucketDrained = *f.BucketDrained
 	}
+	// A file that states both the depth and the start state describes
+	// buckets someone measured; one that leaves either out, an assumption.
+	w.BucketsKnown = f.BucketWindow != nil && f.BucketDrained != nil
 	if f.Ramp != nil {
 		w.Ramp = Ramp{Start: f.Ramp.Start, Doubling: f.Ramp.Doubling.D()}
 	}
