@@ -120,9 +120,14 @@ func ParseRateLimitHeaders(h http.Header) RateLimitHeaders {
 	for i, l := range Limiters {
 		s := r.Get(l)
 		names := &canonicalLimitHeaders[i]
-		lim, err1 := strconv.ParseInt(first(h, names[0]), 10, 64)
-		rem, err2 := strconv.ParseInt(first(h, names[1]), 10, 64)
-		rv := first(h, names[2])
+		lv, remv, rv := first(h, names[0]), first(h, names[1]), first(h, names[2])
+		if lv == "" || remv == "" || rv == "" {
+			// Absent (an answer without this limiter's headers): not worth
+			// the three parse errors a parse of "" allocates per answer.
+			continue
+		}
+		lim, err1 := strconv.ParseInt(lv, 10, 64)
+		rem, err2 := strconv.ParseInt(remv, 10, 64)
 		reset, err3 := time.Parse(time.RFC3339, rv)
 		if err1 == nil && err2 == nil && err3 == nil {
 			*s = LimitState{Present: true, Limit: lim, Remaining: rem, Reset: reset, ResetFine: strings.Contains(rv, ".")}

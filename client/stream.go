@@ -64,12 +64,15 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	}
 	h.Set("User-Agent", c.cfg.UserAgent)
 	for name, vs := range extra {
-		switch http.CanonicalHeaderKey(name) {
+		name = http.CanonicalHeaderKey(name) // no allocation when it already is
+		switch name {
 		case "X-Api-Key", "Authorization", "Content-Type", "Content-Length", "Host":
 			continue
 		}
 		if len(vs) > 0 {
-			h[http.CanonicalHeaderKey(name)] = append([]string(nil), vs...)
+			// Shared, not copied: the transport only reads a request's
+			// header, and every attempt sets its own map's entries.
+			h[name] = vs
 		}
 	}
 	key.Apply(h, c.cfg.Auth)

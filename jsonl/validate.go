@@ -113,12 +113,13 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	seen := make(map[string]bool, len(top))
 	var unknown []string
 	for _, m := range top {
-		if seen[m.Key] {
-			return fail("key %q appears twice", m.Key)
+		k := m.Key()
+		if seen[k] {
+			return fail("key %q appears twice", k)
 		}
-		seen[m.Key] = true
-		if m.Key != "custom_id" && m.Key != "params" {
-			unknown = append(unknown, strconv.Quote(m.Key))
+		seen[k] = true
+		if k != "custom_id" && k != "params" {
+			unknown = append(unknown, strconv.Quote(k))
 		}
 	}
 	if len(unknown) > 0 {

@@ -318,34 +318,50 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(b)
 }
 
-// passHeaders are the upstream response headers a caller gets.
-var passHeaders = []string{
+// passHeaders are the upstream response headers a caller gets, in
+// canonical form (a map lookup each, no name built per answer).
+var passHeaders = canonical(
 	api.HeaderRequestID, api.HeaderOrganizationID, api.HeaderWorkspaceID,
 	api.HeaderRetryAfter, api.HeaderRetryAfterMs, api.HeaderShouldRetry,
 	"Content-Type", "Cache-Control",
+)
+
+// forwarded are the caller's request headers sent upstream, canonical.
+var forwarded = canonical(api.HeaderVersion, api.HeaderBeta)
+
+func canonical(names ...string) []string {
+	for i, n := range names {
+		names[i] = http.CanonicalHeaderKey(n)
+	}
+	return names
 }
 
+const rateLimitPrefix = "anthropic-ratelimit-"
+
 // copyHeaders copies the headers a caller gets from an upstream answer:
-// ids, retry hints, content type and the rate-limit family.
+// ids, retry hints, content type and the rate-limit family. The value
+// slices are shared, not copied: src is one answer's header, which
+// nothing writes once it has been read.
 func copyHeaders(dst, src http.Header) {
 	for _, name := range passHeaders {
-		if v := src.Values(name); len(v) > 0 {
-			dst[http.CanonicalHeaderKey(name)] = append([]string(nil), v...)
+		if v := src[name]; len(v) > 0 {
+			dst[name] = v
 		}
 	}
 	for name, v := range src {
-		if strings.HasPrefix(strings.ToLower(name), "anthropic-ratelimit-") {
-			dst[name] = append([]string(nil), v...)
+		if len(name) >= len(rateLimitPrefix) && strings.EqualFold(name[:len(rateLimitPrefix)], rateLimitPrefix) {
+			dst[name] = v
 		}
 	}
 }
 
-// forwardHeaders are the caller's request headers sent upstream.
+// forwardHeaders are the caller's request headers sent upstream. The
+// value slices are the request's own (read-only from here on).
 func forwardHeaders(h http.Header) http.Header {
-	out := http.Header{}
-	for _, name := range []string{api.HeaderVersion, api.HeaderBeta} {
-		if v := h.Values(name); len(v) > 0 {
-			out[http.CanonicalHeaderKey(name)] = append([]string(nil), v...)
+	out := make(http.Header, len(forwarded))
+	for _, name := range forwarded {
+		if v := h[name]; len(v) > 0 {
+			out[name] = v
 		}
 	}
 	return out

@@ -12,10 +12,10 @@ import (
 
 func benchOverheadCmd() *cobra.Command {
 	var (
-		conns, body     int
-		dur, warm       time.Duration
-		model, proxyCPU string
-		verbose         bool
+		conns, body                 int
+		dur, warm                   time.Duration
+		model, proxyCPU, proxyAlloc string
+		verbose                     bool
 	)
 	cmd := &cobra.Command{
 		Use:   "overhead",
@@ -44,6 +44,9 @@ machine every figure is a floor, and the ratio is the number to compare.`,
 			if proxyCPU != "" {
 				run.ProxyArgs = append(run.ProxyArgs, "--cpu-profile", proxyCPU)
 			}
+			if proxyAlloc != "" {
+				run.ProxyArgs = append(run.ProxyArgs, "--alloc-profile", proxyAlloc)
+			}
 			if verbose {
 				run.Log = cmd.ErrOrStderr()
 			}
@@ -61,6 +64,7 @@ machine every figure is a floor, and the ratio is the number to compare.`,
 	cmd.Flags().DurationVar(&warm, "warmup", 2*time.Second, "load before each measured window (not counted)")
 	cmd.Flags().StringVar(&model, "model", "claude-haiku-4-5-20251001", "model named in each request")
 	cmd.Flags().StringVar(&proxyCPU, "proxy-cpu-profile", "", "write the proxy's pprof CPU profile to FILE (an absolute path)")
+	cmd.Flags().StringVar(&proxyAlloc, "proxy-alloc-profile", "", "write the proxy's pprof allocation profile to FILE (an absolute path) as it ends")
 	cmd.Flags().BoolVar(&verbose, "verbose", false, "pass the proxy's log through to stderr")
 	return cmd
 }
