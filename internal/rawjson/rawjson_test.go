@@ -1,6 +1,9 @@
 package rawjson
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+)
 
 // TestLookup: keys compare as JSON strings — an escaped key is the name it
 // decodes to — the last duplicate wins, and null is absent.
@@ -33,4 +36,43 @@ func TestLookupAllocatesNothing(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = Members(b) }); n != 1 {
 		t.Errorf("Members of a four-member object allocated %.0f times, want 1", n)
 	}
+}
+
+// stringLenSeeds are string literal contents whose decoded length is easy
+// to get wrong: every escape, surrogate pairs, lone and reversed
+// surrogates, a high surrogate before a non-surrogate escape, invalid
+// UTF-8 next to an escape.
+var stringLenSeeds = []string{
+	``, `plain`, `a\nb`, `\"\\\/\b\f\n\r\t`, `\u00e9`, `é\n`, `\u20ac`,
+	`\ud83d\ude00`, `\ud83d`, `\ude00`, `\ude00\ud83d`, `\ud83d\u0041`, `\ud83dx`,
+	`\ud83d\ud83d\ude00`, `\u0000`, `\uFFFF`, `\uABCD\uabcd`, "\xff\\n", "\xed\xa0\x80\\t", "ok\xc3",
+}
+
+// TestStringLen: StringLen is the length of the string String decodes
+// (json.Unmarshal's), escapes or not.
+func TestStringLen(t *testing.T) {
+	for _, s := range stringLenSeeds {
+		b := []byte(`"` + s + `"`)
+		if !json.Valid(b) {
+			t.Fatalf("seed %q is not a valid JSON string", s)
+		}
+		if got, want := StringLen(b), len(String(b)); got != want {
+			t.Errorf("StringLen(%q) = %d, want %d", b, got, want)
+		}
+	}
+}
+
+func FuzzStringLen(f *testing.F) {
+	for _, s := range stringLenSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := []byte(`"` + s + `"`)
+		if !json.Valid(b) {
+			return
+		}
+		if got, want := StringLen(b), len(String(b)); got != want {
+			t.Errorf("StringLen(%q) = %d, want %d", b, got, want)
+		}
+	})
 }
