@@ -91,18 +91,26 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 	// A probe sent just now says how full the buckets are: the plan that
 	// follows starts from that, not from full. Older, they have refilled.
 	drained, probed := 0.0, false
+	// The central prediction counts the buckets' burst only when every
+	// org with limits had both its depth and its level read, not assumed
+	// (one org's learned depth and another's probe are not a bucket).
+	known, limited := true, 0
 	for _, o := range orgs {
 		po := f.Pool(o.ID, pool)
-		if po == nil || po.Limits == nil || po.Limits.Source != SourceProbe || now.Sub(po.Limits.At) > FreshProbe || w.BucketWindow <= 0 {
+		if po == nil || po.Limits == nil {
+			continue
+		}
+		limited++
+		if po.Limits.Source != SourceProbe || now.Sub(po.Limits.At) > FreshProbe || w.BucketWindow <= 0 {
+			known = false
 			continue
 		}
 		probed = true
+		known = known && po.Limits.DepthSeconds > 0
 		full := po.Limits.RemainingSeconds / w.BucketWindow.Seconds()
 		drained = math.Max(drained, 1-math.Min(full, 1))
 	}
-	// The central prediction counts the buckets' burst only when both
-	// their depth and their level were read, not assumed.
-	w.BucketsKnown = probed && depth > 0
+	w.BucketsKnown = known && limited > 0 && depth > 0
 	if probed {
 		w.BucketDrained = drained
 		prov = append(prov, fmt.Sprintf("buckets at the start: %.0f %% drained (the probes' remaining headers, the emptiest org)", 100*drained))

@@ -55,6 +55,11 @@ func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens in
 
 	start := 0
 	drained, known := 0.0, false
+	// Every lane's depth and level read from its headers, or the burst is
+	// an assumption: a lane whose depth was not learned (FromLanes learns
+	// it from a known requests bucket; a lane with no known bucket has no
+	// limits at all) leaves BucketsKnown false.
+	allRead := true
 	for _, v := range live {
 		if v.State.Limit > 0 && (start == 0 || v.State.Limit < start) {
 			start = v.State.Limit
@@ -67,6 +72,9 @@ func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens in
 			known = true
 			drained = math.Max(drained, 1-math.Min(math.Max(b.Level/b.Depth, 0), 1))
 		}
+		if po := f.Pool(v.OrgID, pool); po == nil || po.Limits == nil || po.Limits.DepthSeconds <= 0 {
+			allRead = false
+		}
 	}
 	if start > 0 {
 		w.Ramp.Start = start
@@ -74,7 +82,7 @@ func Live(base plan.World, views []dispatch.LaneView, model string, maxTokens in
 	}
 	if known {
 		w.BucketDrained = drained
-		w.BucketsKnown = true // every known bucket's depth and level came from its headers
+		w.BucketsKnown = allRead
 		prov = append(prov, fmt.Sprintf("buckets now: %.0f %% drained (the emptiest the lanes' headers show)", 100*drained))
 	}
 	if err := w.Validate(); err != nil {

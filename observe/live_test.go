@@ -64,3 +64,35 @@ func TestLiveIsTheLanesWorldNow(t *testing.T) {
 		t.Error("Live with no live lane of the pool did not fail")
 	}
 }
+
+// TestLiveBucketsKnownNeedsEveryLanesDepth: a re-plan's buckets are known
+// only when every live lane shows a bucket and its depth was learned; a
+// lane with only a token bucket (its depth is not learned: the default
+// window would be assumed) or with none leaves them assumed.
+func TestLiveBucketsKnownNeedsEveryLanesDepth(t *testing.T) {
+	base := plan.NewWorld("your organizations")
+	tokensOnly := view("org-a", "high_prio", 600, 40, 6_000, 2*time.Second)
+	tokensOnly.State.Buckets[budget.Requests] = budget.BucketState{}
+	tokensOnly.State.Buckets[budget.OutputTokens] = budget.BucketState{Known: true, Limit: 80_000, Depth: 80_000 / 6}
+	none := view("org-b", "low_prio", 300, 20, 3_000, 2*time.Second)
+	none.State.Buckets[budget.Requests] = budget.BucketState{}
+	none.State.Buckets[budget.OutputTokens] = budget.BucketState{}
+	both := view("org-c", "third", 300, 20, 3_000, 2*time.Second)
+	for _, tt := range []struct {
+		name  string
+		views []dispatch.LaneView
+		want  bool
+	}{
+		{"a token bucket only", []dispatch.LaneView{tokensOnly}, false},
+		{"one lane without buckets", []dispatch.LaneView{both, none}, false},
+		{"every lane's requests bucket", []dispatch.LaneView{both}, true},
+	} {
+		w, _, err := Live(base, tt.views, "claude-sonnet-4-5", 256, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.BucketsKnown != tt.want {
+			t.Errorf("%s: BucketsKnown %v, want %v (window %v)", tt.name, w.BucketsKnown, tt.want, w.BucketWindow)
+		}
+	}
+}

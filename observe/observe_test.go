@@ -236,3 +236,29 @@ func TestBucketsKnownNeedsADepthAndAFreshProbe(t *testing.T) {
 		t.Error("a run's headers with no probe: BucketsKnown, want assumed (the level is not read)")
 	}
 }
+
+// TestBucketsKnownIsPerOrg: one org's learned depth and another org's
+// fresh probe are not a known bucket — every org with limits needs both.
+func TestBucketsKnownIsPerOrg(t *testing.T) {
+	f := &File{Version: fileVersion, Orgs: map[string]*Org{}}
+	f.Add(FromLanes([]dispatch.LaneView{
+		view("org-a", "high_prio", 1200, 100, 15_000, 3*time.Second),
+		view("org-b", "low_prio", 600, 100, 15_000, 3*time.Second),
+	}, 256, t0)...)
+	b := f.Pool("org-b", api.PoolSonnet4).Limits // probed just now, depth never learned
+	b.Source, b.DepthSeconds, b.RemainingSeconds, b.At = SourceProbe, 0, 5, t0
+	w := plan.NewWorld("x")
+	Apply(&w, f, []OrgRef{{"org-a", "high_prio"}, {"org-b", "low_prio"}}, "claude-sonnet-4-5", 256, t0)
+	if w.BucketsKnown {
+		t.Error("BucketsKnown from org-a's depth and org-b's probe, want assumed")
+	}
+	a := f.Pool("org-a", api.PoolSonnet4).Limits
+	a.Source, a.RemainingSeconds, a.At = SourceProbe, 10, t0
+	if Apply(&w, f, []OrgRef{{"org-a", "high_prio"}, {"org-b", "low_prio"}}, "claude-sonnet-4-5", 256, t0); w.BucketsKnown {
+		t.Error("both probed, org-b's depth never learned: BucketsKnown, want assumed")
+	}
+	b.DepthSeconds = 10
+	if Apply(&w, f, []OrgRef{{"org-a", "high_prio"}, {"org-b", "low_prio"}}, "claude-sonnet-4-5", 256, t0); !w.BucketsKnown {
+		t.Error("both orgs probed with learned depths: BucketsKnown false")
+	}
+}

@@ -71,6 +71,7 @@ type laneModel struct {
 	rCap, rb       float64 // cap ÷ L; the binding bucket's refill (+Inf: none)
 	tc             float64 // the ramp reaches the cap
 	t0, td         float64 // c(t) ÷ L passes the refill; the burst is spent (+Inf: never)
+	debt           float64 // requests the bucket is below the reserve at t0, repaid at the refill rate
 }
 
 // newLaneModel builds the lane of org o for job j (resolved) in world w.
@@ -125,7 +126,11 @@ func (m laneModel) withBurst(w World, start float64) laneModel {
 	depth := w.BucketWindow.Seconds() * m.rb // requests
 	level := math.Min(depth, (1-w.BucketDrained)*depth+start*m.rb)
 	ramp := m.rb*m.t0 - m.conc(m.t0) - m.s // unspent refill by t0 (the first wave goes at 0)
-	m.Burst = math.Min((1-w.Reserve)*depth, math.Max(0, level-w.Reserve*depth+ramp))
+	above := level - w.Reserve*depth + ramp
+	m.Burst = math.Min((1-w.Reserve)*depth, math.Max(0, above))
+	// Below the reserve at t0 (a first wave bigger than what the bucket
+	// held above it): the engine sends only as the refill pays that back.
+	m.debt = math.Max(0, -above)
 	// g grows by at least rCap − rb per second once the ramp is over.
 	g := func(t float64) float64 { return m.conc(t) - m.conc(m.t0) - m.rb*(t-m.t0) - m.Burst }
 	lo, hi := m.t0, math.Max(m.t0, m.tc)+m.Burst/(m.rCap-m.rb)+1
@@ -158,7 +163,7 @@ func (m *laneModel) sent(t float64, burst bool) float64 {
 	if t <= td {
 		return m.conc(t)
 	}
-	return m.conc(td) + m.rb*(t-td)
+	return m.conc(td) + math.Max(0, m.rb*(t-td)-m.debt)
 }
 
 // bisect returns t in [lo, hi] where the nondecreasing g crosses 0 (lo if
@@ -282,38 +287,46 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 		bs[i] = m.withBurst(w, start)
 	}
 	e := w.efficiency()
-	r.send = sendTime(bs, n, e, w.BucketsKnown)
+	send := sendTime(bs, n, e, w.BucketsKnown) // from the start of the sends
 	low := sendTime(bs, n, e, true)
 	high := sendTime(bs, n, e*highEfficiency(w), false)
 	// The job ends with its slowest answer (tail.go): the central value
 	// adds the expected overshoot of the last end past the last send, the
-	// high end its 90th percentile after the slower sending.
+	// high end its 90th percentile after its own, slower sending.
 	wave := 0 // requests sent at once, before any answer
 	for _, m := range bs {
 		wave += int(m.s)
 	}
-	over, over90 := w.tail(lat, j.MaxTokens, n, wave, r.send)
-	r.send, low, high = r.send+start, low+start, high+start
+	over, _ := w.tail(lat, j.MaxTokens, n, wave, send)
+	_, over90 := w.tail(lat, j.MaxTokens, n, wave, high)
+	r.send = send + start
 	r.wall = Range{
-		Low:  seconds(low + lat.median(j.MeanOutput)),
+		Low:  seconds(low + start + lat.median(j.MeanOutput)),
 		Mid:  seconds(r.send + over),
-		High: seconds(high + math.Max(over90, lat.quantile(j.MeanOutput, p99))),
+		High: seconds(high + start + math.Max(over90, lat.quantile(j.MeanOutput, p99))),
 	}
+	// Low ends on a median answer and Mid on the expected overshoot of the
+	// last one, which for a slow stream of sends can be the shorter: the
+	// range stays ordered.
+	r.wall.Mid = max(r.wall.Mid, r.wall.Low)
+	r.wall.High = max(r.wall.High, r.wall.Mid)
 	first := 0
 	votes := map[string]float64{}
+	// The lanes' times (t0, td, tc) and r.ramp run from the start of the
+	// sends, as send does; r.send is from the start of the job.
 	for _, m := range bs {
 		first += m.Start
 		r.rate += e * m.Rate
-		r.ramp = math.Max(r.ramp, math.Min(m.tc, m.t0))
 		paced := m.t0 // the central value's lane meets its bucket's refill
 		if w.BucketsKnown {
-			paced = m.td // … once the burst is spent
+			paced = m.td // … once the burst is spent: the ramp goes on through it
 		}
+		r.ramp = math.Max(r.ramp, math.Min(m.tc, paced))
 		l := m.Lane
-		l.Peak = int(math.Round(math.Min(m.ceiling(math.Min(r.send, paced)), float64(n))))
+		l.Peak = int(math.Round(math.Min(m.ceiling(math.Min(send, paced)), float64(n))))
 		r.lanes = append(r.lanes, l)
 		why := m.Binding
-		if r.send <= paced {
+		if send <= paced {
 			why = BindCap
 		}
 		votes[why] += m.Rate
@@ -321,7 +334,7 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 	switch {
 	case n <= first:
 		r.binding = BindLatency
-	case r.send < r.ramp:
+	case send < r.ramp:
 		r.binding = BindRamp
 	default:
 		r.binding = vote(votes)
@@ -404,7 +417,10 @@ func (w World) SyncRate(j Job) (rate float64, binding string, err error) {
 }
 
 // Lanes returns job j's sync lane on every organization of w, in the
-// world's order, with Peak unset.
+// world's order, with Peak unset and Burst as if all of them sent j.N
+// requests (a Decision's lanes are the ones it uses, for its sync share,
+// so their Burst can differ: the probes' wait depends on how many lanes
+// there are).
 func (w World) Lanes(j Job) ([]Lane, error) {
 	j, err := w.resolve(j)
 	if err != nil {

@@ -463,3 +463,90 @@ func TestTheRampLeavesABurst(t *testing.T) {
 		t.Errorf("burst = %.2f requests, want %.2f (the integrated bucket above its reserve)", got, want)
 	}
 }
+
+// engineLastSend integrates, step by step, what the engine does on one
+// lane: from the first sends (start seconds in) it sends its first wave
+// of s and then at most ceiling(t) ÷ L per second, but only from a bucket
+// above its reserve, which refills at rb per second up to depth. It
+// returns when the n-th request goes out, from the first sends.
+func engineLastSend(n int, rb, window, drained, reserve, start, s, capacity, L, dbl float64) float64 {
+	depth := window * rb
+	level := math.Min(depth, (1-drained)*depth+rb*start)
+	const dt = 1e-3
+	sent, wave := 0.0, s
+	for t := 0.0; ; t += dt {
+		can := math.Max(0, level-reserve*depth)
+		w := math.Min(wave, can)
+		f := math.Min(math.Min(capacity, s*math.Exp2(t/dbl))/L*dt, can-w)
+		wave, sent, level = wave-w, sent+w+f, level-w-f
+		if sent >= float64(n) {
+			return t
+		}
+		level = math.Min(depth, level+rb*dt)
+	}
+}
+
+// TestKnownBucketsMatchTheEngine: with the buckets known, the central
+// value's last send is the integrated engine's, over buckets full, half
+// and empty, a second, 10 s and a minute deep, and a lane whose first wave
+// is already above its refill (t0 = 0): the burst, the refill during the
+// probe, the ramp's unspent refill and a first wave the bucket cannot pay
+// for at once (a debt) all counted.
+func TestKnownBucketsMatchTheEngine(t *testing.T) {
+	L := judgeLatency
+	dbl := lane.RampDoublingLatencies * L
+	probe := 0.5 + 144.0/64
+	for _, rb := range []float64{4, 10} {
+		for _, window := range []float64{1, 2, 10, 60} {
+			for _, drained := range []float64{0, 0.5, 1} {
+				w := plan.NewWorld("otpm", plan.Org{Name: "solo", Limits: map[api.Pool]plan.Limits{
+					api.PoolSonnet4: {RPM: 100_000, ITPM: 100_000_000, OTPM: 144 * 60 * rb},
+				}})
+				w.BucketWindow = time.Duration(window * float64(time.Second))
+				w.BucketDrained, w.BucketsKnown = drained, true
+				const n = 1500
+				d, err := plan.Decide(w, plan.JudgeJob(n, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := math.Max(probe, math.Max(0, drained+plan.DefaultReserve-1)*window)
+				want := engineLastSend(n, rb, window, drained, plan.DefaultReserve, start, 12, 100, L, dbl)
+				// Within a quarter second over minutes: the model's debt is
+				// repaid after t0, the engine's during the ramp.
+				if got := d.LastSend.Seconds() - start; math.Abs(got-want) > 0.25 {
+					t.Errorf("%g/s, %g s deep, %.0f %% drained: last send %.2f s after the first, the engine's %.2f s", rb, window, 100*drained, got, want)
+				}
+			}
+		}
+	}
+}
+
+// TestPeakAndBindingDuringTheBurst: a job that ends inside a known
+// bucket's burst is bound by the ramp or the cap, not by the bucket's
+// refill, and its lane's peak is the ceiling it reached.
+func TestPeakAndBindingDuringTheBurst(t *testing.T) {
+	w := plan.NewWorld("otpm", plan.Org{Name: "solo", Limits: map[api.Pool]plan.Limits{
+		api.PoolSonnet4: {RPM: 100_000, ITPM: 100_000_000, OTPM: 144 * 60 * 10}, // 10/s, 600 a minute-deep bucket
+	}})
+	w.BucketsKnown = true
+	decide := func(n int) plan.Decision {
+		d, err := plan.Decide(w, plan.JudgeJob(n, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	L := judgeLatency
+	dbl := lane.RampDoublingLatencies * L
+	tc := dbl * math.Log2(100.0/12) // the ramp reaches the cap
+	if d := decide(100); d.Binding != plan.BindRamp || d.LastSend.Seconds()-(0.5+144.0/64) >= tc {
+		t.Errorf("100 requests: binding %q, last send %v: want the ramp (it reaches the cap at %.1f s)", d.Binding, d.LastSend, tc)
+	}
+	d := decide(800) // 510 of burst + the refill: still spending it when the last is sent
+	if d.Binding == plan.BindOTPM {
+		t.Errorf("800 requests inside the burst: binding %q, want the cap", d.Binding)
+	}
+	if p := d.Lanes[0].Peak; p != 100 {
+		t.Errorf("800 requests: peak %d, want the cap (100) the ramp reached in the burst", p)
+	}
+}

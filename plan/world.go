@@ -155,15 +155,17 @@ type World struct {
 	// for colleagues, in [0, 1).
 	Reserve float64
 	// BucketWindow is how much of a per-minute limit a full bucket holds
-	// (60 s: the whole limit). The buckets start full, so a lane can burst
-	// (1 − Reserve) · limit · BucketWindow before it is paced at the refill
-	// rate.
+	// (60 s: the whole limit). A lane bound by a bucket first spends what
+	// the bucket holds above the Reserve — at most (1 − Reserve) · limit ·
+	// BucketWindow — before it is paced at the refill rate (the burst:
+	// docs/plan.md, "The initial burst").
 	BucketWindow time.Duration
 	// BucketDrained is the fraction of every bucket's depth already spent
 	// when the job starts: 0 (the default) is full, an idle organization's
 	// state; 1 is empty. A fresh probe's remaining headers, or a re-plan's
-	// lanes, measure it. The burst is then (1 − BucketDrained − Reserve) ·
-	// limit · BucketWindow, never below 0.
+	// lanes, measure it. The burst starts from it, gains the refill while
+	// the header probe is out and what the ramp leaves unspent, and loses
+	// the first wave.
 	BucketDrained float64
 	// BucketsKnown says BucketWindow and BucketDrained were configured or
 	// measured (a simulator's configuration, a learned depth with a fresh
