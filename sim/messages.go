@@ -73,7 +73,7 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 
 	hash := BodyHash(body)
 	ans := s.cfg.answer(hash, p.verdict, p.maxTokens())
-	cacheRead, cacheWrite := c.org.cacheLookup(p, c.now, s.cfg.TimeScale)
+	cacheRead, cacheWrite := c.org.cacheLookup(p, c.now)
 	itpmCharge := p.inputTokens - cacheRead
 	if p.info.CacheReadsCountITPM {
 		itpmCharge = p.inputTokens
@@ -88,6 +88,10 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 		c.rateLimited(adm.retryAfter, ln.limitMessage(adm.limitedBy, p.model))
 		return
 	}
+	// A written entry is visible once the writer's answer begins: the
+	// pool's mean time to first token (no jitter, so the random stream
+	// every other draw uses is unchanged).
+	c.org.cacheCommit(p, c.now, s.cfg.TimeScale, time.Duration(float64(s.cfg.latencyFor(p.pool).TTFT.D())/s.cfg.TimeScale), cacheRead)
 	usage := api.Usage{
 		InputTokens:              p.inputTokens - cacheRead - cacheWrite,
 		CacheCreationInputTokens: cacheWrite,

@@ -152,14 +152,14 @@ type org struct {
 	counters   OrgCounters
 
 	cacheMu sync.Mutex
-	cache   map[uint64]time.Time // prompt-cache prefix → expiry
+	cache   map[uint64]cacheEntry // prompt-cache prefix (per model: the key hashes it) → entry
 
 	batches batchQueue
 }
 
 func newOrg(w *world, cfg *OrgConfig, now time.Time) *org {
 	k := w.cfg.TimeScale
-	o := &org{w: w, cfg: cfg, batch: w.cfg.Batch, lanes: map[api.Pool]*lane{}, cache: map[uint64]time.Time{}}
+	o := &org{w: w, cfg: cfg, batch: w.cfg.Batch, lanes: map[api.Pool]*lane{}, cache: map[uint64]cacheEntry{}}
 	if cfg.Batch != nil {
 		o.batch = *cfg.Batch
 	}
@@ -247,21 +247,54 @@ func (o *org) surfaceHeaders(h http.Header, b *bucket, now time.Time) {
 	h.Set(api.LimitHeaderName(api.LimiterRequests, "reset"), serverClock{skew: o.w.cfg.ClockSkew.D(), rounding: o.w.cfg.ResetRounding}.formatReset(b.resetAt(now), fine))
 }
 
-// cacheLookup applies the prompt-cache model: a prefix seen within its TTL
-// is read (and its TTL refreshed), otherwise written.
-func (o *org) cacheLookup(p *prompt, now time.Time, scale float64) (read, write int64) {
+// cacheEntry is one org's prompt-cache entry for a prefix.
+type cacheEntry struct {
+	visible time.Time // the first writer's answer has begun: later requests read it
+	expires time.Time
+}
+
+// cacheLookup applies the prompt-cache model: a prefix whose entry is
+// visible and not expired is read; otherwise it is written. An entry
+// becomes visible only when its writer's answer begins — ttft after the
+// write (the documented "a cache entry only becomes available after the
+// first response begins") — so requests sent together before then all
+// miss and all pay the write. Nothing changes until cacheCommit: a
+// request the rate limits refuse neither writes nor refreshes an entry.
+func (o *org) cacheLookup(p *prompt, now time.Time) (read, write int64) {
 	if p.cachePrefix == 0 {
 		return 0, 0
+	}
+	o.cacheMu.Lock()
+	defer o.cacheMu.Unlock()
+	if e, ok := o.cache[p.cacheKey]; ok && !now.Before(e.visible) && now.Before(e.expires) {
+		return p.cachePrefix, 0
+	}
+	return 0, p.cachePrefix
+}
+
+// cacheCommit records an admitted request's read (the TTL refreshed) or
+// write (a new entry visible ttft from now; an entry already being written
+// keeps its first writer's visibility).
+func (o *org) cacheCommit(p *prompt, now time.Time, scale float64, ttft time.Duration, read int64) {
+	if p.cachePrefix == 0 {
+		return
 	}
 	ttl := time.Duration(float64(p.cacheTTL) / scale)
 	o.cacheMu.Lock()
 	defer o.cacheMu.Unlock()
-	exp, ok := o.cache[p.cacheKey]
-	o.cache[p.cacheKey] = now.Add(ttl)
-	if ok && now.Before(exp) {
-		return p.cachePrefix, 0
+	e, ok := o.cache[p.cacheKey]
+	switch {
+	case read > 0:
+		e.expires = now.Add(ttl)
+	case !ok || !now.Before(e.expires): // absent or expired: this request writes it
+		e.visible = now.Add(ttft)
+		e.expires = e.visible.Add(ttl)
+	default: // being written by an earlier request, not yet visible
+		if later := e.visible.Add(ttl); later.After(e.expires) {
+			e.expires = later
+		}
 	}
-	return 0, p.cachePrefix
+	o.cache[p.cacheKey] = e
 }
 
 // bodyLedger counts how often each distinct request body was answered.

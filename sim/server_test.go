@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -363,6 +364,42 @@ func TestPromptCache(t *testing.T) {
 		again := decode[api.Message](t, request(t, s, "POST", "/v1/messages", FakeKeyHighPrio, body("q3")))
 		if again.Usage.CacheReadInputTokens != 0 {
 			t.Fatal("cache entry should have expired")
+		}
+	})
+}
+
+// TestPromptCacheVisibleOnlyAfterTheWriterBegins: as documented, an entry
+// is available only once its writer's answer has begun — requests sent
+// together before then all miss and all pay the write; a request after the
+// writer's time to first token reads it; a rate-limited request neither
+// writes nor refreshes an entry.
+func TestPromptCacheVisibleOnlyAfterTheWriterBegins(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestServer(t, nil)
+		rubric := strings.Repeat("word ", 2000)
+		body := func(q string) map[string]any {
+			return map[string]any{"model": sonnet, "max_tokens": 16,
+				"system":   []map[string]any{{"type": "text", "text": rubric, "cache_control": map[string]any{"type": "ephemeral"}}},
+				"messages": []map[string]any{{"role": "user", "content": q}}}
+		}
+		const burst = 5
+		usages := make([]api.Usage, burst)
+		var wg sync.WaitGroup
+		for i := range burst {
+			wg.Go(func() {
+				usages[i] = decode[api.Message](t, request(t, s, "POST", "/v1/messages", FakeKeyHighPrio, body(fmt.Sprint("q", i)))).Usage
+			})
+		}
+		wg.Wait()
+		for i, u := range usages {
+			if u.CacheReadInputTokens != 0 || u.CacheCreationInputTokens < 2000 {
+				t.Errorf("request %d of a simultaneous burst: %+v, want a miss that writes", i, u)
+			}
+		}
+		// The burst's answers have ended, past the first writer's TTFT.
+		after := decode[api.Message](t, request(t, s, "POST", "/v1/messages", FakeKeyHighPrio, body("later"))).Usage
+		if after.CacheReadInputTokens < 2000 || after.CacheCreationInputTokens != 0 {
+			t.Errorf("after the writers answered: %+v, want a read", after)
 		}
 	})
 }
