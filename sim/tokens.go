@@ -135,6 +135,22 @@ func readPrompt(cfg *Config, body []byte, inBatch bool) (*prompt, *requestError)
 			}
 		}
 	}
+	// Tools come first in the cache's order (tools, system, messages). A
+	// cache_control on any tool makes the tools a prefix (the usual place
+	// is the last tool; the tools are counted as one piece).
+	if len(r.Tools) > 0 && !bytes.Equal(r.Tools, []byte("null")) {
+		var tools []struct {
+			CacheControl *api.CacheControl `json:"cache_control"`
+		}
+		_ = json.Unmarshal(r.Tools, &tools) // not an array: counted, never cached
+		var cc *api.CacheControl
+		for _, t := range tools {
+			if t.CacheControl != nil {
+				cc = t.CacheControl
+			}
+		}
+		segment(string(r.Tools), int64(len(r.Tools)+3)/4, cc)
+	}
 	if len(r.System) > 0 && !bytes.Equal(r.System, []byte("null")) {
 		p.inputTokens += tokensPerSystem
 		var s string
@@ -204,9 +220,6 @@ func readPrompt(cfg *Config, body []byte, inBatch bool) (*prompt, *requestError)
 				segment(string(raw), int64(len(raw)+3)/4, b.CacheControl)
 			}
 		}
-	}
-	if len(r.Tools) > 0 {
-		p.inputTokens += int64(len(r.Tools)+3) / 4
 	}
 	if r.CacheControl != nil { // automatic caching: the whole prompt is the prefix
 		segment("", 0, r.CacheControl)

@@ -1,0 +1,149 @@
+// Package cacheprefix finds the prompt prefix a job's requests share and
+// places one prompt-cache breakpoint at its end (docs/caching.md).
+//
+// A request's prompt is read, in the API's cache order (tools, system,
+// messages), as units: the tools (one unit), each system block, each
+// content block of each message. Each unit is fingerprinted with everything
+// before it and the model, so two requests share a unit's fingerprint
+// exactly when their prompts are identical up to its end. A Survey counts
+// the fingerprints over a job; a request's shared prefix is its deepest
+// unit seen on at least two requests that reaches the model's minimum
+// cacheable length. Inject adds the breakpoint there.
+//
+// Every function takes params that json.Valid accepted and the jsonl
+// validator passed (an object with messages); on other input the result
+// is unspecified.
+package cacheprefix
+
+import (
+	"bytes"
+	"hash/fnv"
+
+	"github.com/sluice-dev/sluice/internal/rawjson"
+)
+
+// Kind is where in a request a unit is.
+type Kind uint8
+
+const (
+	Tools   Kind = iota + 1 // the tools array (a breakpoint goes on its last tool)
+	System                  // system block Block (a string system is block 0)
+	Message                 // content block Block of message Msg (a string content is block 0)
+)
+
+// Place is where a breakpoint at a unit goes.
+type Place struct {
+	Kind       Kind
+	Msg, Block int
+}
+
+// Unit is one piece of a prompt with everything before it.
+type Unit struct {
+	// Hash fingerprints the model and the prompt up to and including the
+	// unit.
+	Hash uint64
+	// Tokens estimates the prompt's tokens up to and including the unit,
+	// by jsonl's rule (characters of text ÷ 4, 4 per message).
+	Tokens int64
+	At     Place
+}
+
+// Units returns the units of params (model's request) that could end a
+// shared prefix — every unit but the prompt's last, which is the request's
+// own — and whether the request already has a cache_control breakpoint of
+// its own (then sluice leaves it as written).
+func Units(params []byte) (units []Unit, own bool) {
+	own = bytes.Contains(params, []byte(`"cache_control"`))
+	pm := rawjson.Members(params)
+	h := fnv.New64a()
+	var chars, msgs int64
+	if m := rawjson.Lookup(pm, "model"); m != nil {
+		h.Write(m)
+	}
+	add := func(raw []byte, text int, at Place) {
+		h.Write(raw)
+		chars += int64(text)
+		units = append(units, Unit{Hash: h.Sum64(), Tokens: (chars+3)/4 + 4*msgs, At: at})
+	}
+	if tools := rawjson.Lookup(pm, "tools"); tools != nil && tools[0] == '[' && len(rawjson.Elements(tools)) > 0 {
+		add(tools, len(tools), Place{Kind: Tools})
+	}
+	if sys := rawjson.Lookup(pm, "system"); sys != nil {
+		switch sys[0] {
+		case '"':
+			add(sys, rawjson.StringLen(sys), Place{Kind: System})
+		case '[':
+			for i, b := range rawjson.Elements(sys) {
+				add(b, textLen(b), Place{Kind: System, Block: i})
+			}
+		}
+	}
+	if list := rawjson.Lookup(pm, "messages"); list != nil && list[0] == '[' {
+		for i, m := range rawjson.Elements(list) {
+			msgs++
+			mm := rawjson.Members(m)
+			h.Write(rawjson.Lookup(mm, "role"))
+			content := rawjson.Lookup(mm, "content")
+			switch {
+			case content == nil:
+			case content[0] == '"':
+				add(content, rawjson.StringLen(content), Place{Kind: Message, Msg: i})
+			case content[0] == '[':
+				for j, b := range rawjson.Elements(content) {
+					add(b, textLen(b), Place{Kind: Message, Msg: i, Block: j})
+				}
+			}
+		}
+	}
+	if len(units) > 0 {
+		units = units[:len(units)-1]
+	}
+	return units, own
+}
+
+// textLen is the length of a text block's text, else 0 (jsonl's rule).
+func textLen(block []byte) int {
+	if block[0] != '{' {
+		return 0
+	}
+	bm := rawjson.Members(block)
+	if !bytes.Equal(rawjson.Lookup(bm, "type"), []byte(`"text"`)) {
+		return 0
+	}
+	if t := rawjson.Lookup(bm, "text"); t != nil && t[0] == '"' {
+		return rawjson.StringLen(t)
+	}
+	return 0
+}
+
+// Survey counts, over a job, how many requests share each unit that
+// reaches the minimum cacheable length. Units below it are not kept, so a
+// job whose requests share one long system prompt holds one entry however
+// many requests it has.
+type Survey struct {
+	counts map[uint64]int32
+}
+
+// NewSurvey returns an empty survey.
+func NewSurvey() *Survey { return &Survey{counts: map[uint64]int32{}} }
+
+// Add counts the units of a request whose model caches prefixes of at
+// least min tokens.
+func (s *Survey) Add(units []Unit, min int64) {
+	for _, u := range units {
+		if u.Tokens >= min && s.counts[u.Hash] < 1<<30 {
+			s.counts[u.Hash]++
+		}
+	}
+}
+
+// Shared returns the deepest of units that reaches min and that at least
+// two requests of the survey share: where the request's breakpoint goes.
+func (s *Survey) Shared(units []Unit, min int64) (Unit, bool) {
+	for i := len(units) - 1; i >= 0; i-- {
+		if u := units[i]; u.Tokens >= min && s.counts[u.Hash] >= 2 {
+			return u, true
+		}
+	}
+	return Unit{}, false
+}
