@@ -140,8 +140,10 @@ type Decision struct {
 	// LastSend is when the sync route's last request is sent; the central
 	// wall-clock adds the tail to its last answer (tail.go).
 	LastSend time.Duration
-	// RampTime is how long the slowest used lane takes to reach its steady
-	// concurrency;
+	// RampTime is how long, from the first sends (after the header probe
+	// and any hold), the slowest used lane's ramp runs: until it reaches
+	// its steady concurrency, or — spending a known bucket's burst — until
+	// the burst is spent or it reaches its cap;
 	// Latency is the mean latency of one request.
 	RampTime, Latency time.Duration
 	// Batch is the batch part (nil on the sync route): chunk size, orgs,

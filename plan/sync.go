@@ -71,7 +71,7 @@ type laneModel struct {
 	rCap, rb       float64 // cap ÷ L; the binding bucket's refill (+Inf: none)
 	tc             float64 // the ramp reaches the cap
 	t0, td         float64 // c(t) ÷ L passes the refill; the burst is spent (+Inf: never)
-	debt           float64 // requests the bucket is below the reserve at t0, repaid at the refill rate
+	room           float64 // requests the binding bucket holds above the reserve when the sends begin (+Inf: no bucket binds)
 }
 
 // newLaneModel builds the lane of org o for job j (resolved) in world w.
@@ -104,7 +104,7 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 	m.Rate = math.Min(m.rCap, m.rb)
 	m.Steady = int(math.Round(math.Min(m.cap, m.Rate*lat)))
 	m.tc = m.d * math.Log2(m.cap/m.s)
-	m.t0, m.td = math.Inf(1), math.Inf(1)
+	m.t0, m.td, m.room = math.Inf(1), math.Inf(1), math.Inf(1)
 	if m.rb < m.rCap {
 		m.t0 = math.Max(0, m.d*math.Log2(m.rb*lat/m.s))
 	}
@@ -125,12 +125,9 @@ func (m laneModel) withBurst(w World, start float64) laneModel {
 	}
 	depth := w.BucketWindow.Seconds() * m.rb // requests
 	level := math.Min(depth, (1-w.BucketDrained)*depth+start*m.rb)
+	m.room = math.Max(0, level-w.Reserve*depth)
 	ramp := m.rb*m.t0 - m.conc(m.t0) - m.s // unspent refill by t0 (the first wave goes at 0)
-	above := level - w.Reserve*depth + ramp
-	m.Burst = math.Min((1-w.Reserve)*depth, math.Max(0, above))
-	// Below the reserve at t0 (a first wave bigger than what the bucket
-	// held above it): the engine sends only as the refill pays that back.
-	m.debt = math.Max(0, -above)
+	m.Burst = math.Min((1-w.Reserve)*depth, math.Max(0, m.room+ramp))
 	// g grows by at least rCap − rb per second once the ramp is over.
 	g := func(t float64) float64 { return m.conc(t) - m.conc(m.t0) - m.rb*(t-m.t0) - m.Burst }
 	lo, hi := m.t0, math.Max(m.t0, m.tc)+m.Burst/(m.rCap-m.rb)+1
@@ -163,7 +160,18 @@ func (m *laneModel) sent(t float64, burst bool) float64 {
 	if t <= td {
 		return m.conc(t)
 	}
-	return m.conc(td) + math.Max(0, m.rb*(t-td)-m.debt)
+	return m.conc(td) + m.rb*(t-td)
+}
+
+// total is every request the lane has sent by t, its first wave included,
+// at efficiency e: what its concurrency lets it send (sent), but never
+// more than its bucket has given above the reserve — room at the start
+// and the refill since — so a first wave bigger than the room, or a ramp
+// faster than the refill from a bucket at its reserve, waits for tokens.
+// (Past the burst the refill term is the larger one: sent already paces
+// the lane at the refill.)
+func (m *laneModel) total(t, e float64, burst bool) float64 {
+	return math.Min(m.s+e*m.sent(t, burst), m.room+e*m.rb*t)
 }
 
 // bisect returns t in [lo, hi] where the nondecreasing g crosses 0 (lo if
@@ -206,20 +214,15 @@ type syncRun struct {
 // (the fraction of every lane's sending rate the job gets), with or without
 // the initial burst.
 func sendTime(ms []laneModel, n int, e float64, burst bool) float64 {
-	first := 0.0
-	for _, m := range ms {
-		first += m.s
-	}
-	if float64(n) <= first {
-		return 0
-	}
-	need := float64(n) - first
 	total := func(t float64) float64 {
 		s := 0.0
 		for i := range ms {
-			s += ms[i].sent(t, burst)
+			s += ms[i].total(t, e, burst)
 		}
-		return e*s - need
+		return s - float64(n)
+	}
+	if total(0) >= 0 {
+		return 0 // the first waves hold them all
 	}
 	hi := 1.0
 	for total(hi) < 0 {
@@ -326,13 +329,13 @@ func runSync(w World, ms []laneModel, j Job, n int) syncRun {
 		l.Peak = int(math.Round(math.Min(m.ceiling(math.Min(send, paced)), float64(n))))
 		r.lanes = append(r.lanes, l)
 		why := m.Binding
-		if send <= paced {
+		if send <= paced && m.room >= m.s { // the ramp, not the bucket, held it (a first wave beyond the room waits for tokens)
 			why = BindCap
 		}
 		votes[why] += m.Rate
 	}
 	switch {
-	case n <= first:
+	case send == 0: // every request in the first waves, at once
 		r.binding = BindLatency
 	case send < r.ramp:
 		r.binding = BindRamp

@@ -504,17 +504,16 @@ func TestKnownBucketsMatchTheEngine(t *testing.T) {
 				}})
 				w.BucketWindow = time.Duration(window * float64(time.Second))
 				w.BucketDrained, w.BucketsKnown = drained, true
-				const n = 1500
-				d, err := plan.Decide(w, plan.JudgeJob(n, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
-				if err != nil {
-					t.Fatal(err)
-				}
-				start := math.Max(probe, math.Max(0, drained+plan.DefaultReserve-1)*window)
-				want := engineLastSend(n, rb, window, drained, plan.DefaultReserve, start, 12, 100, L, dbl)
-				// Within a quarter second over minutes: the model's debt is
-				// repaid after t0, the engine's during the ramp.
-				if got := d.LastSend.Seconds() - start; math.Abs(got-want) > 0.25 {
-					t.Errorf("%g/s, %g s deep, %.0f %% drained: last send %.2f s after the first, the engine's %.2f s", rb, window, 100*drained, got, want)
+				for _, n := range []int{5, 12, 13, 1500} { // inside, at and just past the first wave of 12, and long
+					d, err := plan.Decide(w, plan.JudgeJob(n, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
+					if err != nil {
+						t.Fatal(err)
+					}
+					start := math.Max(probe, math.Max(0, drained+plan.DefaultReserve-1)*window)
+					want := engineLastSend(n, rb, window, drained, plan.DefaultReserve, start, 12, 100, L, dbl)
+					if got := d.LastSend.Seconds() - start; math.Abs(got-want) > 0.25 {
+						t.Errorf("%g/s, %g s deep, %.0f %% drained, %d requests: last send %.2f s after the first, the engine's %.2f s", rb, window, 100*drained, n, got, want)
+					}
 				}
 			}
 		}
@@ -539,8 +538,15 @@ func TestPeakAndBindingDuringTheBurst(t *testing.T) {
 	L := judgeLatency
 	dbl := lane.RampDoublingLatencies * L
 	tc := dbl * math.Log2(100.0/12) // the ramp reaches the cap
-	if d := decide(100); d.Binding != plan.BindRamp || d.LastSend.Seconds()-(0.5+144.0/64) >= tc {
-		t.Errorf("100 requests: binding %q, last send %v: want the ramp (it reaches the cap at %.1f s)", d.Binding, d.LastSend, tc)
+	probe := 0.5 + 144.0/64
+	d100 := decide(100)
+	if d100.Binding != plan.BindRamp || d100.LastSend.Seconds()-probe >= tc {
+		t.Errorf("100 requests: binding %q, last send %v: want the ramp (it reaches the cap at %.1f s)", d100.Binding, d100.LastSend, tc)
+	}
+	// The ramp runs from the first sends, after the probe: its peak is the
+	// ceiling then, not the ceiling as if it had ramped through the probe.
+	if want := math.Round(12 * math.Exp2((d100.LastSend.Seconds()-probe)/dbl)); float64(d100.Lanes[0].Peak) != want {
+		t.Errorf("100 requests: peak %d, want %.0f (the ceiling at the last send, on the sends' clock)", d100.Lanes[0].Peak, want)
 	}
 	d := decide(800) // 510 of burst + the refill: still spending it when the last is sent
 	if d.Binding == plan.BindOTPM {
@@ -548,5 +554,26 @@ func TestPeakAndBindingDuringTheBurst(t *testing.T) {
 	}
 	if p := d.Lanes[0].Peak; p != 100 {
 		t.Errorf("800 requests: peak %d, want the cap (100) the ramp reached in the burst", p)
+	}
+}
+
+// TestTheLastSendTakesItsLatency: however slowly the sends trickle out,
+// the job ends one answer after its last send at the earliest: the tail
+// is never below one request's mean latency (a slow stream spread evenly
+// over a long send put almost nothing near its end).
+func TestTheLastSendTakesItsLatency(t *testing.T) {
+	w := preset(t, "three-org")
+	j := plan.JudgeJob(13, sonnet)
+	for _, tt := range []struct {
+		n, first int
+		T        time.Duration
+	}{{13, 12, 100 * time.Second}, {2, 1, 30 * time.Second}, {20, 0, 1000 * time.Second}, {1000, 12, 100 * time.Second}} {
+		tail, err := plan.ExpectedTail(w, j, tt.n, tt.first, tt.T)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tail.Seconds() < 0.97*judgeLatency {
+			t.Errorf("n %d, first %d, last send at %v: tail %v, below one answer's mean latency %.2f s", tt.n, tt.first, tt.T, tail, judgeLatency)
+		}
 	}
 }

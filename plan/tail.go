@@ -91,10 +91,15 @@ func (m latencyMix) max() float64 {
 
 // overshoot returns the expected time from the last send T to the last
 // answer, and its 90th percentile, for n requests of which first are sent
-// at 0 and the rest evenly over (0, T]. A request sent at t is still
-// running x after T with probability S(T − t + x), so
+// at 0, the last at T and the rest evenly over (0, T). A request sent at t
+// is still running x after T with probability S(T − t + x), so
 //
-//	log P(all done by T + x) = first·log F(T + x) + (n − first)/T · ∫₀ᵀ log F(u + x) du.
+//	log P(all done by T + x) = first·log F(T + x) + log F(x) + (n − first − 1)/T · ∫₀ᵀ log F(u + x) du.
+//
+// The last send is a point at T, not part of the spread: for a slow stream
+// of sends the spread alone would put almost nothing near T and the
+// overshoot would fall below one answer's latency, which the last request
+// still takes.
 func (m latencyMix) overshoot(n, first int, T float64) (mean, p90 float64) {
 	const steps, inner = 160, 24
 	top := m.max()
@@ -109,12 +114,15 @@ func (m latencyMix) overshoot(n, first int, T float64) (mean, p90 float64) {
 			if first > 0 {
 				logDone += float64(first) * logF(m, T+x)
 			}
+			if n > first {
+				logDone += logF(m, x) // the last send, at T
+			}
 			du := span / inner
 			integral := 0.0
 			for k := range inner {
 				integral += logF(m, (float64(k)+0.5)*du+x) * du
 			}
-			logDone += float64(n-first) / T * integral
+			logDone += float64(max(n-first-1, 0)) / T * integral
 		}
 		p := 1 - math.Exp(logDone)
 		mean += p * dx
@@ -178,7 +186,7 @@ func (w World) tail(lat Latency, maxTokens, n, first int, T float64) (mean, p90 
 // first wave and the oldest sends are surely done.
 func (m latencyMix) overshootRate(rate float64) (mean, p90 float64) {
 	top := m.max()
-	return m.overshoot(int(math.Round(rate*top)), 0, top)
+	return m.overshoot(max(1, int(math.Round(rate*top))), 0, top) // at least the last send
 }
 
 // ExpectedTail is the expected time from the last send to the last answer

@@ -168,8 +168,9 @@ type World struct {
 	// the first wave.
 	BucketDrained float64
 	// BucketsKnown says BucketWindow and BucketDrained were configured or
-	// measured (a simulator's configuration, a learned depth with a fresh
-	// probe, a running job's headers), not assumed. Only then does the
+	// measured (a simulator's configuration, a limits file giving both,
+	// every org's own learned depth and fresh probe, every live lane's
+	// learned depth in a re-plan), not assumed. Only then does the
 	// central prediction count the burst the buckets hold when a lane's
 	// sending first passes their refill (docs/plan.md, "The initial
 	// burst"); the low end always counts it, the high end never.

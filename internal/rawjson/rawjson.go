@@ -150,10 +150,11 @@ func String(b []byte) string {
 // StringLen returns len(String(b)) without building the string: the
 // input-token estimate measures every text of every request with it, and
 // decoding the escapes of a text that has a newline through json.Unmarshal
-// was 14 % of the engine's CPU. It follows encoding/json's unquoting
-// exactly (a \\u escape's UTF-8 length, a surrogate pair as one rune, a
-// lone surrogate or an invalid byte as U+FFFD), which TestStringLen and
-// FuzzStringLen check against String.
+// was 14 % of the engine's CPU. It equals len(String(b)) exactly: for a
+// literal with escapes that is encoding/json's unquoting (a \\u escape's
+// UTF-8 length, a surrogate pair as one rune, a lone surrogate or an
+// invalid byte as U+FFFD); for one without, the raw bytes, as String
+// keeps them. TestStringLen and FuzzStringLen check it against String.
 func StringLen(b []byte) int {
 	if bytes.IndexByte(b, '\\') < 0 {
 		return len(b) - 2
