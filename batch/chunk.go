@@ -28,7 +28,7 @@ const (
 // counting the comma before it: its custom_id on the wire is the chunk's
 // (wireIDLen characters, no escapes), not the request's.
 func itemSize(req *call.Request) int64 {
-	return int64(len(itemOpen) + wireIDLen + 2 + len(itemMid) + len(req.Params) + len(itemClose))
+	return int64(len(itemOpen) + wireIDLen + 2 + len(itemMid) + len(req.Body()) + len(itemClose))
 }
 
 // A chunk's requests go to the API under custom_ids of the chunk's own —
@@ -107,7 +107,7 @@ func buildBody(reqs []*call.Request, size int64, wireID func(int) string) []byte
 		b = append(b, itemOpen...)
 		b = append(b, id...)
 		b = append(b, itemMid...)
-		b = append(b, r.Params...)
+		b = append(b, r.Body()...)
 		b = append(b, itemClose...)
 	}
 	return append(b, bodyClose...)

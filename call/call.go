@@ -21,6 +21,24 @@ type Request struct {
 	MaxTokens  int64
 	EstInput   int64  // local estimate of input tokens
 	ParamsHash string // carried into the Result for the results file
+	// Sent, when set, goes on the wire instead of Params: Params with the
+	// prompt-cache breakpoint sluice added at the end of the prefix the
+	// job's requests share (cacheprefix). Params stays the request as
+	// written, which the response cache and the results file key on.
+	Sent []byte
+	// CachePrefix fingerprints that shared prefix (0: none), CacheTTL is
+	// its breakpoint's TTL: the dispatcher warms each prefix once per
+	// organization before sending the rest of it there (docs/caching.md).
+	CachePrefix uint64
+	CacheTTL    time.Duration
+}
+
+// Body is what is sent: Sent if set, else Params.
+func (r *Request) Body() []byte {
+	if r.Sent != nil {
+		return r.Sent
+	}
+	return r.Params
 }
 
 // Result is the final word on one Request.

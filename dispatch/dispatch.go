@@ -158,6 +158,9 @@ type laneState struct {
 	meter *poolMeter
 	// cappedLogged: a retry-after above the cap was logged (loop-owned).
 	cappedLogged bool
+	// prefixes: the shared prompt prefixes this lane has warmed or is
+	// warming (warm.go; loop-owned).
+	prefixes map[uint64]*prefixState
 }
 
 type item struct {
@@ -605,9 +608,13 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *lane
 	}
 	sort.SliceStable(c, func(i, j int) bool { return c[i].h > c[j].h })
 	for _, x := range c {
+		if x.ls.prefixHeld(it, now) {
+			continue // its writer's answer wakes the loop
+		}
 		dem := x.ls.l.Demand(float64(it.req.EstInput), float64(it.req.MaxTokens))
 		tk, r, w := x.ls.l.TryAcquire(now, dem, float64(it.req.EstInput))
 		if r == budget.Granted {
+			x.ls.prefixSent(it, now)
 			return x.ls, x.key, tk, 0, false
 		}
 		if w > 0 && (wait == 0 || w < wait) {
@@ -663,6 +670,7 @@ func (d *Dispatcher) finish(a *attempt) {
 	now := d.now()
 	o, it := &a.out, a.it
 	it.last = o
+	a.ls.prefixDone(it, o, now)
 	d.capRetryAfter(a.ls, o)
 	a.ls.l.Done(now, a.ticket, laneResult(a, o))
 	d.count(a, o)

@@ -130,7 +130,7 @@ func (d *Dispatcher) send(it *item, key *keys.Key) (client.Outcome, bool) {
 		},
 	})
 	if it.send == nil {
-		return d.cfg.Client.Do(ctx, key, "POST", d.cfg.Path, it.req.Params), wrote.Load()
+		return d.cfg.Client.Do(ctx, key, "POST", d.cfg.Path, it.req.Body()), wrote.Load()
 	}
 	o := it.send(ctx, key)
 	if o.Class == client.Canceled && d.attemptCtx.Err() == nil {

@@ -1,0 +1,81 @@
+package dispatch
+
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/client"
+)
+
+// Warming a shared prompt prefix (docs/caching.md). A prompt-cache entry
+// is per organization and model, and becomes visible only once its
+// writer's answer begins: requests of one prefix sent together to a cold
+// organization would all miss and all pay the write. So each lane lets
+// one request of a cold prefix go — the writer, a real request of the
+// job — and holds the rest of that prefix until the writer's answer is in;
+// then the prefix is warm there until its TTL passes without an answer
+// that used the cache. Requests of other prefixes, or none, are not held
+// (though one waiting at the head of the queue holds those behind it, for
+// at most one answer's time). State is per lane, loop-owned.
+
+// prefixState is one prefix on one lane.
+type prefixState struct {
+	writer *item     // the request writing it; nil when cold or warm
+	warm   time.Time // warm until then (zero: cold or being written)
+}
+
+// prefixHeld reports whether ls must not send it now: its prefix is being
+// written on ls by another request.
+func (ls *laneState) prefixHeld(it *item, now time.Time) bool {
+	p := it.req.CachePrefix
+	if p == 0 {
+		return false
+	}
+	st := ls.prefixes[p]
+	return st != nil && st.writer != nil && st.writer != it && !now.Before(st.warm)
+}
+
+// prefixSent notes that ls sends it: on a cold prefix it becomes the
+// writer.
+func (ls *laneState) prefixSent(it *item, now time.Time) {
+	p := it.req.CachePrefix
+	if p == 0 {
+		return
+	}
+	if ls.prefixes == nil {
+		ls.prefixes = map[uint64]*prefixState{}
+	}
+	st := ls.prefixes[p]
+	if st == nil {
+		st = &prefixState{}
+		ls.prefixes[p] = st
+	}
+	if st.writer == nil && !now.Before(st.warm) { // cold, or its TTL passed unused
+		st.writer = it
+	}
+}
+
+// prefixDone updates ls's state of it's prefix with the answer o: an
+// answer that read or wrote the cache makes it warm for its TTL from now;
+// one that did neither (the API did not cache the prefix: shorter in
+// practice than the documented minimum) makes it warm for good, so an
+// uncacheable prefix is never held again; a writer that got no answer
+// leaves it cold, for the next request to write.
+func (ls *laneState) prefixDone(it *item, o *client.Outcome, now time.Time) {
+	p := it.req.CachePrefix
+	st := ls.prefixes[p]
+	if p == 0 || st == nil {
+		return
+	}
+	switch {
+	case o.Class == client.OK && (o.Usage.CacheReadInputTokens > 0 || o.Usage.CacheCreationInputTokens > 0):
+		ttl := it.req.CacheTTL
+		if ttl <= 0 {
+			ttl = 5 * time.Minute
+		}
+		st.warm, st.writer = now.Add(ttl), nil
+	case o.Class == client.OK:
+		st.warm, st.writer = now.Add(100*365*24*time.Hour), nil
+	case st.writer == it:
+		st.writer = nil
+	}
+}

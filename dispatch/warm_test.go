@@ -1,0 +1,78 @@
+package dispatch_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// prefixed returns n requests of group that share the system prompt rubric
+// with a breakpoint at its end (as cacheprefix injects it), marked with
+// prefix (0: not marked, so the dispatcher does not warm it).
+func prefixed(n int, prefix uint64, group, rubric string) []*dispatch.Request {
+	out := make([]*dispatch.Request, n)
+	for i := range out {
+		p, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 64,
+			"system":   []map[string]any{{"type": "text", "text": rubric, "cache_control": map[string]any{"type": "ephemeral"}}},
+			"messages": []map[string]any{{"role": "user", "content": fmt.Sprintf("Answer number %d.", i)}}})
+		out[i] = &dispatch.Request{ID: fmt.Sprintf("%s-%d", group, i), Params: p, Model: "claude-sonnet-4-5", MaxTokens: 64,
+			EstInput: int64(len(p) / 4), CachePrefix: prefix}
+	}
+	return out
+}
+
+// TestPrefixWarmedOncePerOrg: a job of two groups, each sharing its own
+// prefix, writes each prefix once per organization — its first request
+// there, then the rest read it. Without warming the first group is still
+// written once (each lane's header probe goes alone), but the second
+// group's requests reach lanes already open wide: all those sent before
+// the first of them answers miss (the entry is visible only once its
+// writer's answer begins) and pay the write.
+func TestPrefixWarmedOncePerOrg(t *testing.T) {
+	a := strings.Repeat("Judge whether the answer is right. ", 290) // ≈ 2,500 tokens
+	b := strings.Repeat("Rate how helpful the answer is. ", 320)
+	writes := func(mark bool) (perOrg map[string]int64, reads int64) {
+		w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 100 })
+		d := w.dispatcher(t, dispatch.Config{})
+		pa, pb := uint64(0), uint64(0)
+		if mark {
+			pa, pb = 1, 2
+		}
+		reqs := append(prefixed(400, pa, "a", a), prefixed(400, pb, "b", b)...)
+		got := runAll(t, d, reqs, nil)
+		checkAnswers(t, reqs, got)
+		perOrg = map[string]int64{}
+		for _, r := range got {
+			if r.Usage.CacheCreationInputTokens > 0 {
+				perOrg[r.Org+" "+r.Request.ID[:1]]++
+			}
+			reads += r.Usage.CacheReadInputTokens
+		}
+		return perOrg, reads
+	}
+	warmed, reads := writes(true)
+	if len(warmed) < 2 {
+		t.Fatalf("writes by org and group %v: want both groups written", warmed)
+	}
+	for k, n := range warmed {
+		if n != 1 {
+			t.Errorf("warmed: %s wrote its prefix %d times, want once", k, n)
+		}
+	}
+	if reads == 0 {
+		t.Error("warmed: no request read a prefix")
+	}
+	cold, _ := writes(false)
+	most := int64(0)
+	for _, n := range cold {
+		most = max(most, n)
+	}
+	t.Logf("writes with warming %v, without %v", warmed, cold)
+	if most < 2 {
+		t.Errorf("without warming an org wrote a group's prefix at most %d times (%v): the test no longer shows what warming saves", most, cold)
+	}
+}
