@@ -191,4 +191,8 @@ type RunMeta struct {
 	Attempts   int    `json:"attempts,omitempty"`
 	LatencyMs  int64  `json:"latency_ms,omitempty"`
 	BatchID    string `json:"batch_id,omitempty"`
+	// CachePrefix is the TTL ("5m" or "1h") of the prompt-cache breakpoint
+	// sluice added to the request as sent (docs/caching.md); empty: the
+	// request went as written.
+	CachePrefix string `json:"cache_prefix,omitempty"`
 }

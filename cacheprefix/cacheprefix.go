@@ -147,3 +147,13 @@ func (s *Survey) Shared(units []Unit, min int64) (Unit, bool) {
 	}
 	return Unit{}, false
 }
+
+// Any reports whether at least two requests share any unit.
+func (s *Survey) Any() bool {
+	for _, c := range s.counts {
+		if c >= 2 {
+			return true
+		}
+	}
+	return false
+}

@@ -12,9 +12,11 @@ import (
 	"log/slog"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/cache"
+	"github.com/sluice-dev/sluice/cacheprefix"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
@@ -45,6 +47,34 @@ type surveyed struct {
 	lastLine int
 	// cached counts the pending requests the cache will answer.
 	cached int
+	// prefixes counts the prompt prefixes pending requests share (nil:
+	// CachePrefixOff, or none shared: nothing is injected).
+	prefixes *cacheprefix.Survey
+}
+
+// countPrefix counts the prompt-prefix units of a pending request.
+func (p *surveyed) countPrefix(o Options, info jsonl.Info) {
+	if o.CachePrefixOff {
+		return
+	}
+	units, own := cacheprefix.Units(info.Params)
+	if own || len(units) == 0 {
+		return
+	}
+	if p.prefixes == nil {
+		p.prefixes = cacheprefix.NewSurvey()
+	}
+	p.prefixes.Add(units, minCacheable(info.Model))
+}
+
+// minCacheable is the model's documented minimum cacheable prefix (1,024
+// for a model the catalog does not know: a breakpoint on a prefix too
+// short is silently not cached and costs nothing).
+func minCacheable(model string) int64 {
+	if m, ok := api.LookupModel(model); ok && m.MinCacheable > 0 {
+		return int64(m.MinCacheable)
+	}
+	return 1024
 }
 
 // countCached counts info's request if the cache holds its answer.
@@ -104,14 +134,17 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 		case !done:
 			p.pending++
 			p.countCached(o, info)
+			p.countPrefix(o, info)
 		case e.Class == api.ClassTransport || e.Class == api.ClassInvalidInput:
 			p.redrive[info.CustomID] = true
 			p.pending++
 			p.countCached(o, info)
+			p.countPrefix(o, info)
 		case o.Redrive.again(info.CustomID):
 			p.redrive[info.CustomID] = true
 			p.pending++
 			p.countCached(o, info)
+			p.countPrefix(o, info)
 		case o.Redrive.keepChanged(info.CustomID):
 		case e.ParamsHash != "" && e.ParamsHash != info.ParamsHash:
 			p.nChanged++
@@ -122,6 +155,9 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 		}
 	}
 	p.summary = v.Summary()
+	if p.prefixes != nil && !p.prefixes.Any() {
+		p.prefixes = nil // nothing shared: the feed need not look
+	}
 	return p, nil
 }
 
@@ -219,7 +255,7 @@ func toRecord(r dispatch.Result, redact func(string) string) api.ResultRecord {
 	}
 	return api.ResultRecord{CustomID: r.Request.ID, Result: res, Sluice: &api.RunMeta{
 		ParamsHash: r.Request.ParamsHash, Class: r.Class, Route: route.Sync, Org: r.Org, Key: r.Key,
-		Attempts: r.Attempts, LatencyMs: r.Latency.Milliseconds(),
+		Attempts: r.Attempts, LatencyMs: r.Latency.Milliseconds(), CachePrefix: cachePrefixTTL(r.Request),
 	}}
 }
 
@@ -239,4 +275,48 @@ func keyReports(disc []dispatch.Discovery) []KeyReport {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
 	return out
+}
+
+// prefixTTLs are the breakpoint TTLs by route: an entry outlives five
+// minutes of sync gaps rarely, a batch's processing often (the docs
+// suggest the 1 h TTL for batches).
+var prefixTTLs = map[route.Side]struct {
+	name string
+	d    time.Duration
+}{route.SideSync: {"5m", 5 * time.Minute}, route.SideBatch: {"1h", time.Hour}}
+
+// prepare adds the prompt-cache breakpoint of req's shared prefix to what
+// is sent on side s (docs/caching.md); a request of no shared prefix, one
+// with a breakpoint of its own, or one already prepared is left alone.
+func (p *surveyed) prepare(s route.Side, req *dispatch.Request, log *slog.Logger) {
+	if p.prefixes == nil || req.Sent != nil {
+		return
+	}
+	units, own := cacheprefix.Units(req.Params)
+	if own {
+		return
+	}
+	u, ok := p.prefixes.Shared(units, minCacheable(req.Model))
+	if !ok {
+		return
+	}
+	ttl := prefixTTLs[s]
+	sent, err := cacheprefix.Inject(req.Params, u.At, ttl.name)
+	if err != nil {
+		log.Warn("prompt cache: the breakpoint could not be added; the request goes as written", "id", req.ID, "err", err)
+		return
+	}
+	req.Sent, req.CachePrefix, req.CacheTTL = sent, u.Hash, ttl.d
+}
+
+// cachePrefixTTL is RunMeta.CachePrefix of req: the TTL of the breakpoint
+// sluice added, or "".
+func cachePrefixTTL(req *dispatch.Request) string {
+	if req == nil || req.Sent == nil {
+		return ""
+	}
+	if req.CacheTTL >= time.Hour {
+		return "1h"
+	}
+	return "5m"
 }

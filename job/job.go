@@ -81,6 +81,17 @@ type Options struct {
 	// durable this run, after each commit (benchmarks time with it).
 	OnDurable func(total int64)
 
+	// CachePrefixOff leaves every request as written. Otherwise (`run
+	// --cache-prefix auto`, the default) a prompt prefix that pending
+	// requests share and that reaches the model's minimum cacheable length
+	// gets one cache_control breakpoint at its end in what is sent (5 min
+	// on the sync route, 1 h on the batch route), unless the request has
+	// a breakpoint of its own, and the dispatcher warms it once per
+	// organization (docs/caching.md). The request as written is what the
+	// results file and the response cache key on; the results line says
+	// what was added (sluice.cache_prefix).
+	CachePrefixOff bool
+
 	// Cache, if set (and not Off), answers requests it holds without a
 	// call — the row is written with route "cache" and costs nothing —
 	// and, unless read-only, stores every new answer (never a non-answer:

@@ -453,7 +453,11 @@ func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *re
 		if s == route.SideSync {
 			r.syncPassing.Store(true)
 		}
-		err := feed(r.feedCtx, r.o, r.st, r.drop, func(line int, id string) bool { return r.fan.Take(s, line, id) }, r.cache.serve, submit, w)
+		prepared := func(req *dispatch.Request) error {
+			r.in.prepare(s, req, r.o.Logger)
+			return submit(req)
+		}
+		err := feed(r.feedCtx, r.o, r.st, r.drop, func(line int, id string) bool { return r.fan.Take(s, line, id) }, r.cache.serve, prepared, w)
 		if s == route.SideSync {
 			r.syncPassing.Store(false)
 		}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ func runCmd() *cobra.Command {
 		noProgress   bool
 		rf           routeFlags
 		cf           cacheFlags
+		cachePrefix  string
 	)
 	cmd := &cobra.Command{
 		Use:   "run REQUESTS.jsonl -o RESULTS.jsonl",
@@ -57,6 +59,10 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 			if output == "" {
 				return errors.New("run: -o RESULTS.jsonl is required")
 			}
+			prefixOff, err := cachePrefixOff(cachePrefix)
+			if err != nil {
+				return fmt.Errorf("run: %w", err)
+			}
 			log := newLogger()
 			pool, c, err := eng.keysAndClient(log)
 			if err != nil {
@@ -69,8 +75,9 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 				Input: args[0], Output: output, SkipInvalid: skipInvalid, AllowChanged: allowChanged,
 				MaxCost: maxCost, Grace: grace, Dispatch: eng.dispatchConfig(c, pool, log),
 				Terminal: tty, Logger: log, Redact: redactLoaded,
-				Rotations: eng.watchKeys(watchCtx, pool, log),
-				Command:   "sluice " + strings.Join(os.Args[1:], " "),
+				Rotations:      eng.watchKeys(watchCtx, pool, log),
+				Command:        "sluice " + strings.Join(os.Args[1:], " "),
+				CachePrefixOff: prefixOff,
 			}
 			if !noProgress {
 				opts.Progress = os.Stderr
@@ -95,6 +102,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 	fl.StringVarP(&output, "output", "o", "", "results file (appended to, resumable)")
 	fl.StringVar(&report, "report", "", "write a JSON report here")
 	fl.BoolVar(&skipInvalid, "skip-invalid", false, "record invalid lines as errored results instead of stopping")
+	fl.StringVar(&cachePrefix, "cache-prefix", "auto", "auto: a prompt prefix the requests share gets one prompt-cache breakpoint, written once per organization (docs/caching.md); off: every request goes as written")
 	fl.BoolVar(&allowChanged, "allow-changed", false, "re-run requests whose params changed since their result was written")
 	fl.Float64Var(&maxCost, "max-cost", 0, "stop admitting requests once this many USD are spent (0: no limit)")
 	fl.DurationVar(&grace, "grace", 30*time.Second, "on interrupt, how long requests in flight may finish")
@@ -120,4 +128,15 @@ func runJob(ctx context.Context, opts job.Options, reportPath string) error {
 		}
 		return err
 	})
+}
+
+// cachePrefixOff reads --cache-prefix.
+func cachePrefixOff(v string) (bool, error) {
+	switch v {
+	case "auto":
+		return false, nil
+	case "off":
+		return true, nil
+	}
+	return false, fmt.Errorf("--cache-prefix %q: want auto or off", v)
 }

@@ -1,0 +1,104 @@
+package job_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/jsonl"
+)
+
+// writeShared writes n requests that share a long system prompt (≈ 2,600
+// tokens, above Sonnet's 1,024) and differ in their question.
+func writeShared(t *testing.T, path string, n int) {
+	t.Helper()
+	rubric := strings.Repeat("Grade the answer against the reference carefully. ", 200)
+	var b strings.Builder
+	for i := range n {
+		line, _ := json.Marshal(map[string]any{"custom_id": fmt.Sprintf("q%d", i), "params": map[string]any{
+			"model": "claude-sonnet-4-5", "max_tokens": 64, "system": rubric,
+			"messages": []map[string]any{{"role": "user", "content": fmt.Sprintf("Question %d: is 2+2=4?", i)}}}})
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCachePrefixAuto: with --cache-prefix auto (the default) a job whose
+// requests share a long system prompt sends it with one breakpoint and
+// writes it once per organization; every results line keys on the request
+// as written (its params hash) and says a 5-minute breakpoint was added;
+// the job costs less than the same job with --cache-prefix off, which
+// sends the requests untouched (the simulator sees no breakpoint, caches
+// nothing). A resume finds every row done.
+func TestCachePrefixAuto(t *testing.T) {
+	const n = 300
+	run := func(off bool) (*env, float64) {
+		e := newEnv(t, 0, nil)
+		writeShared(t, e.in, n)
+		o := e.options()
+		o.CachePrefixOff = off
+		rep, err := e.run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Succeeded != n {
+			t.Fatalf("off=%v: %d of %d succeeded", off, rep.Succeeded, n)
+		}
+		return e, rep.Cost.Total.USD
+	}
+	auto, autoCost := run(false)
+	in, got := auto.inputParams(), auto.readResults()
+	for id, params := range in {
+		r := got[id]
+		if r.Sluice == nil || r.Sluice.ParamsHash != jsonl.ParamsHash(params) || r.Sluice.CachePrefix != "5m" {
+			t.Fatalf("%s: metadata %+v, want the written request's hash and cache_prefix 5m", id, r.Sluice)
+		}
+	}
+	var writes, reads int64
+	for name, o := range auto.sim.Stats().Orgs {
+		st := o.Pools[api.PoolSonnet4]
+		writes += st.CacheWriteTokens
+		reads += st.CacheReadTokens
+		if st.CacheWriteTokens > 0 && st.CacheReadTokens == 0 {
+			t.Errorf("org %s wrote the prefix and never read it", name)
+		}
+	}
+	orgs := 0
+	for _, o := range auto.sim.Stats().Orgs {
+		if o.Pools[api.PoolSonnet4].CacheWriteTokens > 0 {
+			orgs++
+		}
+	}
+	if orgs == 0 || reads == 0 || writes%int64(orgs) != 0 || writes/int64(orgs) > 3000 {
+		t.Errorf("%d orgs wrote %d prefix tokens and read %d: want one ≈ 2,600-token write per org", orgs, writes, reads)
+	}
+	// Resume: everything is done, nothing changed.
+	calls := auto.simCalls()
+	if _, err := auto.run(auto.options()); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if auto.simCalls() != calls {
+		t.Errorf("the resume sent %d calls", auto.simCalls()-calls)
+	}
+
+	off, offCost := run(true)
+	for name, o := range off.sim.Stats().Orgs {
+		if st := o.Pools[api.PoolSonnet4]; st.CacheWriteTokens != 0 || st.CacheReadTokens != 0 {
+			t.Errorf("--cache-prefix off: org %s cached %+v", name, st)
+		}
+	}
+	for id, r := range off.readResults() {
+		if r.Sluice == nil || r.Sluice.CachePrefix != "" {
+			t.Fatalf("--cache-prefix off: %s metadata %+v", id, r.Sluice)
+		}
+	}
+	if autoCost >= 0.6*offCost {
+		t.Errorf("cost with auto $%.4f, off $%.4f: want well under (input is ~97 %% prefix)", autoCost, offCost)
+	}
+}
