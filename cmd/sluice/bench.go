@@ -109,7 +109,7 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	flags(memory, mk, 1000000, 1)
-	cmd.AddCommand(eff, capacity, memory, benchPredictCmd(), benchFleetCmd(), benchJudgeValidationCmd(), benchJudgeValidationArmCmd(), benchProxyCmd(), benchOverheadCmd(), benchWorldsCmd(), benchChaosCmd())
+	cmd.AddCommand(eff, capacity, memory, benchPredictCmd(), benchFleetCmd(), benchJudgeValidationCmd(), benchJudgeValidationArmCmd(), benchProxyCmd(), benchOverheadCmd(), benchWorldsCmd(), benchChaosCmd(), benchCachingCmd())
 	return cmd
 }
 

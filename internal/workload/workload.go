@@ -32,6 +32,17 @@ type Judge struct {
 	IDPrefix string
 	// NoRubric leaves the system prompt out (small lines for memory tests).
 	NoRubric bool
+	// System, if set, is every request's system prompt instead of the
+	// rubric: a long shared prefix (`sluice bench caching`).
+	System string
+}
+
+// system is the system prompt every request shares.
+func (j Judge) system() string {
+	if j.System != "" {
+		return j.System
+	}
+	return Rubric
 }
 
 var words = strings.Fields(`the a model answer question user assistant because therefore however example
@@ -53,7 +64,7 @@ func (j Judge) Write(w io.Writer) error {
 				"content": "Question asked to the AI:\n" + q + "\n\nAI's response:\n" + a}},
 		}
 		if !j.NoRubric {
-			params["system"] = Rubric
+			params["system"] = j.system()
 		}
 		return map[string]any{"custom_id": id, "params": params}
 	})
@@ -73,7 +84,7 @@ func (j Judge) each(w io.Writer, line func(id, q, a string) any) error {
 		j.IDPrefix = "item"
 	}
 	rng := rand.New(rand.NewPCG(j.Seed, 0x10b))
-	rubricTokens := (len(Rubric) + 3) / 4
+	rubricTokens := (len(j.system()) + 3) / 4
 	if j.NoRubric {
 		rubricTokens = 0
 	}

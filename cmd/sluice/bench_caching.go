@@ -1,0 +1,56 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/internal/bench"
+)
+
+// benchCachingCmd is `sluice bench caching` (docs/caching.md).
+func benchCachingCmd() *cobra.Command {
+	run := bench.CachingRun{}
+	cmd := &cobra.Command{
+		Use:   "caching",
+		Short: "The prompt-caching lever: a shared-prefix job on ITPM-bound orgs with --cache-prefix off and auto",
+		Long: `caching runs --n requests that share a --prefix-token system prompt and have
+about --own tokens of their own through the code of 'sluice run', against a
+'sluice sim' child process with three organizations bound by ITPM (300k /
+225k / 150k), on the sync route: once with --cache-prefix off and once with
+auto. It prints wall-clock, steady throughput, the input tokens uncached,
+written and read, the hit rate and the input and total cost of each, and the
+ratios.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			bin, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			if run.N < 10 || run.PrefixTokens < 1 || run.OwnTokens < 1 || run.TimeScale <= 0 {
+				return fmt.Errorf("bench caching: --n must be ≥ 10, --prefix-tokens, --own and --time-scale positive")
+			}
+			run.Binary = bin
+			var rs []bench.CachingResult
+			for _, off := range []bool{true, false} {
+				fmt.Fprintf(cmd.ErrOrStderr(), "bench caching: --cache-prefix %s … ", map[bool]string{true: "off", false: "auto"}[off])
+				r, err := run.Run(cmd.Context(), off)
+				if err != nil {
+					fmt.Fprintln(cmd.ErrOrStderr())
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "%.1f s\n", r.Wall.Seconds())
+				rs = append(rs, r)
+			}
+			bench.PrintCaching(cmd.OutOrStdout(), run, rs)
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&run.N, "n", 20000, "requests")
+	fl.IntVar(&run.PrefixTokens, "prefix-tokens", 3000, "tokens of the shared system prompt")
+	fl.IntVar(&run.OwnTokens, "own", 300, "tokens of each request's own input")
+	fl.Float64Var(&run.TimeScale, "time-scale", 40, "simulator time scale (limits × K, latencies ÷ K)")
+	return cmd
+}
