@@ -962,6 +962,8 @@ func (d *Dispatcher) count(a *attempt, o *client.Outcome) {
 	case client.OK:
 		ls.OK++
 		ls.InputTokens += o.Usage.InputTokens + o.Usage.CacheCreationInputTokens + o.Usage.CacheReadInputTokens
+		ls.CacheReadTokens += o.Usage.CacheReadInputTokens
+		ls.CacheWriteTokens += o.Usage.CacheCreationInputTokens
 		ls.OutputTokens += o.Usage.OutputTokens
 	case client.RateLimited:
 		ls.RateLimited++

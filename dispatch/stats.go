@@ -31,8 +31,11 @@ type LaneStats struct {
 	Overloaded   int64
 	Failed       int64
 	KeyDead      int64
-	InputTokens  int64
+	InputTokens  int64 // uncached, cache writes and cache reads
 	OutputTokens int64
+	// CacheReadTokens and CacheWriteTokens are the prompt-cache parts of
+	// InputTokens.
+	CacheReadTokens, CacheWriteTokens int64
 }
 
 // LaneView is one lane's counters with its controller state.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
 )
 
@@ -38,6 +39,7 @@ func writeShared(t *testing.T, path string, n int) {
 // nothing). A resume finds every row done.
 func TestCachePrefixAuto(t *testing.T) {
 	const n = 300
+	var autoRep *job.Report
 	run := func(off bool) (*env, float64) {
 		e := newEnv(t, 0, nil)
 		writeShared(t, e.in, n)
@@ -49,6 +51,9 @@ func TestCachePrefixAuto(t *testing.T) {
 		}
 		if rep.Succeeded != n {
 			t.Fatalf("off=%v: %d of %d succeeded", off, rep.Succeeded, n)
+		}
+		if !off {
+			autoRep = rep
 		}
 		return e, rep.Cost.Total.USD
 	}
@@ -101,4 +106,25 @@ func TestCachePrefixAuto(t *testing.T) {
 	if autoCost >= 0.6*offCost {
 		t.Errorf("cost with auto $%.4f, off $%.4f: want well under (input is ~97 %% prefix)", autoCost, offCost)
 	}
+	// The report says what the cache did, and its saving is the difference.
+	pc := autoRep.PromptCache
+	if pc.Added != n || pc.ReadTokens != reads || pc.WriteTokens != writes || pc.ITPMSpared != reads {
+		t.Errorf("report %+v, want %d breakpoints added, the simulator's %d read and %d written", pc, n, reads, writes)
+	}
+	var laneReads int64
+	for _, l := range autoRep.Lanes {
+		laneReads += l.CacheReadTokens
+	}
+	if laneReads != reads {
+		t.Errorf("lanes read %d tokens, the simulator %d", laneReads, reads)
+	}
+	if d := offCost - (autoCost + pc.SavedUSD); d > 0.02*offCost || d < -0.02*offCost {
+		t.Errorf("saved $%.4f, but off cost $%.4f and auto $%.4f", pc.SavedUSD, offCost, autoCost)
+	}
+	var sum strings.Builder
+	autoRep.Summary(&sum)
+	if !strings.Contains(sum.String(), fmt.Sprintf("prompt cache: %d requests sent with a breakpoint sluice added", n)) {
+		t.Errorf("the summary does not say what the prompt cache did:\n%s", sum.String())
+	}
+	t.Log(sum.String())
 }

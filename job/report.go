@@ -54,12 +54,36 @@ type Report struct {
 		Overloaded  int64 `json:"overloaded"`   // 529 answers
 		Failed      int64 `json:"failed"`       // 5xx answers, lost connections
 	} `json:"retries"`
-	Lanes        []LaneReport  `json:"lanes"`
-	BindingLimit string        `json:"binding_limit"`
-	Cost         cost.Snapshot `json:"cost"`
-	Keys         []KeyReport   `json:"keys"`
-	Batch        batch.Stats   `json:"batch"`
-	Cache        CacheReport   `json:"cache"`
+	Lanes        []LaneReport      `json:"lanes"`
+	BindingLimit string            `json:"binding_limit"`
+	Cost         cost.Snapshot     `json:"cost"`
+	Keys         []KeyReport       `json:"keys"`
+	Batch        batch.Stats       `json:"batch"`
+	Cache        CacheReport       `json:"cache"`
+	PromptCache  PromptCacheReport `json:"prompt_cache"`
+}
+
+// PromptCacheReport is what the prompt cache did for the run's answers
+// (docs/caching.md): tokens read from it (billed at a tenth, and not
+// charged to ITPM for current models) and written to it, the requests
+// sent with a breakpoint sluice added, and the money the reads and writes
+// saved against the same tokens uncached (batch discount included).
+type PromptCacheReport struct {
+	Added       int64 `json:"breakpoints_added"`
+	ReadTokens  int64 `json:"read_tokens"`
+	WriteTokens int64 `json:"write_tokens"`
+	// ITPMSpared is the read tokens of models whose cache reads are not
+	// charged to ITPM (all current ones: api.ModelInfo.CacheReadsCountITPM).
+	ITPMSpared int64   `json:"itpm_spared_tokens"`
+	SavedUSD   float64 `json:"saved_usd"`
+}
+
+// HitRate is the share of cacheable input read rather than written.
+func (p PromptCacheReport) HitRate() float64 {
+	if p.ReadTokens+p.WriteTokens == 0 {
+		return 0
+	}
+	return float64(p.ReadTokens) / float64(p.ReadTokens+p.WriteTokens)
 }
 
 // ReplanReport is one re-plan that changed the route: when, to what, the
@@ -106,6 +130,9 @@ type LaneReport struct {
 	// largest sum over lanes.
 	WaitedSeconds map[string]float64 `json:"waited_seconds,omitempty"`
 	MeanLatencyMs int64              `json:"mean_latency_ms"`
+	// CacheReadTokens and CacheWriteTokens: the lane's prompt-cache input.
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 	// Explained429 counts the 429s the headers (or the message) put on a
 	// bucket, which cut nothing; the rest were congestion episodes.
 	Explained429 int64 `json:"explained_429s"`
@@ -157,6 +184,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, w
 			FinalLimit: v.State.Limit, Cap: v.State.Cap, Dead: v.Dead,
 			Decreases: v.State.Stats.Decreases, PausedSecond: v.State.Stats.PausedTime.Seconds(),
 			Refusals: map[string]int64{}, MeanLatencyMs: v.State.Latency.Milliseconds(),
+			CacheReadTokens: v.CacheReadTokens, CacheWriteTokens: v.CacheWriteTokens,
 		}
 		if st.OK > 0 {
 			lr.Share = float64(v.OK) / float64(st.OK)
@@ -262,6 +290,15 @@ func (r *Report) Summary(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	sort.Slice(r.Lanes, func(i, j int) bool { return r.Lanes[i].Org+r.Lanes[i].Pool < r.Lanes[j].Org+r.Lanes[j].Pool })
+	if pc := r.PromptCache; pc.ReadTokens+pc.WriteTokens > 0 || pc.Added > 0 {
+		fmt.Fprintf(w, "  prompt cache: %d requests sent with a breakpoint sluice added; %d tokens read, %d written (%.1f %% read), %d input tokens not charged to ITPM; saved $%.4f\n",
+			pc.Added, pc.ReadTokens, pc.WriteTokens, 100*pc.HitRate(), pc.ITPMSpared, pc.SavedUSD)
+		for _, l := range r.Lanes {
+			if n := l.CacheReadTokens + l.CacheWriteTokens; n > 0 {
+				fmt.Fprintf(w, "    %-12s %-10s %.1f %% of %d cacheable input tokens read\n", l.Org, l.Pool, 100*float64(l.CacheReadTokens)/float64(n), n)
+			}
+		}
+	}
 	fmt.Fprintf(w, "  %-12s %-10s %8s %7s %6s %6s %6s %9s  %s\n", "org", "pool", "ok", "share", "429", "529", "5xx", "limit/cap", "buckets (depth)")
 	for _, l := range r.Lanes {
 		if l.Attempts == 0 {

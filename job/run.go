@@ -77,8 +77,11 @@ type run struct {
 	durable atomic.Int64
 	cache   *cacheSide
 	ledger  cost.Ledger
-	todo    int    // requests this run gives a result
-	model   string // for the key probes: the input's first model
+	// pc sums what the prompt cache did for the answers (sink).
+	pcMu  sync.Mutex
+	pc    PromptCacheReport
+	todo  int    // requests this run gives a result
+	model string // for the key probes: the input's first model
 	// discover (rotations append while the run sends)
 	disc []dispatch.Discovery
 	// plan
@@ -313,6 +316,7 @@ func (r *run) sink(res dispatch.Result, batchID string) {
 	if res.Class == api.ClassOK {
 		r.cache.store(res.Request, res.Body, via)
 		r.ledger.Add(res.Org, res.Request.Model, res.Usage, batchID != "")
+		r.countPromptCache(res, batchID != "")
 		if r.o.MaxCost > 0 && r.ledger.Total() >= r.o.MaxCost {
 			r.halt(fmt.Sprintf("--max-cost $%.2f reached", r.o.MaxCost))
 		}
@@ -594,6 +598,9 @@ func (r *run) report(ctx context.Context) (*Report, error) {
 	rep := r.rep
 	closeErr := r.w.Close()
 	r.cache.finish(rep)
+	r.pcMu.Lock()
+	rep.PromptCache = r.pc
+	r.pcMu.Unlock()
 	if br := r.fan.Batch(); br != nil {
 		if err := br.Close(); err != nil && r.batchErr == nil {
 			r.batchErr = err
@@ -643,4 +650,30 @@ func (r *run) report(ctx context.Context) (*Report, error) {
 		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, r.todo-remaining, r.todo, remaining, r.o.Command)
 	}
 	return rep, nil
+}
+
+// countPromptCache adds an answer's prompt-cache tokens to the report, and
+// what they saved: the answer's cost with its cache reads and writes billed
+// as plain input, less its cost as billed.
+func (r *run) countPromptCache(res dispatch.Result, batch bool) {
+	u := res.Usage
+	if res.Request.Sent == nil && u.CacheReadInputTokens == 0 && u.CacheCreationInputTokens == 0 {
+		return
+	}
+	plain := u
+	plain.InputTokens += u.CacheReadInputTokens + u.CacheCreationInputTokens
+	plain.CacheReadInputTokens, plain.CacheCreationInputTokens, plain.CacheCreation = 0, 0, nil
+	billed, _ := cost.Cost(res.Request.Model, u, batch)
+	uncached, _ := cost.Cost(res.Request.Model, plain, batch)
+	r.pcMu.Lock()
+	defer r.pcMu.Unlock()
+	if res.Request.Sent != nil {
+		r.pc.Added++
+	}
+	r.pc.ReadTokens += u.CacheReadInputTokens
+	r.pc.WriteTokens += u.CacheCreationInputTokens
+	if m, ok := api.LookupModel(res.Request.Model); !ok || !m.CacheReadsCountITPM {
+		r.pc.ITPMSpared += u.CacheReadInputTokens
+	}
+	r.pc.SavedUSD += uncached - billed
 }
