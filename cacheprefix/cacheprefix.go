@@ -46,6 +46,7 @@ type Unit struct {
 	// by jsonl's rule (characters of text ÷ 4, 4 per message).
 	Tokens int64
 	At     Place
+	ok     bool // a breakpoint may end here
 }
 
 // Units returns the units of params (model's request) that could end a
@@ -53,28 +54,64 @@ type Unit struct {
 // own — and whether the request already has a cache_control breakpoint of
 // its own (then sluice leaves it as written).
 func Units(params []byte) (units []Unit, own bool) {
-	own = bytes.Contains(params, []byte(`"cache_control"`))
 	pm := rawjson.Members(params)
+	// A breakpoint of the request's own: a cache_control member at the top
+	// (automatic caching) or on a tool, a system block or a content block
+	// — by decoded key, so an escaped key counts and a tool's schema
+	// property named cache_control does not.
+	own = rawjson.Lookup(pm, "cache_control") != nil
 	h := fnv.New64a()
 	var chars, msgs int64
 	if m := rawjson.Lookup(pm, "model"); m != nil {
 		h.Write(m)
 	}
-	add := func(raw []byte, text int, at Place) {
+	// add appends a unit; marks says whether a breakpoint may end there
+	// (not on a thinking block, which cannot carry one, nor on an empty
+	// text block), and the unit is hashed either way.
+	add := func(raw []byte, text int, at Place, marks bool) {
 		h.Write(raw)
 		chars += int64(text)
-		units = append(units, Unit{Hash: h.Sum64(), Tokens: (chars+3)/4 + 4*msgs, At: at})
+		units = append(units, Unit{Hash: h.Sum64(), Tokens: (chars+3)/4 + 4*msgs, At: at, ok: marks})
 	}
-	if tools := rawjson.Lookup(pm, "tools"); tools != nil && tools[0] == '[' && len(rawjson.Elements(tools)) > 0 {
-		add(tools, len(tools), Place{Kind: Tools})
+	block := func(b []byte) (text int, marks bool) {
+		if b[0] != '{' {
+			return 0, false
+		}
+		bm := rawjson.Members(b)
+		if rawjson.Lookup(bm, "cache_control") != nil {
+			own = true
+		}
+		switch t := rawjson.Lookup(bm, "type"); {
+		case bytes.Equal(t, []byte(`"thinking"`)), bytes.Equal(t, []byte(`"redacted_thinking"`)):
+			return 0, false
+		case bytes.Equal(t, []byte(`"text"`)):
+			n := 0
+			if v := rawjson.Lookup(bm, "text"); v != nil && v[0] == '"' {
+				n = rawjson.StringLen(v)
+			}
+			return n, n > 0
+		}
+		return 0, true
+	}
+	if tools := rawjson.Lookup(pm, "tools"); tools != nil && tools[0] == '[' {
+		if els := rawjson.Elements(tools); len(els) > 0 {
+			for _, t := range els {
+				if t[0] == '{' && rawjson.Lookup(rawjson.Members(t), "cache_control") != nil {
+					own = true
+				}
+			}
+			add(tools, len(tools), Place{Kind: Tools}, els[len(els)-1][0] == '{')
+		}
 	}
 	if sys := rawjson.Lookup(pm, "system"); sys != nil {
 		switch sys[0] {
 		case '"':
-			add(sys, rawjson.StringLen(sys), Place{Kind: System})
+			n := rawjson.StringLen(sys)
+			add(sys, n, Place{Kind: System}, n > 0)
 		case '[':
 			for i, b := range rawjson.Elements(sys) {
-				add(b, textLen(b), Place{Kind: System, Block: i})
+				n, marks := block(b)
+				add(b, n, Place{Kind: System, Block: i}, marks)
 			}
 		}
 	}
@@ -87,10 +124,12 @@ func Units(params []byte) (units []Unit, own bool) {
 			switch {
 			case content == nil:
 			case content[0] == '"':
-				add(content, rawjson.StringLen(content), Place{Kind: Message, Msg: i})
+				n := rawjson.StringLen(content)
+				add(content, n, Place{Kind: Message, Msg: i}, n > 0)
 			case content[0] == '[':
 				for j, b := range rawjson.Elements(content) {
-					add(b, textLen(b), Place{Kind: Message, Msg: i, Block: j})
+					n, marks := block(b)
+					add(b, n, Place{Kind: Message, Msg: i, Block: j}, marks)
 				}
 			}
 		}
@@ -99,21 +138,6 @@ func Units(params []byte) (units []Unit, own bool) {
 		units = units[:len(units)-1]
 	}
 	return units, own
-}
-
-// textLen is the length of a text block's text, else 0 (jsonl's rule).
-func textLen(block []byte) int {
-	if block[0] != '{' {
-		return 0
-	}
-	bm := rawjson.Members(block)
-	if !bytes.Equal(rawjson.Lookup(bm, "type"), []byte(`"text"`)) {
-		return 0
-	}
-	if t := rawjson.Lookup(bm, "text"); t != nil && t[0] == '"' {
-		return rawjson.StringLen(t)
-	}
-	return 0
 }
 
 // Survey counts, over a job, how many requests share each unit that
@@ -137,11 +161,13 @@ func (s *Survey) Add(units []Unit, min int64) {
 	}
 }
 
-// Shared returns the deepest of units that reaches min and that at least
-// two requests of the survey share: where the request's breakpoint goes.
-func (s *Survey) Shared(units []Unit, min int64) (Unit, bool) {
+// Shared returns the deepest of units that can carry a breakpoint,
+// reaches min, and is shared by at least atLeast (≥ 2) requests of the
+// survey: where the request's breakpoint goes.
+func (s *Survey) Shared(units []Unit, min int64, atLeast int) (Unit, bool) {
+	atLeast = max(atLeast, 2)
 	for i := len(units) - 1; i >= 0; i-- {
-		if u := units[i]; u.Tokens >= min && s.counts[u.Hash] >= 2 {
+		if u := units[i]; u.ok && u.Tokens >= min && int(s.counts[u.Hash]) >= atLeast {
 			return u, true
 		}
 	}

@@ -47,7 +47,7 @@ func survey(reqs [][]byte) ([]cacheprefix.Unit, []bool) {
 	var ok []bool
 	for _, r := range reqs {
 		units, _ := cacheprefix.Units(r)
-		u, found := s.Shared(units, min)
+		u, found := s.Shared(units, min, 2)
 		at, ok = append(at, u), append(ok, found)
 	}
 	return at, ok
@@ -138,6 +138,33 @@ func TestOwnBreakpoint(t *testing.T) {
 	}
 	if _, own := cacheprefix.Units(req(t, map[string]any{"system": `talk about "cache_control" fields`, "messages": []any{user("q")}})); own {
 		t.Error("a text that mentions cache_control counted as a breakpoint")
+	}
+	schema := map[string]any{"type": "object", "properties": map[string]any{"cache_control": map[string]any{"type": "string"}}}
+	if _, own := cacheprefix.Units(req(t, map[string]any{"tools": []any{map[string]any{"name": "t", "input_schema": schema}}, "messages": []any{user("q")}})); own {
+		t.Error("a tool schema property named cache_control counted as a breakpoint")
+	}
+	escaped := []byte(`{"model":"claude-sonnet-4-5","max_tokens":5,"system":[{"type":"text","text":"x","cache\u005fcontrol":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"q"}]}`)
+	if _, own := cacheprefix.Units(escaped); !own {
+		t.Error("an escaped cache_control key not seen as the request's own breakpoint")
+	}
+	if _, own := cacheprefix.Units(req(t, map[string]any{"cache_control": map[string]any{"type": "ephemeral"}, "messages": []any{user("q")}})); !own {
+		t.Error("top-level automatic caching not seen as the request's own")
+	}
+}
+
+// TestNoBreakpointOnThinking: a shared assistant turn that ends in a
+// thinking block cannot carry the breakpoint; it goes on the block before.
+func TestNoBreakpointOnThinking(t *testing.T) {
+	turn := map[string]any{"role": "assistant", "content": []any{
+		map[string]any{"type": "text", "text": rubric},
+		map[string]any{"type": "thinking", "thinking": "hmm", "signature": "sig"}}}
+	reqs := [][]byte{
+		req(t, map[string]any{"messages": []any{user("start"), turn, user("q1")}}),
+		req(t, map[string]any{"messages": []any{user("start"), turn, user("q2")}}),
+	}
+	at, ok := survey(reqs)
+	if want := (cacheprefix.Place{Kind: cacheprefix.Message, Msg: 1, Block: 0}); !ok[0] || at[0].At != want {
+		t.Errorf("prefix at %+v (found %v), want the text block %+v before the thinking block", at[0].At, ok[0], want)
 	}
 }
 

@@ -116,9 +116,13 @@ type Dispatcher struct {
 	abortAttempt context.CancelFunc
 
 	// loop-owned
-	lanes   map[laneKey]*laneState
-	byPool  map[api.Pool][]*laneState
-	queues  map[api.Pool]*fifo
+	lanes  map[laneKey]*laneState
+	byPool map[api.Pool][]*laneState
+	queues map[api.Pool]*fifo
+	// parked holds, by prompt prefix, queued items every lane holds back
+	// while that prefix is being written (warm.go), so the items behind
+	// them go on; the writer's end puts them back at the queue's front.
+	parked  map[uint64][]*item
 	retries retryHeap
 	queued  int
 	flying  int
@@ -242,7 +246,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		orgs:   map[string]*orgState{},
 		submit: make(chan *item), withdraw: make(chan *item), reclaim: make(chan reclaimCall), closed: make(chan struct{}), served: make(chan struct{}),
 		addKeys: make(chan []*keys.Key),
-		lanes:   map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{},
+		lanes:   map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{}, parked: map[uint64][]*item{},
 		meters: map[api.Pool]*poolMeter{},
 	}
 	d.attemptCtx, d.abortAttempt = context.WithCancel(context.Background())
@@ -544,7 +548,14 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 			if d.dropWithdrawn(q, it) {
 				continue
 			}
-			ls, key, tk, wait, none := d.pick(lanes, it, now)
+			ls, key, tk, wait, none, held := d.pick(lanes, it, now)
+			if held {
+				// Every lane that could take it is writing its prefix:
+				// set it aside so the rest of the queue goes on.
+				q.pop()
+				d.parked[it.req.CachePrefix] = append(d.parked[it.req.CachePrefix], it)
+				continue
+			}
 			if none {
 				// No key may ever use this pool again: its requests wait
 				// for the rest of the work, then end with ErrNoLiveKey.
@@ -578,7 +589,7 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 // returns the first that admits it (with the key to send with), or the
 // shortest known wait. none reports that no lane of the pool has a key
 // that can ever serve it (every key dead, or dead for this pool).
-func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *laneState, key int, tk lane.Ticket, wait time.Duration, none bool) {
+func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *laneState, key int, tk lane.Ticket, wait time.Duration, none, held bool) {
 	type cand struct {
 		ls  *laneState
 		key int
@@ -607,21 +618,23 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *lane
 		none = false
 	}
 	sort.SliceStable(c, func(i, j int) bool { return c[i].h > c[j].h })
+	nHeld := 0
 	for _, x := range c {
 		if x.ls.prefixHeld(it, now) {
+			nHeld++
 			continue // its writer's answer wakes the loop
 		}
 		dem := x.ls.l.Demand(float64(it.req.EstInput), float64(it.req.MaxTokens))
 		tk, r, w := x.ls.l.TryAcquire(now, dem, float64(it.req.EstInput))
 		if r == budget.Granted {
 			x.ls.prefixSent(it, now)
-			return x.ls, x.key, tk, 0, false
+			return x.ls, x.key, tk, 0, false, false
 		}
 		if w > 0 && (wait == 0 || w < wait) {
 			wait = w
 		}
 	}
-	return nil, -1, lane.Ticket{}, wait, none
+	return nil, -1, lane.Ticket{}, wait, none, nHeld > 0 && nHeld == len(c)
 }
 
 // keyFor returns the index in ls's org of the next key (round robin) that
@@ -670,7 +683,9 @@ func (d *Dispatcher) finish(a *attempt) {
 	now := d.now()
 	o, it := &a.out, a.it
 	it.last = o
-	a.ls.prefixDone(it, o, now)
+	if a.ls.prefixDone(it, o, a.sentAt) {
+		d.unpark(it.req.CachePrefix)
+	}
 	d.capRetryAfter(a.ls, o)
 	a.ls.l.Done(now, a.ticket, laneResult(a, o))
 	d.count(a, o)
@@ -936,6 +951,12 @@ func (d *Dispatcher) abortQueued() {
 	}
 	for d.retries.Len() > 0 {
 		abort(heap.Pop(&d.retries).(*item))
+	}
+	for p, its := range d.parked {
+		for _, it := range its {
+			abort(it)
+		}
+		delete(d.parked, p)
 	}
 	d.queued = 0
 }

@@ -54,28 +54,43 @@ func (ls *laneState) prefixSent(it *item, now time.Time) {
 	}
 }
 
-// prefixDone updates ls's state of it's prefix with the answer o: an
-// answer that read or wrote the cache makes it warm for its TTL from now;
-// one that did neither (the API did not cache the prefix: shorter in
-// practice than the documented minimum) makes it warm for good, so an
-// uncacheable prefix is never held again; a writer that got no answer
-// leaves it cold, for the next request to write.
-func (ls *laneState) prefixDone(it *item, o *client.Outcome, now time.Time) {
+// prefixDone updates ls's state of it's prefix with the answer o to the
+// attempt sent at sent: an answer that read or wrote the cache makes it
+// warm for its TTL from the send (the API refreshes an entry when the
+// request arrives, not when its answer ends); one that did neither (the
+// API did not cache the prefix: shorter in practice than the documented
+// minimum) makes it warm for good, so an uncacheable prefix is never held
+// again; a writer that got no answer leaves it cold, for the next request
+// to write. It reports whether the prefix stopped being written here, so
+// the requests parked behind it may go.
+func (ls *laneState) prefixDone(it *item, o *client.Outcome, sent time.Time) (released bool) {
 	p := it.req.CachePrefix
 	st := ls.prefixes[p]
 	if p == 0 || st == nil {
-		return
+		return false
 	}
+	was := st.writer != nil
 	switch {
 	case o.Class == client.OK && (o.Usage.CacheReadInputTokens > 0 || o.Usage.CacheCreationInputTokens > 0):
 		ttl := it.req.CacheTTL
 		if ttl <= 0 {
 			ttl = 5 * time.Minute
 		}
-		st.warm, st.writer = now.Add(ttl), nil
+		st.warm, st.writer = sent.Add(ttl), nil
 	case o.Class == client.OK:
-		st.warm, st.writer = now.Add(100*365*24*time.Hour), nil
+		st.warm, st.writer = sent.Add(100*365*24*time.Hour), nil
 	case st.writer == it:
 		st.writer = nil
+	}
+	return was && st.writer == nil
+}
+
+// unpark puts the requests parked behind prefix p back at the front of
+// their queues, in their order.
+func (d *Dispatcher) unpark(p uint64) {
+	its := d.parked[p]
+	delete(d.parked, p)
+	for i := len(its) - 1; i >= 0; i-- {
+		d.queues[its[i].pool].pushFront(its[i])
 	}
 }

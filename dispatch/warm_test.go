@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
+	"time"
 
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/sim"
@@ -36,7 +38,7 @@ func TestPrefixWarmedOncePerOrg(t *testing.T) {
 	a := strings.Repeat("Judge whether the answer is right. ", 290) // ≈ 2,500 tokens
 	b := strings.Repeat("Rate how helpful the answer is. ", 320)
 	writes := func(mark bool) (perOrg map[string]int64, reads int64) {
-		w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 100 })
+		w := loopbackWorld(t, func(c *sim.Config) { c.TimeScale = 20 }) // a 25 ms window before an entry is visible: wide enough for a burst even under -race
 		d := w.dispatcher(t, dispatch.Config{})
 		pa, pb := uint64(0), uint64(0)
 		if mark {
@@ -75,4 +77,56 @@ func TestPrefixWarmedOncePerOrg(t *testing.T) {
 	if most < 2 {
 		t.Errorf("without warming an org wrote a group's prefix at most %d times (%v): the test no longer shows what warming saves", most, cold)
 	}
+}
+
+// TestHeldPrefixDoesNotHoldTheQueue: while a prefix is being written on
+// the only lane, its other requests are set aside and the requests behind
+// them go at once, instead of waiting at the head of the queue for the
+// writer's answer. (Fake time: every answer takes the same latency L.)
+func TestHeldPrefixDoesNotHoldTheQueue(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := pipeWorld(t, func(c *sim.Config) {
+			for k, l := range c.Latency {
+				l.Sigma = 0
+				c.Latency[k] = l
+			}
+		})
+		ks := w.pool.Keys()[:1]
+		if _, err := dispatch.Discover(t.Context(), w.client, ks, "claude-sonnet-4-5"); err != nil {
+			t.Fatal(err)
+		}
+		d, err := dispatch.New(dispatch.Config{Client: w.client, Keys: ks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go d.Serve(t.Context())
+		defer d.Close()
+		// submit returns when the request was first sent: its answer's
+		// time less its latency (first send to answer).
+		submit := func(r *dispatch.Request) <-chan time.Time {
+			done := make(chan time.Time, 1)
+			if err := d.Submit(t.Context(), r, func(res dispatch.Result) {
+				if res.Class != "ok" {
+					t.Errorf("%s: %s %v", r.ID, res.Class, res.Err)
+				}
+				done <- time.Now().Add(-res.Latency)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			return done
+		}
+		// Open the lane first (its header probe goes alone).
+		<-submit(requests(1, "claude-sonnet-4-5")[0])
+		a := prefixed(2, 7, "a", strings.Repeat("Judge whether the answer is right. ", 290))
+		other := requests(2, "claude-sonnet-4-5")[1]
+		start := time.Now()
+		a1, a2, n1 := submit(a[0]), submit(a[1]), submit(other)
+		sA1, sN1, sA2 := <-a1, <-n1, <-a2
+		if sA1.Sub(start) > 0 || sN1.Sub(start) > 0 {
+			t.Errorf("the writer was sent %v in, the request behind the held one %v in: want both at once", sA1.Sub(start), sN1.Sub(start))
+		}
+		if !sA2.After(start) {
+			t.Errorf("the held request was sent at once, not after its prefix's writer answered")
+		}
+	})
 }

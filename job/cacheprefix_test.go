@@ -128,3 +128,22 @@ func TestCachePrefixAuto(t *testing.T) {
 	}
 	t.Log(sum.String())
 }
+
+// TestCachePrefixSmallGroupsAsWritten: a prefix shared by too few
+// requests to repay a write per organization is sent as written.
+func TestCachePrefixSmallGroupsAsWritten(t *testing.T) {
+	e := newEnv(t, 0, nil)
+	writeShared(t, e.in, 6) // three orgs: fewer than 8 sharers
+	rep, err := e.run(e.options())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.PromptCache.Added != 0 {
+		t.Errorf("%d breakpoints added to a prefix six requests share", rep.PromptCache.Added)
+	}
+	for id, r := range e.readResults() {
+		if r.Sluice == nil || r.Sluice.CachePrefix != "" {
+			t.Errorf("%s: %+v, want the request as written", id, r.Sluice)
+		}
+	}
+}

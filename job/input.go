@@ -77,17 +77,30 @@ func minCacheable(model string) int64 {
 	return 1024
 }
 
-// countCached counts info's request if the cache holds its answer.
-func (p *surveyed) countCached(o Options, info jsonl.Info) {
+// countCached counts info's request if the cache holds its answer, and
+// says whether it does.
+func (p *surveyed) countCached(o Options, info jsonl.Info) bool {
 	if o.Cache == nil || o.Cache.Mode() == cache.Off {
-		return
+		return false
 	}
 	k, err := cache.KeyOf(info.Params, o.CacheExtra...)
 	if err != nil {
-		return
+		return false
 	}
 	if msg, ok := o.Cache.Lookup(k); ok && o.Redrive.accept(msg) {
 		p.cached++
+		return true
+	}
+	return false
+}
+
+// countPending counts a request this run gives a result: the response
+// cache's, or a send whose prompt prefix may be shared (a request the
+// response cache answers shares nothing: it is never sent).
+func (p *surveyed) countPending(o Options, info jsonl.Info) {
+	p.pending++
+	if !p.countCached(o, info) {
+		p.countPrefix(o, info)
 	}
 }
 
@@ -132,19 +145,13 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 		e, done := st.Done[info.CustomID]
 		switch {
 		case !done:
-			p.pending++
-			p.countCached(o, info)
-			p.countPrefix(o, info)
+			p.countPending(o, info)
 		case e.Class == api.ClassTransport || e.Class == api.ClassInvalidInput:
 			p.redrive[info.CustomID] = true
-			p.pending++
-			p.countCached(o, info)
-			p.countPrefix(o, info)
+			p.countPending(o, info)
 		case o.Redrive.again(info.CustomID):
 			p.redrive[info.CustomID] = true
-			p.pending++
-			p.countCached(o, info)
-			p.countPrefix(o, info)
+			p.countPending(o, info)
 		case o.Redrive.keepChanged(info.CustomID):
 		case e.ParamsHash != "" && e.ParamsHash != info.ParamsHash:
 			p.nChanged++
@@ -286,21 +293,24 @@ var prefixTTLs = map[route.Side]struct {
 }{route.SideSync: {"5m", 5 * time.Minute}, route.SideBatch: {"1h", time.Hour}}
 
 // prepare adds the prompt-cache breakpoint of req's shared prefix to what
-// is sent on side s (docs/caching.md); a request of no shared prefix, one
-// with a breakpoint of its own, or one already prepared is left alone.
-func (p *surveyed) prepare(s route.Side, req *dispatch.Request, log *slog.Logger) {
-	if p.prefixes == nil || req.Sent != nil {
+// is sent on side s (docs/caching.md); a request of no prefix shared by
+// at least atLeast pending requests, or one with a breakpoint of its own,
+// is left alone. A request prepared for the other side (handed over by a
+// re-plan) is prepared again, for this side's TTL.
+func (p *surveyed) prepare(s route.Side, req *dispatch.Request, atLeast int, log *slog.Logger) {
+	ttl := prefixTTLs[s]
+	if p.prefixes == nil || (req.Sent != nil && req.CacheTTL == ttl.d) {
 		return
 	}
+	req.Sent, req.CachePrefix, req.CacheTTL = nil, 0, 0
 	units, own := cacheprefix.Units(req.Params)
 	if own {
 		return
 	}
-	u, ok := p.prefixes.Shared(units, minCacheable(req.Model))
+	u, ok := p.prefixes.Shared(units, minCacheable(req.Model), atLeast)
 	if !ok {
 		return
 	}
-	ttl := prefixTTLs[s]
 	sent, err := cacheprefix.Inject(req.Params, u.At, ttl.name)
 	if err != nil {
 		log.Warn("prompt cache: the breakpoint could not be added; the request goes as written", "id", req.ID, "err", err)

@@ -77,6 +77,10 @@ type run struct {
 	durable atomic.Int64
 	cache   *cacheSide
 	ledger  cost.Ledger
+	// orgs is how many organizations the dispatcher serves, read once
+	// (prefixSharers).
+	orgsOnce sync.Once
+	orgs     int
 	// pc sums what the prompt cache did for the answers (sink).
 	pcMu  sync.Mutex
 	pc    PromptCacheReport
@@ -450,6 +454,7 @@ func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *re
 	for {
 		gen := r.fan.Generation()
 		for _, req := range r.fan.Handoff(s) {
+			r.in.prepare(s, req, r.prefixSharers(), r.o.Logger) // this side's TTL
 			if err := submit(req); err != nil {
 				return err
 			}
@@ -458,7 +463,7 @@ func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *re
 			r.syncPassing.Store(true)
 		}
 		prepared := func(req *dispatch.Request) error {
-			r.in.prepare(s, req, r.o.Logger)
+			r.in.prepare(s, req, r.prefixSharers(), r.o.Logger)
 			return submit(req)
 		}
 		err := feed(r.feedCtx, r.o, r.st, r.drop, func(line int, id string) bool { return r.fan.Take(s, line, id) }, r.cache.serve, prepared, w)
@@ -676,4 +681,21 @@ func (r *run) countPromptCache(res dispatch.Result, batch bool) {
 		r.pc.ITPMSpared += u.CacheReadInputTokens
 	}
 	r.pc.SavedUSD += uncached - billed
+}
+
+// prefixSharers is how many pending requests must share a prompt prefix
+// before sluice adds a breakpoint for it: each organization writes it
+// once (1.25× its input) before reads (0.1×) repay that, so a prefix
+// shared by fewer than three requests per organization, or fewer than
+// eight, is sent as written (docs/caching.md).
+func (r *run) prefixSharers() int {
+	r.orgsOnce.Do(func() {
+		_, lanes := r.d.Snapshot()
+		seen := map[string]bool{}
+		for _, l := range lanes {
+			seen[l.OrgID+"\x00"+l.Org] = true
+		}
+		r.orgs = len(seen)
+	})
+	return max(8, 3*r.orgs)
 }

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -400,6 +401,35 @@ func TestPromptCacheVisibleOnlyAfterTheWriterBegins(t *testing.T) {
 		after := decode[api.Message](t, request(t, s, "POST", "/v1/messages", FakeKeyHighPrio, body("later"))).Usage
 		if after.CacheReadInputTokens < 2000 || after.CacheCreationInputTokens != 0 {
 			t.Errorf("after the writers answered: %+v, want a read", after)
+		}
+	})
+}
+
+// TestPromptCacheRateLimitedWritesNothing: a request the rate limits
+// refuse is not processed, so it neither writes nor refreshes an entry:
+// the next admitted request of the prefix writes it.
+func TestPromptCacheRateLimitedWritesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestServer(t, func(c *Config) {
+			c.BucketsStartEmpty = true
+			for i := range c.Orgs {
+				c.Orgs[i].Limits = maps.Clone(c.Orgs[i].Limits)
+				l := c.Orgs[i].Limits[api.PoolSonnet4]
+				l.RPM = 60 // one a second, from empty
+				c.Orgs[i].Limits[api.PoolSonnet4] = l
+			}
+		})
+		rubric := strings.Repeat("word ", 2000)
+		body := map[string]any{"model": sonnet, "max_tokens": 16,
+			"system":   []map[string]any{{"type": "text", "text": rubric, "cache_control": map[string]any{"type": "ephemeral"}}},
+			"messages": []map[string]any{{"role": "user", "content": "q"}}}
+		if rec := request(t, s, "POST", "/v1/messages", FakeKeyHighPrio, body); rec.Code != 429 {
+			t.Fatalf("first request on an empty bucket: HTTP %d, want 429", rec.Code)
+		}
+		time.Sleep(2 * time.Second)
+		u := decode[api.Message](t, request(t, s, "POST", "/v1/messages", FakeKeyHighPrio, body)).Usage
+		if u.CacheReadInputTokens != 0 || u.CacheCreationInputTokens < 2000 {
+			t.Errorf("after a 429: %+v, want a write (the refused request wrote nothing)", u)
 		}
 	})
 }
