@@ -123,6 +123,7 @@ type Dispatcher struct {
 	// while that prefix is being written (warm.go), so the items behind
 	// them go on; the writer's end puts them back at the queue's front.
 	parked  map[uint64][]*item
+	parkedN map[api.Pool]int // parked items by pool (tombstones of withdrawn ones included)
 	retries retryHeap
 	queued  int
 	flying  int
@@ -246,7 +247,7 @@ func New(cfg Config) (*Dispatcher, error) {
 		orgs:   map[string]*orgState{},
 		submit: make(chan *item), withdraw: make(chan *item), reclaim: make(chan reclaimCall), closed: make(chan struct{}), served: make(chan struct{}),
 		addKeys: make(chan []*keys.Key),
-		lanes:   map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{}, parked: map[uint64][]*item{},
+		lanes:   map[laneKey]*laneState{}, byPool: map[api.Pool][]*laneState{}, queues: map[api.Pool]*fifo{}, parked: map[uint64][]*item{}, parkedN: map[api.Pool]int{},
 		meters: map[api.Pool]*poolMeter{},
 	}
 	d.attemptCtx, d.abortAttempt = context.WithCancel(context.Background())
@@ -553,7 +554,7 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 				// Every lane that could take it is writing its prefix:
 				// set it aside so the rest of the queue goes on.
 				q.pop()
-				d.parked[it.req.CachePrefix] = append(d.parked[it.req.CachePrefix], it)
+				d.park(it)
 				continue
 			}
 			if none {
@@ -572,7 +573,7 @@ func (d *Dispatcher) admit(now time.Time) time.Time {
 			d.launch(it, ls, key, tk, now)
 		}
 		if len(lanes) > 0 {
-			lanes[0].meter.setWaiting(q.len())
+			lanes[0].meter.setWaiting(q.len() + d.parkedN[pool]) // parked requests go back ahead of the queue
 		}
 		if q.len() == 0 {
 			// Nothing waits: a lane at its limit now is not holding work
@@ -958,6 +959,7 @@ func (d *Dispatcher) abortQueued() {
 		}
 		delete(d.parked, p)
 	}
+	clear(d.parkedN)
 	d.queued = 0
 }
 

@@ -57,6 +57,13 @@ func (d *Dispatcher) reclaimNow(c reclaimCall) {
 				}
 			}
 		}
+		for _, its := range d.parked { // queued too, set aside behind a writer
+			for _, it := range its {
+				if it.fresh() {
+					n++
+				}
+			}
+		}
 		c.n <- n
 		return
 	}
@@ -74,6 +81,25 @@ func (d *Dispatcher) reclaimNow(c reclaimCall) {
 		}
 		clear(q.items[len(keep):])
 		q.items = keep
+	}
+	for p, its := range d.parked {
+		keep := its[:0]
+		for _, it := range its {
+			if it.fresh() && c.want(it.req) {
+				it.where = atEnd
+				d.queued--
+				d.parkedN[it.pool]--
+				out = append(out, it.req)
+				continue
+			}
+			keep = append(keep, it)
+		}
+		clear(its[len(keep):])
+		if len(keep) == 0 {
+			delete(d.parked, p)
+		} else {
+			d.parked[p] = keep
+		}
 	}
 	d.mu.Lock()
 	d.stats.Submitted -= int64(len(out))

@@ -76,7 +76,12 @@ func (ls *laneState) prefixDone(it *item, o *client.Outcome, sent time.Time) (re
 		if ttl <= 0 {
 			ttl = 5 * time.Minute
 		}
-		st.warm, st.writer = sent.Add(ttl), nil
+		// Answers end out of the order they were sent: an older send's
+		// answer must not shorten a later refresh.
+		if w := sent.Add(ttl); w.After(st.warm) {
+			st.warm = w
+		}
+		st.writer = nil
 	case o.Class == client.OK:
 		st.warm, st.writer = sent.Add(100*365*24*time.Hour), nil
 	case st.writer == it:
@@ -91,6 +96,13 @@ func (d *Dispatcher) unpark(p uint64) {
 	its := d.parked[p]
 	delete(d.parked, p)
 	for i := len(its) - 1; i >= 0; i-- {
+		d.parkedN[its[i].pool]--
 		d.queues[its[i].pool].pushFront(its[i])
 	}
+}
+
+// park sets it aside behind its prefix's writers.
+func (d *Dispatcher) park(it *item) {
+	d.parked[it.req.CachePrefix] = append(d.parked[it.req.CachePrefix], it)
+	d.parkedN[it.pool]++
 }

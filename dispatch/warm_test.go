@@ -130,3 +130,44 @@ func TestHeldPrefixDoesNotHoldTheQueue(t *testing.T) {
 		}
 	})
 }
+
+// TestParkedRequestsCanBeReclaimed: requests parked behind their prefix's
+// writer are queued and never attempted, so a re-plan can take them back
+// like any other queued request.
+func TestParkedRequestsCanBeReclaimed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := pipeWorld(t, nil)
+		ks := w.pool.Keys()[:1]
+		if _, err := dispatch.Discover(t.Context(), w.client, ks, "claude-sonnet-4-5"); err != nil {
+			t.Fatal(err)
+		}
+		d, err := dispatch.New(dispatch.Config{Client: w.client, Keys: ks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		go d.Serve(t.Context())
+		defer d.Close()
+		results := make(chan dispatch.Result, 64)
+		cb := func(res dispatch.Result) { results <- res }
+		if err := d.Submit(t.Context(), requests(1, "claude-sonnet-4-5")[0], cb); err != nil { // opens the lane
+			t.Fatal(err)
+		}
+		<-results
+		for _, r := range prefixed(20, 9, "p", strings.Repeat("Judge whether the answer is right. ", 290)) {
+			if err := d.Submit(t.Context(), r, cb); err != nil {
+				t.Fatal(err)
+			}
+		}
+		synctest.Wait() // the writer is out, the other 19 parked
+		if n, err := d.Reclaimable(t.Context()); err != nil || n != 19 {
+			t.Fatalf("reclaimable %d (%v), want the 19 parked behind the writer", n, err)
+		}
+		got, err := d.Reclaim(t.Context(), func(*dispatch.Request) bool { return true })
+		if err != nil || len(got) != 19 {
+			t.Fatalf("reclaimed %d (%v), want 19", len(got), err)
+		}
+		if res := <-results; res.Class != "ok" || res.Request.ID != "p-0" {
+			t.Errorf("the writer: %s %s", res.Request.ID, res.Class)
+		}
+	})
+}
