@@ -12,7 +12,6 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
@@ -119,15 +118,11 @@ func (w AutoWorld) Run(ctx context.Context, binary string, log io.Writer) (AutoR
 		told = *w.Told
 	}
 	toldWorld := plan.FromModel(told.Model(), nil)
-	sp, err := StartSim(ctx, binary, w.Sim, dir)
+	sp, pool, err := StartSimPool(ctx, binary, w.Sim, dir)
 	if err != nil {
 		return res, err
 	}
 	defer sp.Stop()
-	pool, err := simtest.Pool(w.Sim)
-	if err != nil {
-		return res, err
-	}
 	if log == nil {
 		log = io.Discard
 	}

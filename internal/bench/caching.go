@@ -13,7 +13,6 @@ import (
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/sim"
@@ -95,15 +94,11 @@ func (c CachingRun) Run(ctx context.Context, off bool) (CachingResult, error) {
 		return res, err
 	}
 	cfg := c.cachingWorld()
-	sp, err := StartSim(ctx, c.Binary, cfg, dir)
+	sp, pool, err := StartSimPool(ctx, c.Binary, cfg, dir)
 	if err != nil {
 		return res, err
 	}
 	defer sp.Stop()
-	pool, err := simtest.Pool(cfg)
-	if err != nil {
-		return res, err
-	}
 	log := c.Log
 	if log == nil {
 		log = io.Discard

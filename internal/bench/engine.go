@@ -15,7 +15,6 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/sim"
@@ -129,16 +128,11 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 		return res, err
 	}
 	os.Remove(out)
-	sp, err := StartSim(ctx, e.Binary, e.Sim, dir)
+	sp, pool, err := StartSimPool(ctx, e.Binary, e.Sim, dir)
 	if err != nil {
 		return res, err
 	}
 	defer sp.Stop()
-
-	pool, err := simtest.Pool(e.Sim)
-	if err != nil {
-		return res, err
-	}
 	conns := 0
 	for _, c := range e.capsOrDefault() {
 		conns = max(conns, c)

@@ -303,15 +303,11 @@ func (b *JudgeValidation) runArm(ctx context.Context, name, items string, k floa
 		return r, err
 	}
 	cfg := ValidationWorld(k)
-	sp, err := StartSim(ctx, b.Binary, cfg, dir)
+	sp, pool, err := StartSimPool(ctx, b.Binary, cfg, dir)
 	if err != nil {
 		return r, err
 	}
 	defer sp.Stop()
-	pool, err := simtest.Pool(cfg)
-	if err != nil {
-		return r, err
-	}
 	// The clock: preparation (reading items, building requests) is CPU
 	// work that takes the same real time against the real API, so it
 	// counts unscaled; from the first send on, real time × K.

@@ -17,7 +17,6 @@ import (
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
@@ -105,15 +104,11 @@ func (p PredictRun) Run(ctx context.Context, cell PredictCell) (PredictResult, e
 	if err := (workload.Judge{N: cell.N, Seed: p.Seed}).WriteFile(in); err != nil {
 		return res, err
 	}
-	sp, err := StartSim(ctx, p.Binary, cfg, dir)
+	sp, pool, err := StartSimPool(ctx, p.Binary, cfg, dir)
 	if err != nil {
 		return res, err
 	}
 	defer sp.Stop()
-	pool, err := simtest.Pool(cfg)
-	if err != nil {
-		return res, err
-	}
 	logw := p.Log
 	if logw == nil {
 		logw = io.Discard

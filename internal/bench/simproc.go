@@ -17,6 +17,8 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
 
@@ -28,6 +30,22 @@ type SimProcess struct {
 }
 
 var servingRE = regexp.MustCompile(`serving on (http://\S+)`)
+
+// StartSimPool is StartSim and the key pool the simulator's organizations
+// answer to (simtest.Pool): what every benchmark that drives the engine
+// against a child simulator needs.
+func StartSimPool(ctx context.Context, binary string, cfg sim.Config, dir string) (*SimProcess, *keys.Pool, error) {
+	sp, err := StartSim(ctx, binary, cfg, dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := simtest.Pool(cfg)
+	if err != nil {
+		sp.Stop()
+		return nil, nil, err
+	}
+	return sp, pool, nil
+}
 
 // StartSim runs `binary sim --config <cfg> --addr 127.0.0.1:0` and waits
 // until it says where it serves.

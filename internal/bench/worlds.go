@@ -16,7 +16,6 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
@@ -137,15 +136,11 @@ func (w World) Run(ctx context.Context, binary string, log io.Writer) (WorldResu
 	if res.Predicted, res.PredictedLow, res.PredictedHigh, err = predictSync(w.Sim, in); err != nil {
 		return res, err
 	}
-	sp, err := StartSim(ctx, binary, w.Sim, dir)
+	sp, pool, err := StartSimPool(ctx, binary, w.Sim, dir)
 	if err != nil {
 		return res, err
 	}
 	defer sp.Stop()
-	pool, err := simtest.Pool(w.Sim)
-	if err != nil {
-		return res, err
-	}
 	if log == nil {
 		log = io.Discard
 	}
