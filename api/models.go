@@ -63,6 +63,21 @@ type ModelInfo struct {
 	CacheReadsCountITPM bool
 }
 
+// DefaultMinCacheable is the minimum cacheable prefix taken for a model
+// whose minimum is not known: the smallest the docs give a current model
+// besides the newest, so a breakpoint is not withheld (one on a prefix
+// too short is silently not cached and costs nothing).
+const DefaultMinCacheable = 1024
+
+// CacheMinimum is m.MinCacheable, or DefaultMinCacheable when unset (a
+// model the catalog does not know).
+func (m ModelInfo) CacheMinimum() int {
+	if m.MinCacheable > 0 {
+		return m.MinCacheable
+	}
+	return DefaultMinCacheable
+}
+
 var (
 	pricesSonnet4 = Prices{3, 3.75, 6, 0.30, 15}
 	pricesOpus45  = Prices{5, 6.25, 10, 0.50, 25}

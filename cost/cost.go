@@ -68,6 +68,16 @@ func Cost(model string, u api.Usage, batch bool) (usd float64, known bool) {
 	return priceTokens(p, TokensOf(u), batch || u.ServiceTier == api.TierBatch), true
 }
 
+// TokensCost returns the USD cost of t for model at its catalog prices,
+// discounted for batch, and false for a model the catalog does not know.
+func TokensCost(model string, t Tokens, batch bool) (usd float64, known bool) {
+	p, ok := Price(model)
+	if !ok {
+		return 0, false
+	}
+	return priceTokens(p, t, batch), true
+}
+
 // priceTokens returns the USD cost of t at prices p, discounted for batch.
 func priceTokens(p api.Prices, t Tokens, batch bool) float64 {
 	micro := float64(t.Input)*p.Input +

@@ -67,14 +67,12 @@ func (p *surveyed) countPrefix(o Options, info jsonl.Info) {
 	p.prefixes.Add(units, minCacheable(info.Model))
 }
 
-// minCacheable is the model's documented minimum cacheable prefix (1,024
-// for a model the catalog does not know: a breakpoint on a prefix too
-// short is silently not cached and costs nothing).
+// minCacheable is the model's documented minimum cacheable prefix
+// (api.ModelInfo.CacheMinimum; a model the catalog does not know gets the
+// default).
 func minCacheable(model string) int64 {
-	if m, ok := api.LookupModel(model); ok && m.MinCacheable > 0 {
-		return int64(m.MinCacheable)
-	}
-	return 1024
+	m, _ := api.LookupModel(model)
+	return int64(m.CacheMinimum())
 }
 
 // countCached counts info's request if the cache holds its answer, and

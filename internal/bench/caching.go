@@ -119,9 +119,9 @@ func (c CachingRun) Run(ctx context.Context, off bool) (CachingResult, error) {
 	res.Binding = rep.BindingLimit
 	res.Tokens = rep.Cost.Total.Tokens
 	res.TotalUSD = rep.Cost.Total.USD
-	p, _ := cost.Price(model)
-	t := res.Tokens
-	res.InputUSD = (float64(t.Input)*p.Input + float64(t.CacheWrite5m)*p.CacheWrite5m + float64(t.CacheWrite1h)*p.CacheWrite1h + float64(t.CacheRead)*p.CacheRead) / 1e6
+	input := res.Tokens
+	input.Output = 0
+	res.InputUSD, _ = cost.TokensCost(model, input, false)
 	if res.Lost, err = lostRequests(out, c.N); err != nil {
 		return res, err
 	}
