@@ -621,7 +621,7 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *lane
 	sort.SliceStable(c, func(i, j int) bool { return c[i].h > c[j].h })
 	nHeld := 0
 	for _, x := range c {
-		if x.ls.prefixHeld(it, now) {
+		if x.ls.prefixHeld(it) {
 			nHeld++
 			continue // its writer's answer wakes the loop
 		}

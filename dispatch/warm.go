@@ -19,19 +19,22 @@ import (
 
 // prefixState is one prefix on one lane.
 type prefixState struct {
-	writer *item     // the request writing it; nil when cold or warm
-	warm   time.Time // warm until then (zero: cold or being written)
+	// writer is the request writing it; nil when cold or warm. It is set
+	// only once warm has passed, and every answer that makes the prefix
+	// warm clears it, so a writer means the prefix is not warm.
+	writer *item
+	warm   time.Time // warm until then (past or zero: cold, or being written)
 }
 
 // prefixHeld reports whether ls must not send it now: its prefix is being
 // written on ls by another request.
-func (ls *laneState) prefixHeld(it *item, now time.Time) bool {
+func (ls *laneState) prefixHeld(it *item) bool {
 	p := it.req.CachePrefix
 	if p == 0 {
 		return false
 	}
 	st := ls.prefixes[p]
-	return st != nil && st.writer != nil && st.writer != it && !now.Before(st.warm)
+	return st != nil && st.writer != nil && st.writer != it
 }
 
 // prefixSent notes that ls sends it: on a cold prefix it becomes the

@@ -91,15 +91,7 @@ func TestHeldPrefixDoesNotHoldTheQueue(t *testing.T) {
 				c.Latency[k] = l
 			}
 		})
-		ks := w.pool.Keys()[:1]
-		if _, err := dispatch.Discover(t.Context(), w.client, ks, "claude-sonnet-4-5"); err != nil {
-			t.Fatal(err)
-		}
-		d, err := dispatch.New(dispatch.Config{Client: w.client, Keys: ks})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go d.Serve(t.Context())
+		d := oneOrgServing(t, w)
 		defer d.Close()
 		// submit returns when the request was first sent: its answer's
 		// time less its latency (first send to answer).
@@ -137,15 +129,7 @@ func TestHeldPrefixDoesNotHoldTheQueue(t *testing.T) {
 func TestParkedRequestsCanBeReclaimed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := pipeWorld(t, nil)
-		ks := w.pool.Keys()[:1]
-		if _, err := dispatch.Discover(t.Context(), w.client, ks, "claude-sonnet-4-5"); err != nil {
-			t.Fatal(err)
-		}
-		d, err := dispatch.New(dispatch.Config{Client: w.client, Keys: ks})
-		if err != nil {
-			t.Fatal(err)
-		}
-		go d.Serve(t.Context())
+		d := oneOrgServing(t, w)
 		defer d.Close()
 		results := make(chan dispatch.Result, 64)
 		cb := func(res dispatch.Result) { results <- res }
@@ -170,4 +154,20 @@ func TestParkedRequestsCanBeReclaimed(t *testing.T) {
 			t.Errorf("the writer: %s %s", res.Request.ID, res.Class)
 		}
 	})
+}
+
+// oneOrgServing is a dispatcher serving w's first organization only (so
+// every request of a prefix meets the same lane), its loop running.
+func oneOrgServing(t *testing.T, w *world) *dispatch.Dispatcher {
+	t.Helper()
+	ks := w.pool.Keys()[:1]
+	if _, err := dispatch.Discover(t.Context(), w.client, ks, "claude-sonnet-4-5"); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dispatch.New(dispatch.Config{Client: w.client, Keys: ks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go d.Serve(t.Context())
+	return d
 }
