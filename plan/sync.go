@@ -17,9 +17,11 @@ import (
 // out at once. The job is done one latency after its last request is sent.
 //
 // A lane whose limit is below cap ÷ L first spends what its binding bucket
-// holds above the reserve when its sending reaches the refill — a full
-// bucket's (1 − reserve) · window · refill at most, what the ramp left
-// unspent at least — before it is paced (withBurst). The low end of the
+// holds above the reserve when its sending reaches the refill — its start
+// state, the refill while the probe is out and what the ramp left unspent,
+// less the first wave, at most a full bucket's (1 − reserve) · window ·
+// refill — before it is paced (withBurst). A lane never sends more than
+// its bucket has given (laneModel.total). The low end of the
 // range counts on that burst; the central value only when the buckets'
 // depth and level were configured or read (World.BucketsKnown), since a
 // colleague may have spent an assumed burst and the API may enforce a
