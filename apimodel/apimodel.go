@@ -85,6 +85,13 @@ type BatchModel struct {
 	Expiry Duration `json:"expiry"`
 	// ErrorRate is the probability a processed row is errored (api_error).
 	ErrorRate float64 `json:"error_rate,omitempty"`
+	// CacheHit is the probability that a row whose prompt-cache prefix is
+	// warm on the org when its batch begins processing reads it: hits in
+	// Message Batches are best effort (reported 30–98 %). A row that does
+	// not read writes; a batch's rows never read what rows of the same
+	// batch wrote (they run together), so a cold batch reads nothing.
+	// 0: batch rows never read the cache.
+	CacheHit float64 `json:"cache_hit,omitempty"`
 }
 
 // DefaultBatch reproduces what the old system observed: 500-request
@@ -100,6 +107,7 @@ func DefaultBatch() BatchModel {
 		ReadAfterWrite:      Duration(2 * time.Second),
 		CancelDelay:         Duration(10 * time.Second),
 		Expiry:              Duration(api.BatchLifetime),
+		CacheHit:            0.8,
 	}
 }
 

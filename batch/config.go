@@ -121,6 +121,11 @@ type Config struct {
 	// reason: send it through the sync dispatcher. Its result is then the
 	// dispatcher's.
 	OnReroute func(req *call.Request, why string)
+	// OnPrime, if set, receives each primer's outcome (prime.go): a sync
+	// request that wrote a shared prefix into an org's prompt cache right
+	// before its batch, billed at the sync price. Serialized with the
+	// other callbacks.
+	OnPrime func(Prime)
 
 	// Now reads the clock for journal times and deadlines (default
 	// time.Now). Waits use timers: tests run in testing/synctest bubbles.

@@ -62,6 +62,10 @@ type tap struct {
 	// with that status (an error body), unforwarded: 404 is the results
 	// not served yet after the end.
 	resultsStatus func() int
+	// messagesStatus, when non-zero, answers every POST /v1/messages (a
+	// primer) with that status, unforwarded; messages counts them.
+	messagesStatus int
+	messages       int
 }
 
 type createCall struct {
@@ -110,6 +114,15 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 				resp.Body.Close()
 			}
 			return nil, fmt.Errorf("tap: connection dropped after the create was sent")
+		}
+	}
+	if req.Method == "POST" && req.URL.Path == "/v1/messages" {
+		tp.mu.Lock()
+		tp.messages++
+		st := tp.messagesStatus
+		tp.mu.Unlock()
+		if st != 0 {
+			return answer(req, st, "rate_limit_error", "refused by the test gateway"), nil
 		}
 	}
 	isRetrieve := req.Method == "GET" && strings.HasPrefix(req.URL.Path, "/v1/messages/batches/") && !strings.HasSuffix(req.URL.Path, "/results")
@@ -412,7 +425,7 @@ func checkAllOK(t *testing.T, reqs []*call.Request, cols ...*collector) {
 				t.Errorf("%s: body %s", id, res.Body)
 				continue
 			}
-			if !strings.HasPrefix(m.Content[0].Text, sim.AnswerTag(res.Request.Params)) {
+			if !strings.HasPrefix(m.Content[0].Text, sim.AnswerTag(res.Request.Body())) {
 				t.Errorf("%s: answer %q is not its request's", id, m.Content[0].Text)
 			}
 			if res.BatchID == "" || res.Org == "" {

@@ -99,6 +99,11 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 		r.mu.Unlock()
 		return false, r.abandon(c, why, moveReroute)
 	}
+	r.prime(ctx, c, key)
+	if ctx.Err() != nil {
+		return false, context.Cause(ctx) // interrupted while priming: nothing was created
+	}
+	now = r.now()
 	body := buildBody(c.list, c.bytes, c.wireID)
 	c.intentAt = now
 	in := record{Op: opIntent, Chunk: c.id, At: c.intentAt, Org: o.id, OrgLabel: o.label,

@@ -125,7 +125,10 @@ type orgState struct {
 	paused    time.Time
 	dead      bool
 	failures  int // consecutive ambiguous create failures
-	createMu  sync.Mutex
+	// primed is, per shared prefix (call.Request.CachePrefix), when the
+	// org's prompt cache is to be primed again (prime.go).
+	primed   map[uint64]time.Time
+	createMu sync.Mutex
 }
 
 // key returns the org's first live key that is neither suspect nor
@@ -239,6 +242,10 @@ type Stats struct {
 	// (other custom_ids, or answers from another model): nothing was
 	// harvested from them and their chunks were re-driven.
 	Foreign int64
+	// Primed counts the sync primers that wrote a shared prefix into an
+	// org's prompt cache before its batches; PrimeFailed those that got no
+	// answer (the batch was created anyway).
+	Primed, PrimeFailed int64
 	// InFlight is, per org label, the requests in unended batches.
 	InFlight map[string]int
 	// Turnaround is, per org label, the batches that ended without being
@@ -286,7 +293,7 @@ func New(cfg Config) (*Runner, error) {
 		}
 		o := r.byOrg[id]
 		if o == nil {
-			o = &orgState{id: id, label: k.Label()}
+			o = &orgState{id: id, label: k.Label(), primed: map[uint64]time.Time{}}
 			r.byOrg[id] = o
 			r.orgs = append(r.orgs, o)
 		}

@@ -10,6 +10,8 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/route"
+	"github.com/sluice-dev/sluice/sim"
 )
 
 // writeShared writes n requests that share a long system prompt (≈ 2,600
@@ -146,4 +148,75 @@ func TestCachePrefixSmallGroupsAsWritten(t *testing.T) {
 			t.Errorf("%s: %+v, want the request as written", id, r.Sluice)
 		}
 	}
+}
+
+// TestCachePrefixBatchRoute: on the batch route the breakpoint carries
+// the 1 h TTL, each org that takes a batch is primed once by a sync
+// request right before its first one, and the batches then read the
+// prefix on most rows (best effort: the simulator's cache_hit); the report
+// gives the batch hit rate, the primers and their cost, and the job costs
+// less than the same job with --cache-prefix off.
+func TestCachePrefixBatchRoute(t *testing.T) {
+	const n = 600
+	run := func(off bool) (*env, *job.Report) {
+		e := newEnv(t, 0, func(c *sim.Config) { c.TimeScale = 2000 })
+		writeShared(t, e.in, n)
+		o := e.options()
+		o.CachePrefixOff = off
+		o.Plan = batchRouting(1)
+		rep, err := e.run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.Succeeded != n {
+			t.Fatalf("off=%v: %d of %d succeeded", off, rep.Succeeded, n)
+		}
+		return e, rep
+	}
+	auto, rep := run(false)
+	for id, r := range auto.readResults() {
+		if r.Sluice == nil || r.Sluice.Route != route.Batch || r.Sluice.CachePrefix != "1h" {
+			t.Fatalf("%s: metadata %+v, want the batch route and cache_prefix 1h", id, r.Sluice)
+		}
+	}
+	var orgs int64
+	var reads, writes, primerWrites int64
+	for _, o := range auto.sim.Stats().Orgs {
+		if o.Batches.Created > 0 {
+			orgs++
+		}
+		reads += o.Batches.CacheReadTokens
+		writes += o.Batches.CacheWriteTokens
+		primerWrites += o.Pools[api.PoolSonnet4].CacheWriteTokens
+	}
+	pc := rep.PromptCache
+	if orgs == 0 || pc.Primers != orgs || rep.Batch.Primed != orgs {
+		t.Errorf("%d primers (batch stats %d) for %d orgs with batches, want one each", pc.Primers, rep.Batch.Primed, orgs)
+	}
+	if pc.BatchReadTokens != reads || pc.BatchWriteTokens != writes || pc.WriteTokens != writes+primerWrites || pc.ITPMSpared != 0 {
+		t.Errorf("report %+v; the simulator's batches read %d and wrote %d, its primers wrote %d", pc, reads, writes, primerWrites)
+	}
+	if hr := pc.BatchHitRate(); hr < 0.6 {
+		t.Errorf("batch hit rate %.2f, want most rows to read a primed prefix", hr)
+	}
+	if rep.Cost.Total.SyncUSD <= 0 {
+		t.Errorf("the primers' cost is not in the run's: %+v", rep.Cost.Total)
+	}
+	_, offRep := run(true)
+	if offRep.PromptCache.Primers != 0 || offRep.Cost.Total.SyncUSD != 0 {
+		t.Errorf("--cache-prefix off primed: %+v", offRep.PromptCache)
+	}
+	offCost, autoCost := offRep.Cost.Total.USD, rep.Cost.Total.USD
+	if autoCost >= 0.75*offCost {
+		t.Errorf("batch cost with auto $%.4f, off $%.4f: want well under", autoCost, offCost)
+	}
+	if d := offCost - (autoCost + pc.SavedUSD); d > 0.02*offCost || d < -0.02*offCost {
+		t.Errorf("saved $%.4f, but off cost $%.4f and auto $%.4f", pc.SavedUSD, offCost, autoCost)
+	}
+	var sum strings.Builder
+	rep.Summary(&sum)
+	if !strings.Contains(sum.String(), fmt.Sprintf("after %d primers", orgs)) {
+		t.Errorf("the summary does not give the batch hit rate:\n%s", sum.String())
+	}
+	t.Log(sum.String())
 }

@@ -7,8 +7,10 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/cost"
@@ -72,10 +74,28 @@ type PromptCacheReport struct {
 	Added       int64 `json:"breakpoints_added"`
 	ReadTokens  int64 `json:"read_tokens"`
 	WriteTokens int64 `json:"write_tokens"`
-	// ITPMSpared is the read tokens of models whose cache reads are not
-	// charged to ITPM (all current ones: api.ModelInfo.CacheReadsCountITPM).
+	// ITPMSpared is the sync answers' read tokens of models whose cache
+	// reads are not charged to ITPM (all current ones:
+	// api.ModelInfo.CacheReadsCountITPM); batches are not charged to ITPM.
 	ITPMSpared int64   `json:"itpm_spared_tokens"`
 	SavedUSD   float64 `json:"saved_usd"`
+	// BatchReadTokens and BatchWriteTokens are the batch answers' share of
+	// ReadTokens and WriteTokens: hits in Message Batches are best effort.
+	BatchReadTokens  int64 `json:"batch_read_tokens"`
+	BatchWriteTokens int64 `json:"batch_write_tokens"`
+	// Primers is the sync requests that wrote a prefix into an org's cache
+	// right before its batches; their cost is in SavedUSD (taken off) and
+	// in the run's cost, their writes in WriteTokens.
+	Primers int64 `json:"batch_primers"`
+}
+
+// BatchHitRate is the share of the batch answers' cacheable input read
+// rather than written.
+func (p PromptCacheReport) BatchHitRate() float64 {
+	if p.BatchReadTokens+p.BatchWriteTokens == 0 {
+		return 0
+	}
+	return float64(p.BatchReadTokens) / float64(p.BatchReadTokens+p.BatchWriteTokens)
 }
 
 // HitRate is the share of cacheable input read rather than written.
@@ -166,15 +186,31 @@ type KeyReport struct {
 	Reason  string `json:"reason,omitempty"`
 }
 
-func (r *Report) finish(d *dispatch.Dispatcher, l *cost.Ledger, written int64, wall time.Duration) {
+// batchCounts counts the batch path's answers by class.
+type batchCounts struct{ ok, final, transport atomic.Int64 }
+
+func (b *batchCounts) add(class string) {
+	switch class {
+	case api.ClassOK:
+		b.ok.Add(1)
+	case api.ClassFinal:
+		b.final.Add(1)
+	case api.ClassTransport:
+		b.transport.Add(1)
+	}
+}
+
+// finish fills in the run's results: the dispatcher's and the batch
+// path's (b) answers by class, the lanes, the cost.
+func (r *Report) finish(d *dispatch.Dispatcher, b *batchCounts, l *cost.Ledger, written int64, wall time.Duration) {
 	r.WallSeconds = wall.Seconds()
 	r.Requests.Written = int(written)
 	st, lanes := d.Snapshot()
-	r.Succeeded = st.OK
-	r.Errored.Final, r.Errored.Transport = st.Final, st.Transport
+	r.Succeeded = st.OK + b.ok.Load()
+	r.Errored.Final, r.Errored.Transport = st.Final+b.final.Load(), st.Transport+b.transport.Load()
 	r.Retries.RateLimited, r.Retries.Overloaded, r.Retries.Failed = st.RetriesRateLimited, st.RetriesOverloaded, st.RetriesFailed
 	if wall > 0 {
-		r.ThroughputRPM = float64(st.OK+st.Final+st.Transport) / wall.Minutes()
+		r.ThroughputRPM = float64(r.Succeeded+r.Errored.Final+r.Errored.Transport) / wall.Minutes()
 	}
 	waited := map[string]time.Duration{}
 	for _, v := range lanes {
@@ -293,6 +329,9 @@ func (r *Report) Summary(w io.Writer) {
 	if pc := r.PromptCache; pc.ReadTokens+pc.WriteTokens > 0 || pc.Added > 0 {
 		fmt.Fprintf(w, "  prompt cache: %d requests sent with a breakpoint sluice added; %d tokens read, %d written (%.1f %% read), %d input tokens not charged to ITPM; saved $%.4f\n",
 			pc.Added, pc.ReadTokens, pc.WriteTokens, 100*pc.HitRate(), pc.ITPMSpared, pc.SavedUSD)
+		if n := pc.BatchReadTokens + pc.BatchWriteTokens; n > 0 || pc.Primers > 0 {
+			fmt.Fprintf(w, "    batch: %.1f %% of %d cacheable input tokens read, after %d primers\n", 100*pc.BatchHitRate(), n, pc.Primers)
+		}
 		for _, l := range r.Lanes {
 			if n := l.CacheReadTokens + l.CacheWriteTokens; n > 0 {
 				fmt.Fprintf(w, "    %-12s %-10s %.1f %% of %d cacheable input tokens read\n", l.Org, l.Pool, 100*float64(l.CacheReadTokens)/float64(n), n)

@@ -82,10 +82,13 @@ type run struct {
 	orgsOnce sync.Once
 	orgs     int
 	// pc sums what the prompt cache did for the answers (sink).
-	pcMu  sync.Mutex
-	pc    PromptCacheReport
-	todo  int    // requests this run gives a result
-	model string // for the key probes: the input's first model
+	pcMu sync.Mutex
+	pc   PromptCacheReport
+	// batchResults counts the batch path's answers by class (sink): the
+	// dispatcher's snapshot counts only its own.
+	batchResults batchCounts
+	todo         int    // requests this run gives a result
+	model        string // for the key probes: the input's first model
 	// discover (rotations append while the run sends)
 	disc []dispatch.Discovery
 	// plan
@@ -316,6 +319,7 @@ func (r *run) sink(res dispatch.Result, batchID string) {
 	if batchID != "" {
 		via = route.Batch
 		rec.Sluice.Route, rec.Sluice.BatchID = via, batchID
+		r.batchResults.add(res.Class)
 	}
 	if res.Class == api.ClassOK {
 		r.cache.store(res.Request, res.Body, via)
@@ -350,6 +354,7 @@ func (r *run) send(ctx context.Context) error {
 		// dropped from it by Open.
 		Done:  func(id string) bool { _, ok := r.st.Done[id]; return ok },
 		Sink:  r.sink,
+		Prime: r.primed,
 		Lines: r.replanLines(),
 		Reroute: func(req *dispatch.Request, why string) {
 			r.o.Logger.Debug("batch request re-routed to sync", "id", req.ID, "why", why)
@@ -615,7 +620,7 @@ func (r *run) report(ctx context.Context) (*Report, error) {
 	close(r.progDone) // the last frame shows every durable result
 	r.progWG.Wait()
 
-	rep.finish(r.d, &r.ledger, r.durable.Load(), r.since())
+	rep.finish(r.d, &r.batchResults, &r.ledger, r.durable.Load(), r.since())
 	if r.o.Observe != nil {
 		_, views := r.d.Snapshot()
 		r.o.Observe(views, rep.Batch, int(r.in.summary.MeanMaxTokens()+0.5))
@@ -677,10 +682,35 @@ func (r *run) countPromptCache(res dispatch.Result, batch bool) {
 	}
 	r.pc.ReadTokens += u.CacheReadInputTokens
 	r.pc.WriteTokens += u.CacheCreationInputTokens
-	if m, ok := api.LookupModel(res.Request.Model); !ok || !m.CacheReadsCountITPM {
-		r.pc.ITPMSpared += u.CacheReadInputTokens
+	if batch {
+		r.pc.BatchReadTokens += u.CacheReadInputTokens
+		r.pc.BatchWriteTokens += u.CacheCreationInputTokens
+	}
+	if m, ok := api.LookupModel(res.Request.Model); !batch && (!ok || !m.CacheReadsCountITPM) {
+		r.pc.ITPMSpared += u.CacheReadInputTokens // batches are not charged to ITPM at all
 	}
 	r.pc.SavedUSD += uncached - billed
+}
+
+// primed counts a sync primer the batch path sent before a batch
+// (docs/caching.md, "Priming before batches"): its cost is the run's (the
+// ledger and --max-cost) and, being spent only for the cache, comes off
+// what the cache saved; its write is one of the prompt cache's.
+func (r *run) primed(p batch.Prime) {
+	if !p.OK {
+		return
+	}
+	r.ledger.Add(p.Org, p.Model, p.Usage, false)
+	usd, _ := cost.Cost(p.Model, p.Usage, false)
+	r.pcMu.Lock()
+	r.pc.Primers++
+	r.pc.WriteTokens += p.Usage.CacheCreationInputTokens
+	r.pc.ReadTokens += p.Usage.CacheReadInputTokens
+	r.pc.SavedUSD -= usd
+	r.pcMu.Unlock()
+	if r.o.MaxCost > 0 && r.ledger.Total() >= r.o.MaxCost {
+		r.halt(fmt.Sprintf("--max-cost $%.2f reached", r.o.MaxCost))
+	}
 }
 
 // prefixSharers is how many pending requests must share a prompt prefix

@@ -48,6 +48,10 @@ type Config struct {
 	// stuck, cancelled, no key for its org), with the reason: send it on
 	// sync, where its answer goes to the same Sink.
 	Reroute func(req *dispatch.Request, why string)
+	// Prime, if set, receives each sync primer the batch path sends to
+	// write a shared prefix into an org's prompt cache before its batch
+	// (batch.Config.OnPrime): its cost is the run's.
+	Prime func(batch.Prime)
 	// Lines > 0 is the input's line count when the run may re-plan: the
 	// feeders then take lines through Take and pass again through
 	// PassDone, so Fanout.Reroute can change the routing mid-run.
@@ -140,6 +144,7 @@ func (f *Fanout) openRunner(bc batch.Config, harvestOnly bool) (*batch.Runner, e
 	sink := c.Sink
 	bc.OnResult = func(r batch.Result) { sink(r.Result, r.BatchID) }
 	bc.OnReroute = c.Reroute
+	bc.OnPrime = c.Prime
 	return batch.New(bc)
 }
 

@@ -37,6 +37,11 @@ type batchRow struct {
 	maxTokens int64
 	verdict   bool // answered with a JSON verdict (prompt.verdict)
 	invalid   *requestError
+	// The row's prompt-cache prefix (prompt.cachePrefix, cacheKey,
+	// cacheTTL) and, once its batch ended, what it read or wrote.
+	cachePrefix, cacheRead, cacheWrite int64
+	cacheKey                           uint64
+	cacheTTL                           time.Duration
 }
 
 type simBatch struct {
@@ -44,6 +49,7 @@ type simBatch struct {
 	rows      []batchRow
 	created   time.Time
 	start     time.Time // processing may begin
+	began     time.Time // processing began (zero: not yet)
 	expires   time.Time
 	visible   time.Time // read-after-write window ends
 	done      float64   // requests processed so far
@@ -105,6 +111,9 @@ func (q *batchQueue) advance(now time.Time) {
 				continue
 			}
 			use := math.Min(float64(len(b.rows))-b.done, budget)
+			if b.began.IsZero() && use > 0 {
+				b.began = t
+			}
 			b.done += use
 			budget -= use
 			used += use
@@ -144,13 +153,16 @@ func (q *batchQueue) end(b *simBatch, t time.Time, rest string) {
 	b.outcome = rest
 	w := q.org.w
 	var c api.RequestCounts
+	q.cacheRows(b, t)
 	for i := range b.rows {
 		switch q.rowResult(b, i) {
 		case api.ResultSucceeded:
 			c.Succeeded++
 			row := &b.rows[i]
 			ans := w.cfg.answer(row.hash, row.verdict, row.maxTokens)
-			q.counters.InputTokens += row.in
+			q.counters.InputTokens += row.in - row.cacheRead - row.cacheWrite
+			q.counters.CacheReadTokens += row.cacheRead
+			q.counters.CacheWriteTokens += row.cacheWrite
 			q.counters.OutputTokens += ans.outputTokens
 			w.bodies.answered(row.hash)
 		case api.ResultErrored:
@@ -167,6 +179,53 @@ func (q *batchQueue) end(b *simBatch, t time.Time, rest string) {
 	q.counters.Errored += c.Errored
 	q.counters.Canceled += c.Canceled
 	q.counters.Expired += c.Expired
+}
+
+// cacheRows applies the prompt-cache model to the succeeded rows of b,
+// ended at t: a row whose prefix was warm on the org when b began
+// processing reads it with probability CacheHit (best effort, drawn from
+// the row's hash so a results file reads the same twice); every other row
+// writes it. Rows of one batch run together, so none reads what another
+// row of b wrote: a cold batch reads nothing. At t the entries b read are
+// refreshed and those it wrote become visible, each for its TTL. Requires
+// q.mu.
+func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
+	o := q.org
+	if b.began.IsZero() {
+		return
+	}
+	hit := o.batch.CacheHit
+	type touch struct{ ttl time.Duration }
+	touched := map[uint64]touch{}
+	o.cacheMu.Lock()
+	defer o.cacheMu.Unlock()
+	for i := range b.rows {
+		row := &b.rows[i]
+		if row.cachePrefix == 0 || q.rowResult(b, i) != api.ResultSucceeded {
+			continue
+		}
+		e, ok := o.cache[row.cacheKey]
+		warm := ok && !b.began.Before(e.visible) && b.began.Before(e.expires)
+		if warm && float64(mix(row.hash^0xcac4e)>>11)/(1<<53) < hit {
+			row.cacheRead = row.cachePrefix
+		} else {
+			row.cacheWrite = row.cachePrefix
+		}
+		if tt := touched[row.cacheKey]; row.cacheTTL > tt.ttl {
+			touched[row.cacheKey] = touch{row.cacheTTL}
+		}
+	}
+	for key, tt := range touched {
+		ttl := time.Duration(float64(tt.ttl) / o.w.cfg.TimeScale)
+		e, ok := o.cache[key]
+		if !ok || !t.Before(e.expires) || t.Before(e.visible) {
+			e.visible = t
+		}
+		if exp := t.Add(ttl); exp.After(e.expires) {
+			e.expires = exp
+		}
+		o.cache[key] = e
+	}
 }
 
 // rowResult is the result type of row i of an ended batch.
@@ -274,6 +333,7 @@ func (s *Server) handleBatchCreate(rw http.ResponseWriter, r *http.Request) {
 			row.invalid = rerr
 		} else {
 			row.model, row.in, row.maxTokens, row.verdict = p.model, p.inputTokens, p.maxTokens(), p.verdict
+			row.cachePrefix, row.cacheKey, row.cacheTTL = p.cachePrefix, p.cacheKey, p.cacheTTL
 		}
 		rows[i] = row
 	}
@@ -410,7 +470,14 @@ func (s *Server) handleBatchResults(rw http.ResponseWriter, r *http.Request) {
 				m := &api.Message{
 					ID: fmt.Sprintf("msg_01batch%s%06d", b.id[len(b.id)-8:], i), Type: "message", Role: "assistant",
 					Model: row.model, Content: []api.ContentBlock{}, StopReason: ans.stopReason,
-					Usage: api.Usage{InputTokens: row.in, OutputTokens: ans.outputTokens, CacheCreation: &api.CacheCreation{}, ServiceTier: api.TierBatch, InferenceGeo: "global"},
+					Usage: api.Usage{InputTokens: row.in - row.cacheRead - row.cacheWrite, OutputTokens: ans.outputTokens,
+						CacheReadInputTokens: row.cacheRead, CacheCreationInputTokens: row.cacheWrite,
+						CacheCreation: &api.CacheCreation{}, ServiceTier: api.TierBatch, InferenceGeo: "global"},
+				}
+				if row.cacheTTL == time.Hour {
+					m.Usage.CacheCreation.Ephemeral1h = row.cacheWrite
+				} else {
+					m.Usage.CacheCreation.Ephemeral5m = row.cacheWrite
 				}
 				if ans.text != "" {
 					m.Content = []api.ContentBlock{{Type: "text", Text: ans.text}}

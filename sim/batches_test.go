@@ -309,3 +309,95 @@ func TestCreateLost(t *testing.T) {
 		t.Errorf("%d batches listed, want %d (each create happened)", len(page.Data), n)
 	}
 }
+
+// TestBatchPromptCache: in Message Batches hits are best effort. A cold
+// batch reads nothing (its rows run together, none sees another's write);
+// a batch that begins once the prefix is warm — written by an earlier
+// batch or primed by one sync request — reads it on about CacheHit of its
+// rows and writes it on the rest; the usage of each row says which, with
+// the write in the TTL's bucket; CacheHit 0 never reads.
+func TestBatchPromptCache(t *testing.T) {
+	rubric := strings.Repeat("word ", 2000) // above Sonnet's minimum
+	params := func(q string) map[string]any {
+		return map[string]any{"model": sonnet, "max_tokens": 16,
+			"system":   []map[string]any{{"type": "text", "text": rubric, "cache_control": map[string]any{"type": "ephemeral", "ttl": "1h"}}},
+			"messages": []map[string]any{{"role": "user", "content": q}}}
+	}
+	batchOfPrefix := func(tag string, n int) api.BatchCreate {
+		var c api.BatchCreate
+		for i := range n {
+			c.Requests = append(c.Requests, api.BatchRequest{CustomID: fmt.Sprintf("%s-%d", tag, i), Params: mustJSON(params(fmt.Sprintf("%s question %d", tag, i)))})
+		}
+		return c
+	}
+	// run creates a batch, waits for its end and returns its rows' reads
+	// and writes.
+	run := func(t *testing.T, s *Server, tag string, n int) (reads, writes int, prefix int64) {
+		t.Helper()
+		b := createBatch(t, s, FakeKeyBatch, batchOfPrefix(tag, n))
+		time.Sleep(5 * time.Second) // past the read-after-write window
+		for getBatch(t, s, FakeKeyBatch, b.ID).ProcessingStatus != api.BatchEnded {
+			time.Sleep(5 * time.Second)
+		}
+		for _, l := range results(t, s, FakeKeyBatch, b.ID) {
+			u := l.Result.Message.Usage
+			switch {
+			case u.CacheReadInputTokens > 0 && u.CacheCreationInputTokens == 0:
+				reads++
+				prefix = u.CacheReadInputTokens
+			case u.CacheCreationInputTokens > 0 && u.CacheReadInputTokens == 0 && u.CacheCreation.Ephemeral1h == u.CacheCreationInputTokens:
+				writes++
+			default:
+				t.Fatalf("row %s: %+v, want a read or a 1 h write", l.CustomID, u)
+			}
+		}
+		return reads, writes, prefix
+	}
+	t.Run("cold, then warm", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newTestServer(t, nil)
+			if r, w, _ := run(t, s, "cold", 20); r != 0 || w != 20 {
+				t.Fatalf("a cold batch: %d reads, %d writes; want 0 and 20", r, w)
+			}
+			r, w, prefix := run(t, s, "warm", 200)
+			if r+w != 200 || r < 140 || r > 190 {
+				t.Fatalf("a batch after a batch wrote the prefix: %d reads, %d writes; want about 80 %% reads", r, w)
+			}
+			st := s.Stats().Orgs["batch"].Batches
+			if st.CacheReadTokens != int64(r)*prefix || st.CacheWriteTokens != int64(20+w)*prefix {
+				t.Fatalf("counters %+v, want %d read and %d written tokens", st, int64(r)*prefix, int64(20+w)*prefix)
+			}
+		})
+	})
+	t.Run("primed by one sync request", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newTestServer(t, nil)
+			primer := decode[api.Message](t, request(t, s, "POST", "/v1/messages", FakeKeyBatch, params("primer"))).Usage
+			if primer.CacheCreation.Ephemeral1h < 2000 {
+				t.Fatalf("primer %+v, want a 1 h write", primer)
+			}
+			if r, w, _ := run(t, s, "primed", 100); r < 65 || r > 95 || r+w != 100 {
+				t.Fatalf("a primed batch: %d reads, %d writes; want about 80 reads", r, w)
+			}
+		})
+	})
+	t.Run("expired", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newTestServer(t, nil)
+			request(t, s, "POST", "/v1/messages", FakeKeyBatch, params("primer"))
+			time.Sleep(61 * time.Minute) // past the 1 h TTL before the batch begins
+			if r, _, _ := run(t, s, "late", 20); r != 0 {
+				t.Fatalf("%d reads of an expired entry", r)
+			}
+		})
+	})
+	t.Run("cache_hit 0", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			s := newTestServer(t, func(c *Config) { c.Batch.CacheHit = 0 })
+			request(t, s, "POST", "/v1/messages", FakeKeyBatch, params("primer"))
+			if r, w, _ := run(t, s, "never", 20); r != 0 || w != 20 {
+				t.Fatalf("cache_hit 0: %d reads, %d writes", r, w)
+			}
+		})
+	})
+}

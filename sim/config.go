@@ -424,6 +424,9 @@ func validateBatch(b BatchModel, where string) error {
 	if b.ErrorRate < 0 || b.ErrorRate > 1 {
 		return fmt.Errorf("sim: %s: error_rate must be in [0,1]", where)
 	}
+	if b.CacheHit < 0 || b.CacheHit > 1 {
+		return fmt.Errorf("sim: %s: cache_hit must be in [0,1]", where)
+	}
 	return nil
 }
 

@@ -76,8 +76,12 @@ type BatchCounters struct {
 	Errored        int64 `json:"errored"`
 	Canceled       int64 `json:"canceled"`
 	Expired        int64 `json:"expired"`
-	InputTokens    int64 `json:"input_tokens"`
-	OutputTokens   int64 `json:"output_tokens"`
+	// InputTokens are the succeeded rows' uncached input tokens;
+	// CacheReadTokens and CacheWriteTokens their prompt-cache input.
+	InputTokens      int64 `json:"input_tokens"`
+	OutputTokens     int64 `json:"output_tokens"`
+	CacheReadTokens  int64 `json:"cache_read_tokens"`
+	CacheWriteTokens int64 `json:"cache_write_tokens"`
 	// Queued is the number of requests waiting in the processing queue.
 	Queued int64 `json:"queued"`
 }

@@ -224,7 +224,7 @@ func readPrompt(cfg *Config, body []byte, inBatch bool) (*prompt, *requestError)
 	if r.CacheControl != nil { // automatic caching: the whole prompt is the prefix
 		segment("", 0, r.CacheControl)
 	}
-	if lastBreak.tokens >= int64(p.info.CacheMinimum()) {
+	if cfg.PromptCache && lastBreak.tokens >= int64(p.info.CacheMinimum()) {
 		p.cachePrefix, p.cacheKey, p.cacheTTL = lastBreak.tokens, lastBreak.key, lastBreak.ttl
 	}
 	return p, nil

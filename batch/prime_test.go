@@ -1,0 +1,191 @@
+package batch
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/sluice-dev/sluice/call"
+	"github.com/sluice-dev/sluice/jsonl"
+)
+
+// cachedRequests returns n Sonnet requests sharing a long system prompt,
+// prepared as the job prepares them for the batch route: Sent carries a
+// 1 h breakpoint at the end of the system prompt, CachePrefix names it.
+func cachedRequests(n int, extra map[string]any) []*call.Request {
+	rubric := strings.Repeat("criterion ", 3000) // above Sonnet's minimum
+	out := make([]*call.Request, n)
+	for i := range out {
+		body := func(cc bool) []byte {
+			sys := map[string]any{"type": "text", "text": rubric}
+			if cc {
+				sys["cache_control"] = map[string]any{"type": "ephemeral", "ttl": "1h"}
+			}
+			m := map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 64,
+				"system":   []any{sys},
+				"messages": []map[string]any{{"role": "user", "content": fmt.Sprintf("Judge answer number %d.", i)}}}
+			for k, v := range extra {
+				m[k] = v
+			}
+			b, _ := json.Marshal(m)
+			return b
+		}
+		p := body(false)
+		out[i] = &call.Request{ID: fmt.Sprintf("r%d", i), Params: p, Sent: body(true), Model: "claude-sonnet-4-5",
+			MaxTokens: 64, ParamsHash: jsonl.ParamsHash(p), CachePrefix: 0xfeed, CacheTTL: time.Hour}
+	}
+	return out
+}
+
+// primes collects OnPrime calls.
+type primes struct {
+	mu   sync.Mutex
+	list []Prime
+}
+
+func (p *primes) add(pr Prime) { p.mu.Lock(); p.list = append(p.list, pr); p.mu.Unlock() }
+
+// readShare is the share of rows that read the prompt cache, and of rows
+// that wrote it.
+func readShare(col *collector) (reads, writes int) {
+	for _, res := range col.results {
+		switch {
+		case res.Usage.CacheReadInputTokens > 0:
+			reads++
+		case res.Usage.CacheCreationInputTokens > 0:
+			writes++
+		}
+	}
+	return reads, writes
+}
+
+// TestPrimedBatchesReadTheCache: chunks created together on cold orgs
+// read nothing (each batch's rows run together), so the Runner writes each
+// org's shared prefix with one sync primer (max_tokens 1, the 1 h
+// breakpoint) right before that org's first chunk, and the batches then
+// read it on most rows; a prefix is primed once per org, not per chunk.
+func TestPrimedBatchesReadTheCache(t *testing.T) {
+	for _, prime := range []bool{true, false} {
+		t.Run(fmt.Sprintf("prime=%v", prime), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorld(t, nil)
+				reqs := cachedRequests(60, nil)
+				if !prime { // what a request without a known shared prefix gets
+					for _, q := range reqs {
+						q.CachePrefix = 0
+					}
+				}
+				var ps primes
+				cfg := w.config()
+				cfg.OnPrime = ps.add
+				col, r, err := w.run(t, cfg, reqs, nil, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkAllOK(t, reqs, col)
+				reads, writes := readShare(col)
+				st := r.Stats()
+				orgs := 0
+				for _, n := range st.Turnaround {
+					if n.Batches > 0 {
+						orgs++
+					}
+				}
+				if !prime {
+					if reads != 0 || len(ps.list) != 0 || w.tap.messages != 0 {
+						t.Fatalf("unprimed cold batches: %d reads, %d primers", reads, len(ps.list))
+					}
+					return
+				}
+				if len(ps.list) != orgs || st.Primed != int64(orgs) || w.tap.messages != orgs {
+					t.Fatalf("%d primers (stats %d, on the wire %d) for %d orgs, want one each", len(ps.list), st.Primed, w.tap.messages, orgs)
+				}
+				for _, pr := range ps.list {
+					if !pr.OK || pr.Usage.CacheCreation == nil || pr.Usage.CacheCreation.Ephemeral1h < 3000 || pr.Usage.OutputTokens > 1 || pr.Model != "claude-sonnet-4-5" {
+						t.Fatalf("primer %+v, want a 1 h write and at most one output token", pr)
+					}
+				}
+				if reads < 40 || reads+writes != len(reqs) {
+					t.Fatalf("primed batches: %d reads and %d writes of %d rows; want most to read", reads, writes, len(reqs))
+				}
+			})
+		})
+	}
+}
+
+// TestPrimerFailureCreatesAnyway: a primer refused (a busy sync lane's
+// 429) is counted and logged, and the batch is created all the same.
+func TestPrimerFailureCreatesAnyway(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, nil, "batch")
+		w.tap.messagesStatus = 429
+		reqs := cachedRequests(20, nil)
+		var ps primes
+		cfg := w.config()
+		cfg.OnPrime = ps.add
+		col, r, err := w.run(t, cfg, reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAllOK(t, reqs, col)
+		st := r.Stats()
+		if st.PrimeFailed == 0 || st.Primed != 0 || len(ps.list) != int(st.PrimeFailed) || ps.list[0].OK {
+			t.Fatalf("stats %+v, primes %+v", st, ps.list)
+		}
+		if st.Created != 2 {
+			t.Fatalf("%d batches created, want 2", st.Created)
+		}
+	})
+}
+
+// TestThinkingIsNotPrimed: a primer with max_tokens 1 cannot carry a
+// thinking budget, so a request with extended thinking is not primed.
+func TestThinkingIsNotPrimed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, nil, "batch")
+		reqs := cachedRequests(10, map[string]any{"thinking": map[string]any{"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048})
+		cfg := w.config()
+		col, r, err := w.run(t, cfg, reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(col.results) != 10 || r.Stats().Primed != 0 || w.tap.messages != 0 {
+			t.Fatalf("%d results, %d primed, %d primers on the wire", len(col.results), r.Stats().Primed, w.tap.messages)
+		}
+	})
+}
+
+func TestPrimerBody(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want map[string]any
+		ok   bool
+	}{
+		{`{"model":"m","max_tokens":512,"stream":true,"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"1h"}}],"messages":[{"role":"user","content":"q"}]}`,
+			map[string]any{"model": "m", "max_tokens": 1.0, "system": []any{map[string]any{"type": "text", "text": "s", "cache_control": map[string]any{"type": "ephemeral", "ttl": "1h"}}},
+				"messages": []any{map[string]any{"role": "user", "content": "q"}}}, true},
+		{`{"model":"m","max_tokens":9,"thinking":{"type":"disabled"},"messages":[]}`,
+			map[string]any{"model": "m", "max_tokens": 1.0, "thinking": map[string]any{"type": "disabled"}, "messages": []any{}}, true},
+		{`{"model":"m","max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":2048},"messages":[]}`, nil, false},
+		{`{"model":"m","max_tokens":4096,"thinking":{"type":"adaptive"},"messages":[]}`, nil, false},
+	} {
+		got, ok := primerBody([]byte(tc.in))
+		if ok != tc.ok {
+			t.Fatalf("%s: ok %v", tc.in, ok)
+		}
+		if !ok {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal(got, &m); err != nil {
+			t.Fatalf("%s: primer %s is not JSON: %v", tc.in, got, err)
+		}
+		if a, b := fmt.Sprint(m), fmt.Sprint(tc.want); a != b {
+			t.Fatalf("%s:\n got %s\nwant %s", tc.in, a, b)
+		}
+	}
+}
