@@ -10,17 +10,21 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 )
 
 // CachingRun is `sluice bench caching` (issue 16): a job whose requests
 // share a long system prompt, on three organizations bound by ITPM, run on
-// the sync route with --cache-prefix off and auto.
+// the sync route and on the batch route, each with --cache-prefix off and
+// auto.
 type CachingRun struct {
 	Binary string
 	N      int
@@ -35,6 +39,7 @@ type CachingRun struct {
 // CachingResult is one arm.
 type CachingResult struct {
 	Arm    string // "off" or "auto"
+	Route  string // "sync" or "batch"
 	Wall   time.Duration
 	Steady float64 // req/s between 10 % and 90 % durable
 	Tokens cost.Tokens
@@ -43,6 +48,10 @@ type CachingResult struct {
 	InputUSD, TotalUSD float64
 	Lost               int
 	Binding            string // what the run's report says held it back
+	// Primers and BatchHitRate: the batch route's sync primers and the
+	// share of its batch rows' cacheable input read (the report's).
+	Primers      int64
+	BatchHitRate float64
 }
 
 // HitRate is the share of prefix-bearing input read from the cache.
@@ -69,11 +78,16 @@ func (c CachingRun) cachingWorld() sim.Config {
 	return cfg
 }
 
-// Run runs one arm in a fresh simulator child process.
-func (c CachingRun) Run(ctx context.Context, off bool) (CachingResult, error) {
-	res := CachingResult{Arm: "auto"}
+// Run runs one arm in a fresh simulator child process, on the batch
+// route when batchRoute (chunks of 500, as `sluice run` polls them on the
+// simulator's clock), else on sync.
+func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResult, error) {
+	res := CachingResult{Arm: "auto", Route: route.Sync}
 	if off {
 		res.Arm = "off"
+	}
+	if batchRoute {
+		res.Route = route.Batch
 	}
 	dir, err := os.MkdirTemp("", "sluice-caching-")
 	if err != nil {
@@ -104,43 +118,68 @@ func (c CachingRun) Run(ctx context.Context, off bool) (CachingResult, error) {
 		log = io.Discard
 	}
 	steady := newSteadyWindow(c.N)
-	start := time.Now()
-	rep, err := job.Run(ctx, job.Options{
+	o := job.Options{
 		Input: in, Output: out, Logger: slog.New(slog.NewTextHandler(log, nil)), CachePrefixOff: off,
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: sp.Base, MaxConns: 100*len(cfg.Orgs) + 64}),
 			Keys: pool.Keys()},
 		OnDurable: steady.observe,
-	})
+	}
+	if batchRoute {
+		k := c.TimeScale
+		bc := batch.Config{ChunkSize: batch.DefaultChunkSize,
+			PollMin: time.Duration(float64(batch.DefaultPollMin) / k), PollMax: time.Duration(float64(batch.DefaultPollMax) / k),
+			StuckAfter: time.Duration(float64(batch.MinStuckAfter) / k)}
+		o.Plan = func(jsonl.Summary, int) (route.Routing, error) {
+			return route.Routing{Route: route.Batch, Why: "bench caching: batch arm", Batch: bc}, nil
+		}
+	}
+	start := time.Now()
+	rep, err := job.Run(ctx, o)
 	res.Wall = time.Since(start)
 	if err != nil {
 		return res, err
 	}
 	res.Steady = steady.rate()
 	res.Binding = rep.BindingLimit
+	res.Primers, res.BatchHitRate = rep.PromptCache.Primers, rep.PromptCache.BatchHitRate()
 	res.Tokens = rep.Cost.Total.Tokens
 	res.TotalUSD = rep.Cost.Total.USD
-	input := res.Tokens
-	input.Output = 0
-	res.InputUSD, _ = cost.TokensCost(model, input, false)
+	// The input cost is the run's exact cost less its output's: on the
+	// batch route the primers' input is billed at the sync price, which
+	// the ledger knows (their one output token each is priced as batch
+	// here, a few millionths of a dollar off).
+	output := cost.Tokens{Output: res.Tokens.Output}
+	outUSD, _ := cost.TokensCost(model, output, batchRoute)
+	res.InputUSD = res.TotalUSD - outUSD
 	if res.Lost, err = lostRequests(out, c.N); err != nil {
 		return res, err
 	}
 	return res, nil
 }
 
-// PrintCaching writes the table BENCHMARKS.md quotes.
+// PrintCaching writes the table BENCHMARKS.md quotes: rows in pairs
+// (off, auto) per route.
 func PrintCaching(w io.Writer, c CachingRun, rs []CachingResult) {
-	fmt.Fprintf(w, "%d requests, a %d-token shared system prompt and ~%d tokens of their own, three orgs ITPM-bound (300k / 225k / 150k), sync route, time scale %g\n\n",
+	fmt.Fprintf(w, "%d requests, a %d-token shared system prompt and ~%d tokens of their own, three orgs ITPM-bound (300k / 225k / 150k), time scale %g\n\n",
 		c.N, c.PrefixTokens, c.OwnTokens, c.TimeScale)
-	fmt.Fprintln(w, "| --cache-prefix | wall | steady req/s | binding (the run's report) | input tokens: uncached / written / read | hit rate | input cost | total cost | lost |")
-	fmt.Fprintln(w, "|---|---:|---:|---|---|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| route | --cache-prefix | wall | steady req/s | binding (the run's report) | input tokens: uncached / written / read | hit rate | batch primers | input cost | total cost | lost |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		t := r.Tokens
-		fmt.Fprintf(w, "| %s | %.1f s | %.0f | %s | %d / %d / %d | %.1f %% | $%.2f | $%.2f | %d |\n", r.Arm, r.Wall.Seconds(), r.Steady, r.Binding,
-			t.Input, t.CacheWrite5m+t.CacheWrite1h, t.CacheRead, 100*r.HitRate(), r.InputUSD, r.TotalUSD, r.Lost)
+		fmt.Fprintf(w, "| %s | %s | %.1f s | %.0f | %s | %d / %d / %d | %.1f %% | %d | $%.2f | $%.2f | %d |\n", r.Route, r.Arm, r.Wall.Seconds(), r.Steady, r.Binding,
+			t.Input, t.CacheWrite5m+t.CacheWrite1h, t.CacheRead, 100*r.HitRate(), r.Primers, r.InputUSD, r.TotalUSD, r.Lost)
 	}
-	if len(rs) == 2 && rs[0].Steady > 0 && rs[0].InputUSD > 0 {
-		fmt.Fprintf(w, "\nauto ÷ off: throughput ×%.2f (steady), wall ×%.2f; input cost −%.0f %%\n",
-			rs[1].Steady/rs[0].Steady, rs[0].Wall.Seconds()/rs[1].Wall.Seconds(), 100*(1-rs[1].InputUSD/rs[0].InputUSD))
+	fmt.Fprintln(w)
+	for i := 0; i+1 < len(rs); i += 2 {
+		off, auto := rs[i], rs[i+1]
+		if off.Steady <= 0 || off.InputUSD <= 0 || auto.Wall <= 0 {
+			continue
+		}
+		fmt.Fprintf(w, "%s, auto ÷ off: throughput ×%.2f (steady), wall ×%.2f; input cost −%.0f %%", auto.Route,
+			auto.Steady/off.Steady, off.Wall.Seconds()/auto.Wall.Seconds(), 100*(1-auto.InputUSD/off.InputUSD))
+		if auto.Route == route.Batch {
+			fmt.Fprintf(w, "; batch rows' hit rate %.1f %% after %d primers", 100*auto.BatchHitRate, auto.Primers)
+		}
+		fmt.Fprintln(w)
 	}
 }
