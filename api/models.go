@@ -54,6 +54,11 @@ type ModelInfo struct {
 	// MinCacheable is the shortest prefix, in tokens, that prompt caching
 	// stores; shorter prefixes are silently not cached.
 	MinCacheable int
+	// MinCacheableSeen, when larger, is the minimum other sources give or
+	// users measured (anthropic-api.md §6: about 2,048 for Sonnet 4.6,
+	// 4,096 in copies for Opus 4.7): a breakpoint is added at MinCacheable
+	// (too short costs nothing), relief is counted only above this.
+	MinCacheableSeen int
 	// MaxOutput is the largest max_tokens the model accepts.
 	MaxOutput int
 	// CreatedAt is the RFC 3339 release date reported by GET /v1/models.
@@ -68,6 +73,17 @@ type ModelInfo struct {
 // besides the newest, so a breakpoint is not withheld (one on a prefix
 // too short is silently not cached and costs nothing).
 const DefaultMinCacheable = 1024
+
+// CacheReliefMinimum is the shortest prefix the planner counts as cached:
+// the larger of the readings (MinCacheable, MinCacheableSeen), or for a
+// model the catalog does not know the largest minimum any current model
+// has, 4,096, so an unknown model's relief is never overstated.
+func (m ModelInfo) CacheReliefMinimum() int {
+	if m.MinCacheable == 0 {
+		return 4096
+	}
+	return max(m.MinCacheable, m.MinCacheableSeen)
+}
 
 // CacheMinimum is m.MinCacheable, or DefaultMinCacheable when unset (a
 // model the catalog does not know).
@@ -90,11 +106,11 @@ var (
 // caching page 2026.
 var catalog = []ModelInfo{
 	{ID: "claude-sonnet-4-5-20250929", Aliases: []string{"claude-sonnet-4-5"}, DisplayName: "Claude Sonnet 4.5", Pool: PoolSonnet4, Family: FamilySonnet, Prices: pricesSonnet4, MinCacheable: 1024, MaxOutput: 64000, CreatedAt: "2025-09-29T00:00:00Z"},
-	{ID: "claude-sonnet-4-6", DisplayName: "Claude Sonnet 4.6", Pool: PoolSonnet4, Family: FamilySonnet, Prices: pricesSonnet4, MinCacheable: 1024, MaxOutput: 64000, CreatedAt: "2026-02-17T00:00:00Z"},
+	{ID: "claude-sonnet-4-6", DisplayName: "Claude Sonnet 4.6", Pool: PoolSonnet4, Family: FamilySonnet, Prices: pricesSonnet4, MinCacheable: 1024, MinCacheableSeen: 2048, MaxOutput: 64000, CreatedAt: "2026-02-17T00:00:00Z"},
 	{ID: "claude-sonnet-4-20250514", Aliases: []string{"claude-sonnet-4-0"}, DisplayName: "Claude Sonnet 4", Pool: PoolSonnet4, Family: FamilySonnet, Prices: pricesSonnet4, MinCacheable: 1024, MaxOutput: 64000, CreatedAt: "2025-05-14T00:00:00Z"},
 	{ID: "claude-haiku-4-5-20251001", Aliases: []string{"claude-haiku-4-5"}, DisplayName: "Claude Haiku 4.5", Pool: PoolHaiku45, Family: FamilyHaiku, Prices: pricesHaiku45, MinCacheable: 4096, MaxOutput: 64000, CreatedAt: "2025-10-01T00:00:00Z"},
 	{ID: "claude-opus-4-8", DisplayName: "Claude Opus 4.8", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 1024, MaxOutput: 64000, CreatedAt: "2026-06-01T00:00:00Z"},
-	{ID: "claude-opus-4-7", DisplayName: "Claude Opus 4.7", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 2048, MaxOutput: 64000, CreatedAt: "2026-04-01T00:00:00Z"},
+	{ID: "claude-opus-4-7", DisplayName: "Claude Opus 4.7", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 2048, MinCacheableSeen: 4096, MaxOutput: 64000, CreatedAt: "2026-04-01T00:00:00Z"},
 	{ID: "claude-opus-4-6", DisplayName: "Claude Opus 4.6", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 4096, MaxOutput: 64000, CreatedAt: "2026-02-05T00:00:00Z"},
 	{ID: "claude-opus-4-5-20251101", Aliases: []string{"claude-opus-4-5"}, DisplayName: "Claude Opus 4.5", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 4096, MaxOutput: 64000, CreatedAt: "2025-11-24T00:00:00Z"},
 	{ID: "claude-opus-4-1-20250805", Aliases: []string{"claude-opus-4-1"}, DisplayName: "Claude Opus 4.1", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus41, MinCacheable: 1024, MaxOutput: 32000, CreatedAt: "2025-08-05T00:00:00Z"},

@@ -143,21 +143,49 @@ func Units(params []byte) (units []Unit, own bool) {
 // Survey counts, over a job, how many requests share each unit that
 // reaches the minimum cacheable length. Units below it are not kept, so a
 // job whose requests share one long system prompt holds one entry however
-// many requests it has.
+// many requests it has; a job of a million requests each with its own long
+// system prompt holds a million (about 70 MB).
 type Survey struct {
-	counts map[uint64]int32
+	units map[uint64]entry
+}
+
+// entry is one unit's survey: the requests sharing it, and what Reach
+// needs to find each request's breakpoint again without the requests.
+type entry struct {
+	parent uint64 // the previous unit of the same prompts that reaches the minimum (0: none)
+	tokens int64
+	count  int32 // requests whose prompts share the unit
+	leaf   int32 // requests whose deepest unit reaching the minimum it is
+	ok     bool  // a breakpoint may end here
+	relief bool  // tokens reach the larger reading of the minimum (Add's reliefMin)
 }
 
 // NewSurvey returns an empty survey.
-func NewSurvey() *Survey { return &Survey{counts: map[uint64]int32{}} }
+func NewSurvey() *Survey { return &Survey{units: map[uint64]entry{}} }
 
 // Add counts the units of a request whose model caches prefixes of at
-// least min tokens.
-func (s *Survey) Add(units []Unit, min int64) {
+// least min tokens as documented, and reliefMin (≥ min) by the larger
+// reading where sources disagree (Reach counts only those).
+func (s *Survey) Add(units []Unit, min, reliefMin int64) {
+	var prev uint64
 	for _, u := range units {
-		if u.Tokens >= min && s.counts[u.Hash] < 1<<30 {
-			s.counts[u.Hash]++
+		if u.Tokens < min {
+			continue
 		}
+		e := s.units[u.Hash]
+		if e.count < 1<<30 {
+			e.count++
+		}
+		e.parent, e.tokens, e.ok, e.relief = prev, u.Tokens, u.ok, u.Tokens >= reliefMin
+		s.units[u.Hash] = e
+		prev = u.Hash
+	}
+	if prev != 0 {
+		e := s.units[prev]
+		if e.leaf < 1<<30 {
+			e.leaf++
+		}
+		s.units[prev] = e
 	}
 }
 
@@ -167,17 +195,84 @@ func (s *Survey) Add(units []Unit, min int64) {
 func (s *Survey) Shared(units []Unit, min int64, atLeast int) (Unit, bool) {
 	atLeast = max(atLeast, 2)
 	for i := len(units) - 1; i >= 0; i-- {
-		if u := units[i]; u.ok && u.Tokens >= min && int(s.counts[u.Hash]) >= atLeast {
+		if u := units[i]; u.ok && u.Tokens >= min && int(s.units[u.Hash].count) >= atLeast {
 			return u, true
 		}
 	}
 	return Unit{}, false
 }
 
+// Sharers is how many pending requests must share a prompt prefix before
+// a breakpoint is added for it, for a job over orgs organizations: each
+// writes the prefix once (1.25× its input) before reads (0.1×) repay that,
+// so a prefix shared by fewer than three requests per organization, or
+// fewer than eight, is sent as written.
+func Sharers(orgs int) int { return max(8, 3*orgs) }
+
+// SurveyLines surveys a job's pending requests: next returns each one's
+// params and model until ok is false. For `sluice plan --input`, which
+// has no run to survey with.
+func SurveyLines(next func() (params []byte, model string, ok bool), minimums func(model string) (min, reliefMin int64)) *Survey {
+	s := NewSurvey()
+	for {
+		params, model, ok := next()
+		if !ok {
+			return s
+		}
+		units, own := Units(params)
+		if own || len(units) == 0 {
+			continue
+		}
+		lo, hi := minimums(model)
+		s.Add(units, lo, hi)
+	}
+}
+
+// Reach is what the cache can spare a job, for the planner: the surveyed
+// requests whose breakpoint (Shared at atLeast) ends a prefix that reaches
+// the larger reading of the minimum, the prefix tokens of those requests
+// summed, and how many distinct prefixes they are (each organization
+// writes each once).
+type Reach struct {
+	Requests int
+	Tokens   int64
+	Prefixes int
+}
+
+// Reach finds every surveyed request's breakpoint again — from the
+// deepest unit it reached, up through the units before it, the first that
+// can carry one and is shared by atLeast — and sums those that count.
+func (s *Survey) Reach(atLeast int) Reach {
+	atLeast = max(atLeast, 2)
+	var r Reach
+	chosen := map[uint64]bool{}
+	for h, e := range s.units {
+		if e.leaf == 0 {
+			continue
+		}
+		for g, f := h, e; ; {
+			if f.ok && int(f.count) >= atLeast {
+				if f.relief {
+					r.Requests += int(e.leaf)
+					r.Tokens += int64(e.leaf) * f.tokens
+					chosen[g] = true
+				}
+				break
+			}
+			if f.parent == 0 {
+				break
+			}
+			g, f = f.parent, s.units[f.parent]
+		}
+	}
+	r.Prefixes = len(chosen)
+	return r
+}
+
 // Any reports whether at least two requests share any unit.
 func (s *Survey) Any() bool {
-	for _, c := range s.counts {
-		if c >= 2 {
+	for _, e := range s.units {
+		if e.count >= 2 {
 			return true
 		}
 	}

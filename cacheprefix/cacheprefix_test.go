@@ -41,7 +41,7 @@ func survey(reqs [][]byte) ([]cacheprefix.Unit, []bool) {
 	s := cacheprefix.NewSurvey()
 	for _, r := range reqs {
 		units, _ := cacheprefix.Units(r)
-		s.Add(units, min)
+		s.Add(units, min, min)
 	}
 	var at []cacheprefix.Unit
 	var ok []bool
@@ -256,5 +256,63 @@ func TestInjectIsWhatTheAPICaches(t *testing.T) {
 	}
 	if _, err := cacheprefix.Inject(req(t, map[string]any{"system": "s", "messages": []any{user("q")}}), cacheprefix.Place{Kind: cacheprefix.System}, "2h"); err == nil {
 		t.Error("a 2h TTL accepted")
+	}
+}
+
+// TestSurveyReach: Reach finds, without the requests, what Shared would
+// answer for each surveyed request and sums the prefixes that reach the
+// larger reading of the minimum: a group whose breakpoint goes deeper
+// (a shared document after the shared rubric) counts at the document; a
+// group too small for atLeast counts nothing; a prefix between the
+// documented minimum and the larger reading gets a breakpoint but no
+// relief.
+func TestSurveyReach(t *testing.T) {
+	doc := strings.Repeat("A shared document sentence. ", 400) // ≈ 2,800 tokens
+	short := strings.Repeat("Short rubric words. ", 300)       // ≈ 1,500 tokens: above 1,024, below 2,048
+	var reqs [][]byte
+	for i := range 20 { // the rubric only
+		reqs = append(reqs, req(t, map[string]any{"system": rubric, "messages": []any{user(fmt.Sprint("question ", i))}}))
+	}
+	for i := range 10 { // the rubric, then a shared document
+		reqs = append(reqs, req(t, map[string]any{"system": rubric, "messages": []any{
+			map[string]any{"role": "user", "content": []any{map[string]any{"type": "text", "text": doc}, map[string]any{"type": "text", "text": fmt.Sprint("ask ", i)}}}}}))
+	}
+	for i := range 5 { // a group below atLeast
+		reqs = append(reqs, req(t, map[string]any{"system": "other " + rubric, "messages": []any{user(fmt.Sprint("q ", i))}}))
+	}
+	for i := range 9 { // shared, but below the larger reading
+		reqs = append(reqs, req(t, map[string]any{"system": short, "messages": []any{user(fmt.Sprint("s ", i))}}))
+	}
+	const relief = 2048
+	s := cacheprefix.NewSurvey()
+	for _, r := range reqs {
+		units, _ := cacheprefix.Units(r)
+		s.Add(units, min, relief)
+	}
+	// What Shared answers, request by request.
+	var want cacheprefix.Reach
+	chosen := map[uint64]bool{}
+	breakpoints := 0
+	for _, r := range reqs {
+		units, _ := cacheprefix.Units(r)
+		u, ok := s.Shared(units, min, 8)
+		if !ok {
+			continue
+		}
+		breakpoints++
+		if u.Tokens >= relief {
+			want.Requests++
+			want.Tokens += u.Tokens
+			chosen[u.Hash] = true
+		}
+	}
+	want.Prefixes = len(chosen)
+	got := s.Reach(8)
+	if got != want || want.Requests != 30 || want.Prefixes != 2 || breakpoints != 39 {
+		t.Fatalf("Reach = %+v, Shared request by request = %+v (%d breakpoints); want 30 requests over 2 prefixes of 39 with a breakpoint", got, want, breakpoints)
+	}
+	// A lower threshold takes the small group in too.
+	if r := s.Reach(5); r.Requests != 35 || r.Prefixes != 3 {
+		t.Fatalf("Reach(5) = %+v, want 35 requests over 3 prefixes", r)
 	}
 }

@@ -765,7 +765,14 @@ func laneResult(a *attempt, o *client.Outcome) lane.Result {
 	switch o.Class {
 	case client.OK:
 		lr.Signal = lane.Clean
+		// What the API charged to ITPM: uncached input and cache writes,
+		// and cache reads only for the models whose reads count.
 		lr.InputTokens = float64(o.Usage.InputTokens + o.Usage.CacheCreationInputTokens)
+		if a.it != nil && a.it.req != nil {
+			if m, ok := api.LookupModel(a.it.req.Model); ok && m.CacheReadsCountITPM {
+				lr.InputTokens += float64(o.Usage.CacheReadInputTokens)
+			}
+		}
 		lr.OutputTokens = float64(o.Usage.OutputTokens)
 	case client.Invalid:
 		// Refused before the model ran: one request, no tokens, no

@@ -220,3 +220,41 @@ func TestCachePrefixBatchRoute(t *testing.T) {
 	}
 	t.Log(sum.String())
 }
+
+// TestPlanSeesTheSharedPrefix: the planner is told what the prompt cache
+// can spare the requests it plans — every pending request shares one
+// prefix of the rubric's estimated tokens — and nothing with
+// --cache-prefix off; route.JobOf turns that into the job's cached share.
+func TestPlanSeesTheSharedPrefix(t *testing.T) {
+	const n = 300
+	for _, off := range []bool{false, true} {
+		e := newEnv(t, 0, nil)
+		writeShared(t, e.in, n)
+		o := e.options()
+		o.CachePrefixOff = off
+		var seen jsonl.Summary
+		var pending int
+		o.Plan = func(s jsonl.Summary, p int) (route.Routing, error) {
+			seen, pending = s, p
+			return route.Routing{Route: route.Sync, Why: "test"}, nil
+		}
+		if _, err := e.run(o); err != nil {
+			t.Fatal(err)
+		}
+		sp := seen.Prefix
+		if off {
+			if sp != (jsonl.SharedPrefix{}) {
+				t.Errorf("--cache-prefix off: the planner was told %+v", sp)
+			}
+			continue
+		}
+		rubric := int64(len(strings.Repeat("Grade the answer against the reference carefully. ", 200)) / 4)
+		if sp.Requests != n || sp.Prefixes != 1 || sp.Tokens/int64(n) < rubric || sp.Tokens/int64(n) > rubric+8 {
+			t.Fatalf("the planner was told %+v, want %d requests sharing one prefix of about %d tokens", sp, n, rubric)
+		}
+		j := route.JobOf(seen, pending)
+		if j.Cached.Share != 1 || j.Cached.Prefixes != 1 || j.Cached.Tokens*j.Cached.Share > j.MeanInput || j.Cached.Tokens < float64(rubric) {
+			t.Fatalf("JobOf: %+v", j)
+		}
+	}
+}

@@ -64,7 +64,8 @@ func (p *surveyed) countPrefix(o Options, info jsonl.Info) {
 	if p.prefixes == nil {
 		p.prefixes = cacheprefix.NewSurvey()
 	}
-	p.prefixes.Add(units, minCacheable(info.Model))
+	m, _ := api.LookupModel(info.Model)
+	p.prefixes.Add(units, int64(m.CacheMinimum()), int64(m.CacheReliefMinimum()))
 }
 
 // minCacheable is the model's documented minimum cacheable prefix

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/cacheprefix"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/results"
@@ -282,7 +283,12 @@ func (r *run) discover(ctx context.Context) error {
 func (r *run) plan() error {
 	r.routing = route.Routing{Route: route.Sync}
 	if r.o.Plan != nil {
-		// The planner sizes what will be sent: cache hits cost nothing.
+		// The planner sizes what will be sent: cache hits cost nothing;
+		// and what the prompt cache can spare what is sent.
+		if r.in.prefixes != nil {
+			reach := r.in.prefixes.Reach(r.prefixSharers())
+			r.in.summary.Prefix = route.SharedPrefixOf(reach)
+		}
 		var err error
 		if r.routing, err = r.o.Plan(r.in.summary, r.todo-r.in.cached); err != nil {
 			return err
@@ -714,18 +720,19 @@ func (r *run) primed(p batch.Prime) {
 }
 
 // prefixSharers is how many pending requests must share a prompt prefix
-// before sluice adds a breakpoint for it: each organization writes it
-// once (1.25× its input) before reads (0.1×) repay that, so a prefix
-// shared by fewer than three requests per organization, or fewer than
-// eight, is sent as written (docs/caching.md).
+// before sluice adds a breakpoint for it (cacheprefix.Sharers over the
+// organizations the run's live keys reach; docs/caching.md).
 func (r *run) prefixSharers() int {
 	r.orgsOnce.Do(func() {
-		_, lanes := r.d.Snapshot()
+		// Every organization a live key reaches, whichever route it
+		// serves: a batch org writes the prefix too (its primer).
 		seen := map[string]bool{}
-		for _, l := range lanes {
-			seen[l.OrgID+"\x00"+l.Org] = true
+		for _, d := range r.disc {
+			if dead, _ := d.Key.Dead(); !dead {
+				seen[d.Key.Org()] = true
+			}
 		}
 		r.orgs = len(seen)
 	})
-	return max(8, 3*r.orgs)
+	return cacheprefix.Sharers(r.orgs)
 }

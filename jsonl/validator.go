@@ -17,6 +17,20 @@ type Summary struct {
 	// EstInputTokens and MaxTokens are sums over valid lines.
 	EstInputTokens int64
 	MaxTokens      int64
+	// Prefix is what prompt caching can spare the pending requests
+	// (--cache-prefix auto): filled in by the job's survey, which finds
+	// the shared prefixes; zero when off or none.
+	Prefix SharedPrefix
+}
+
+// SharedPrefix is the pending requests whose shared prompt prefix sluice
+// caches, at the larger reading of the model's minimum: how many, their
+// prefix tokens summed (part of EstInputTokens), and how many distinct
+// prefixes (each organization writes each once).
+type SharedPrefix struct {
+	Requests int
+	Tokens   int64
+	Prefixes int
 }
 
 // MeanEstInputTokens returns EstInputTokens per valid line, 0 when none.

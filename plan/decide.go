@@ -56,6 +56,9 @@ type Job struct {
 	// world's output model at MaxTokens.
 	MeanOutput float64
 	MaxTokens  int
+	// Cached is what the job's shared prompt prefixes let the prompt cache
+	// spare (cache.go); zero for none.
+	Cached CachedPrefix
 }
 
 // Options are the caller's preferences. The zero value is the balanced
@@ -166,8 +169,12 @@ type Decision struct {
 	// part or all of a job of this shape to the batch route; 0 when it
 	// never does up to MaxCrossover.
 	Crossover int
-	Why       string
-	Warnings  []string
+	// CacheEffect says what the prompt cache changes (the route, the
+	// binding limit, wall-clock and cost against the job uncached); empty
+	// when the job has no cached prefix.
+	CacheEffect string
+	Why         string
+	Warnings    []string
 }
 
 // candidate is one route with m requests on batch.
@@ -207,6 +214,9 @@ func newPlanner(w World, j Job, o Options) (*planner, error) {
 func (p *planner) costOf(n int, batch bool) float64 {
 	if n <= 0 {
 		return 0
+	}
+	if p.j.Cached.active() {
+		return p.cachedCost(n, batch)
 	}
 	return cost.Estimate(p.j.Model, int64(math.Round(float64(n)*p.j.MeanInput)), int64(math.Round(float64(n)*p.j.MeanOutput)), batch)
 }
@@ -376,6 +386,15 @@ func Decide(w World, j Job, o Options) (Decision, error) {
 	d, err := decide(w, j, o)
 	if err != nil {
 		return d, err
+	}
+	if j.Cached.active() {
+		plain := j
+		plain.Cached = CachedPrefix{}
+		u, err := decide(w, plain, o)
+		if err != nil {
+			return d, err
+		}
+		d.CacheEffect = cacheEffect(d, u)
 	}
 	d.Crossover, err = Crossover(w, j, o)
 	return d, err

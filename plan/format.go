@@ -117,6 +117,9 @@ func (d Decision) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "wall-clock\t%s\n", fmtRange(d.Wall))
 	fmt.Fprintf(tw, "cost\t%s\n", fmtUSD(d.Cost))
 	fmt.Fprintf(tw, "binding\t%s\n", d.Binding)
+	if d.CacheEffect != "" {
+		fmt.Fprintf(tw, "prompt cache\t%.0f %% of requests share %.0f cached tokens (prefixes: %d); %s\n", 100*j.Cached.Share, j.Cached.Tokens, j.Cached.Prefixes, d.CacheEffect)
+	}
 	if d.Crossover > 0 {
 		fmt.Fprintf(tw, "crossover N\t%s (from here on, %s priority sends work to batch)\n", fmtInt(d.Crossover), d.Priority)
 	} else {

@@ -93,7 +93,7 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 		v    float64
 	}{
 		{BindRPM, lim.RPM / 60},
-		{BindITPM, lim.ITPM / 60 / math.Max(j.MeanInput, 1)},
+		{BindITPM, lim.ITPM / 60 / math.Max(j.itpmInput(len(w.Orgs)), 1)},
 		{BindOTPM, lim.OTPM / 60 / math.Max(j.MeanOutput, 1)},
 	} {
 		if b.v > 0 && b.v < m.rb {
@@ -483,6 +483,9 @@ func (w World) resolve(j Job) (Job, error) {
 	}
 	if j.MaxTokens > 0 && j.MeanOutput > float64(j.MaxTokens) {
 		return j, fmt.Errorf("plan: mean output %.0f exceeds max_tokens %d", j.MeanOutput, j.MaxTokens)
+	}
+	if err := j.Cached.validate(j.MeanInput); err != nil {
+		return j, err
 	}
 	return j, nil
 }

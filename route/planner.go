@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/cacheprefix"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/observe"
@@ -129,6 +130,37 @@ func NewRouter(o Options) *Router {
 	return &Router{o: o, k: k, scaled: func(d time.Duration) time.Duration { return time.Duration(float64(d) / k) }}
 }
 
+// JobOf is the planner's job for a surveyed input with pending requests
+// to send: its main model, mean estimated input and max_tokens, and what
+// its shared prompt prefixes let the cache spare (s.Prefix, counted over
+// the pending requests the survey found sharing one).
+func JobOf(s jsonl.Summary, pending int) plan.Job {
+	j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
+	j.Cached = CachedOf(s.Prefix, pending, j.MeanInput)
+	return j
+}
+
+// CachedOf is the planner's cached prefix of a job of pending requests
+// whose mean estimated input is meanInput, of which sp share one: the
+// share, the mean prefix (part of the input, never more than it), the
+// prefixes.
+func CachedOf(sp jsonl.SharedPrefix, pending int, meanInput float64) plan.CachedPrefix {
+	if sp.Requests <= 0 || pending <= 0 {
+		return plan.CachedPrefix{}
+	}
+	c := plan.CachedPrefix{Share: math.Min(1, float64(sp.Requests)/float64(pending)),
+		Tokens: float64(sp.Tokens) / float64(sp.Requests), Prefixes: max(sp.Prefixes, 1)}
+	if c.Share*c.Tokens > meanInput {
+		c.Tokens = meanInput / c.Share
+	}
+	return c
+}
+
+// SharedPrefixOf is a survey's reach as the summary carries it.
+func SharedPrefixOf(r cacheprefix.Reach) jsonl.SharedPrefix {
+	return jsonl.SharedPrefix{Requests: r.Requests, Tokens: r.Tokens, Prefixes: r.Prefixes}
+}
+
 // Route decides the routing of a surveyed input with pending requests to
 // send.
 func (p *Router) Route(s jsonl.Summary, pending int) (Routing, error) {
@@ -144,7 +176,7 @@ func (p *Router) Route(s jsonl.Summary, pending int) (Routing, error) {
 	if err != nil {
 		return Routing{}, err
 	}
-	j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
+	j := JobOf(s, pending)
 	w, err := o.World(j)
 	if err != nil {
 		return Routing{}, err

@@ -16,17 +16,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/cacheprefix"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/atomicfile"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/observe"
 	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 )
 
 // planFlags are the inputs of `sluice plan`.
 type planFlags struct {
+	cachePrefix string
 	n           int
 	model       string
 	preset      string
@@ -89,6 +92,9 @@ to the API.`,
 			for _, line := range prov {
 				fmt.Fprintln(cmd.ErrOrStderr(), "plan: "+line)
 			}
+			if j.Cached, err = f.cached(j, len(w.Orgs)); err != nil {
+				return err
+			}
 			pr, err := plan.ParsePriority(f.prefer)
 			if err != nil {
 				return err
@@ -117,6 +123,7 @@ to the API.`,
 	fl.Float64Var(&f.out, "out", 0, "mean output tokens per request (default: the world's answer model at --max-tokens)")
 	fl.IntVar(&f.maxTokens, "max-tokens", 0, fmt.Sprintf("max_tokens per request (default %d, or measured from --input)", plan.JudgeMaxTokens))
 	fl.StringVar(&f.input, "input", "", "requests file (Message Batches JSONL) to measure N, model and token shape from")
+	fl.StringVar(&f.cachePrefix, "cache-prefix", "auto", "auto: count what the prompt cache spares the shared prefixes of --input, as sluice run --cache-prefix auto would cache them; off: as written")
 	fl.StringVar(&f.prefer, "prefer", string(plan.PreferLatency), "priority: latency, cost or balanced (the default, as for sluice run)")
 	fl.DurationVar(&f.deadline, "deadline", 0, "rule out routes predicted to take longer (e.g. 6h)")
 	fl.Float64Var(&f.valueOfTime, "value-of-time", plan.DefaultValueOfTime, "USD per hour of wall-clock, for --prefer balanced")
@@ -234,6 +241,55 @@ func (f *planFlags) engine(cmd *cobra.Command, w plan.World) plan.World {
 		w.Reserve = max(f.reserve, 0)
 	}
 	return w
+}
+
+// cached is what the prompt cache spares the job of --input over orgs
+// organizations, as `sluice run --cache-prefix auto` would cache it: the
+// file's shared prefixes, surveyed as the run surveys them (every valid
+// line counts as pending).
+func (f *planFlags) cached(j plan.Job, orgs int) (plan.CachedPrefix, error) {
+	switch f.cachePrefix {
+	case "off":
+		return plan.CachedPrefix{}, nil
+	case "auto":
+	default:
+		return plan.CachedPrefix{}, fmt.Errorf("plan: --cache-prefix must be auto or off, got %q", f.cachePrefix)
+	}
+	if f.input == "" {
+		return plan.CachedPrefix{}, nil
+	}
+	file, err := os.Open(f.input)
+	if err != nil {
+		return plan.CachedPrefix{}, fmt.Errorf("plan: %w", err)
+	}
+	defer file.Close()
+	r := jsonl.NewReader(file)
+	var v jsonl.Validator
+	valid := 0
+	var readErr error
+	s := cacheprefix.SurveyLines(func() ([]byte, string, bool) {
+		for {
+			line, n, err := r.Next()
+			if err != nil {
+				if err != io.EOF {
+					readErr = err
+				}
+				return nil, "", false
+			}
+			if info, err := v.CheckShared(n, line); err == nil {
+				valid++
+				return info.Params, info.Model, true
+			}
+		}
+	}, func(model string) (int64, int64) {
+		m, _ := api.LookupModel(model)
+		return int64(m.CacheMinimum()), int64(m.CacheReliefMinimum())
+	})
+	if readErr != nil {
+		return plan.CachedPrefix{}, fmt.Errorf("plan: %s: %w", f.input, readErr)
+	}
+	c := route.CachedOf(route.SharedPrefixOf(s.Reach(cacheprefix.Sharers(orgs))), valid, j.MeanInput)
+	return c, nil
 }
 
 // job builds the job's shape from the flags and, with --input, the file.
@@ -354,7 +410,12 @@ type (
 		Binding    string     `json:"binding"`
 		Crossover  int        `json:"crossover_n"`
 		Why        string     `json:"why"`
-		Warnings   []string   `json:"warnings,omitempty"`
+		// CachedShare, CachedTokens and CacheEffect: the prompt cache's
+		// part (--cache-prefix auto with --input).
+		CachedShare  float64  `json:"cached_share,omitempty"`
+		CachedTokens float64  `json:"cached_prefix_tokens,omitempty"`
+		CacheEffect  string   `json:"cache_effect,omitempty"`
+		Warnings     []string `json:"warnings,omitempty"`
 	}
 )
 
@@ -369,6 +430,7 @@ func toDecisionJSON(d plan.Decision) decisionJSON {
 		Orgs: d.Orgs, SyncRate: d.SyncRate, RampTime: d.RampTime.Seconds(), Latency: d.Latency.Seconds(),
 		Wall: toRange(d.Wall), Cost: d.Cost, SyncWall: toRange(d.SyncWall), SyncCost: d.SyncCost, BatchCost: d.BatchCost,
 		Binding: d.Binding, Crossover: d.Crossover, Why: d.Why, Warnings: d.Warnings,
+		CachedShare: d.Job.Cached.Share, CachedTokens: d.Job.Cached.Tokens, CacheEffect: d.CacheEffect,
 	}
 	for _, l := range d.Lanes {
 		v.Lanes = append(v.Lanes, laneJSON{l.Org, l.Cap, l.Start, l.Peak, l.Steady, l.Rate, l.Binding})

@@ -149,3 +149,46 @@ func TestGuidelinesCheck(t *testing.T) {
 		t.Error("--check accepted a stale page")
 	}
 }
+
+// TestPlanInputCachedPrefix: with --input, `sluice plan` surveys the
+// file's shared prefixes as `sluice run` would cache them and plans with
+// the relief (a Sonnet 4.6 prefix of ~1,500 tokens gets a breakpoint but
+// no relief: it is below the larger reading of the minimum, 2,048);
+// --cache-prefix off plans the file as written.
+func TestPlanInputCachedPrefix(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, model string, prefixChars int) string {
+		path := filepath.Join(dir, name)
+		wl := workload.Judge{N: 200, Seed: 4, Model: model, MaxTokens: 64, System: strings.Repeat("Grade it. ", prefixChars/10)}
+		if err := wl.WriteFile(path); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	long := write("long.jsonl", "claude-sonnet-4-5", 12_000)
+	plan := func(args ...string) decisionJSON {
+		out, err := execute(t, planCmd(), append(args, "--json")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d decisionJSON
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	auto, off := plan("--input", long), plan("--input", long, "--cache-prefix", "off")
+	if auto.CachedShare != 1 || auto.CachedTokens < 2900 || auto.CachedTokens > 3100 || auto.CacheEffect == "" || auto.Cost >= off.Cost {
+		t.Errorf("auto: share %v, %v tokens, effect %q, cost $%.4f (off $%.4f)", auto.CachedShare, auto.CachedTokens, auto.CacheEffect, auto.Cost, off.Cost)
+	}
+	if off.CachedShare != 0 || off.CacheEffect != "" {
+		t.Errorf("off: %+v", off)
+	}
+	short := write("short.jsonl", "claude-sonnet-4-6", 6_000)
+	if d := plan("--input", short); d.CachedShare != 0 {
+		t.Errorf("a Sonnet 4.6 prefix below 2,048 tokens counted: share %v", d.CachedShare)
+	}
+	if _, err := execute(t, planCmd(), "--input", long, "--cache-prefix", "maybe"); err == nil {
+		t.Error("--cache-prefix maybe accepted")
+	}
+}

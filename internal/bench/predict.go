@@ -242,7 +242,7 @@ func (t *timedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // range of the route taken. k is the simulator's time scale: the batch
 // path's poll intervals run on the simulator's clock, like the lanes.
 func predictRouting(w plan.World, forced string, s jsonl.Summary, pending int, k float64) (route.Routing, plan.Decision, plan.Range, error) {
-	j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
+	j := route.JobOf(s, pending)
 	switch forced {
 	case route.Sync:
 		// No batch candidate (MinBatch above N): the decision is the whole

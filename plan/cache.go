@@ -1,0 +1,153 @@
+package plan
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/cost"
+)
+
+// The prompt cache's relief (docs/caching.md, "Prediction"). A job whose
+// requests share a long prefix that sluice caches (--cache-prefix auto)
+// reads it at a tenth of the input price and, for current models, without
+// charging it to ITPM; each organization writes each prefix once (1.25×
+// for the sync route's 5-minute TTL, 2× for the batch route's 1 hour,
+// where a sync primer writes it before the batches) before reads repay it.
+// On sync sluice's warming makes that one write per organization; in
+// Message Batches hits are best effort — "typically 30 % to 98 %" — so the
+// batch rows' hit rate is taken as DefaultBatchHitRate unless given. The
+// reading matters: a row that misses writes at 2× (1 h), so below
+// BatchBreakEven the cache costs a batch job more than it saves, and the
+// decision says so.
+
+// DefaultBatchHitRate is the share of batch rows taken to read a primed
+// prefix: the middle of the documented 30–98 %.
+const DefaultBatchHitRate = 0.64
+
+// BatchBreakEven is the batch hit rate above which caching a prefix with
+// the 1 h TTL costs less than sending it uncached: h·0.1 + (1−h)·2 = 1.
+const BatchBreakEven = 1.0 / 1.9
+
+// CachedPrefix is what the job's shared prompt prefixes let the cache
+// spare: zero for none (or --cache-prefix off).
+type CachedPrefix struct {
+	// Share is the fraction of the requests whose breakpoint ends a
+	// shared prefix at least the larger reading of the model's minimum
+	// cacheable length (api.ModelInfo.CacheReliefMinimum).
+	Share float64
+	// Tokens is those requests' mean prefix tokens: part of MeanInput.
+	Tokens float64
+	// Prefixes is how many distinct prefixes they are (at least 1 when
+	// Share > 0).
+	Prefixes int
+	// BatchHitRate is the batch rows' expected hit rate
+	// (DefaultBatchHitRate when 0).
+	BatchHitRate float64
+}
+
+func (c CachedPrefix) active() bool { return c.Share > 0 && c.Tokens > 0 }
+
+func (c CachedPrefix) batchHitRate() float64 {
+	if c.BatchHitRate > 0 {
+		return math.Min(c.BatchHitRate, 1)
+	}
+	return DefaultBatchHitRate
+}
+
+// validate reports a CachedPrefix no job can have.
+func (c CachedPrefix) validate(meanInput float64) error {
+	switch {
+	case c.Share < 0 || c.Share > 1:
+		return fmt.Errorf("plan: the cached share must be in [0, 1], got %v", c.Share)
+	case c.Tokens < 0 || c.BatchHitRate < 0 || c.BatchHitRate > 1 || c.Prefixes < 0:
+		return fmt.Errorf("plan: cached prefix %+v out of range", c)
+	case c.Share*c.Tokens > meanInput+0.5:
+		return fmt.Errorf("plan: the cached prefix (%.0f tokens on %.0f %% of requests) exceeds the mean input %.0f", c.Tokens, 100*c.Share, meanInput)
+	}
+	return nil
+}
+
+// syncHits is the requests of the job's N on the sync route that read the
+// cache: those with a prefix, less one write per organization and prefix.
+func (j Job) syncHits(orgs int) float64 {
+	c := j.Cached
+	if !c.active() {
+		return 0
+	}
+	cached := float64(j.N) * c.Share
+	return math.Max(0, cached-float64(max(c.Prefixes, 1)*orgs))
+}
+
+// itpmInput is the input tokens per request a sync lane's ITPM is charged
+// with: MeanInput less the prefix tokens read from the cache, for a model
+// whose cache reads are not charged (all current ones but Haiku 3.5);
+// cache writes are charged, so the requests that write are not relieved.
+func (j Job) itpmInput(orgs int) float64 {
+	if !j.Cached.active() {
+		return j.MeanInput
+	}
+	if m, ok := api.LookupModel(j.Model); ok && m.CacheReadsCountITPM {
+		return j.MeanInput
+	}
+	return math.Max(1, j.MeanInput-j.syncHits(orgs)*j.Cached.Tokens/float64(j.N))
+}
+
+// cachedCost is the cost of n requests of the job's shape with the
+// prompt cache: on sync the job's writes (one per organization and prefix,
+// 5-minute TTL) spread over its requests and the rest read; on batch the
+// rows read at the batch hit rate and write (1 h) otherwise, plus one sync
+// primer per organization and prefix.
+func (p *planner) cachedCost(n int, batch bool) float64 {
+	j, c := p.j, p.j.Cached
+	orgs := len(p.w.Orgs)
+	cached := float64(n) * c.Share
+	round := func(x float64) int64 { return int64(math.Round(x)) }
+	t := cost.Tokens{Input: round(math.Max(0, float64(n)*j.MeanInput-cached*c.Tokens)), Output: round(float64(n) * j.MeanOutput)}
+	if !batch {
+		reads := j.syncHits(orgs) * float64(n) / float64(j.N)
+		t.CacheRead, t.CacheWrite5m = round(reads*c.Tokens), round((cached-reads)*c.Tokens)
+		usd, _ := cost.TokensCost(j.Model, t, false)
+		return usd
+	}
+	hit := c.batchHitRate()
+	t.CacheRead, t.CacheWrite1h = round(cached*hit*c.Tokens), round(cached*(1-hit)*c.Tokens)
+	usd, _ := cost.TokensCost(j.Model, t, true)
+	primers := cost.Tokens{CacheWrite1h: round(float64(max(c.Prefixes, 1)*orgs) * c.Tokens), Output: int64(max(c.Prefixes, 1) * orgs)}
+	pusd, _ := cost.TokensCost(j.Model, primers, false)
+	return usd + pusd
+}
+
+// cacheEffect says whether the prompt cache changes the route or the
+// binding limit: d against the same job decided without it.
+func cacheEffect(d, uncached Decision) string {
+	var parts []string
+	if d.Route != uncached.Route || d.BatchN != uncached.BatchN {
+		parts = append(parts, fmt.Sprintf("the route from %s to %s", routeText(uncached), routeText(d)))
+	}
+	if d.Binding != uncached.Binding {
+		parts = append(parts, fmt.Sprintf("the binding limit from %s to %s", uncached.Binding, d.Binding))
+	}
+	saving := fmt.Sprintf("wall-clock %s → %s, cost %s → %s", fmtDuration(uncached.Wall.Mid), fmtDuration(d.Wall.Mid), fmtUSD(uncached.Cost), fmtUSD(d.Cost))
+	var s string
+	switch len(parts) {
+	case 0:
+		s = "prompt caching changes neither the route nor the binding limit (" + saving + ")"
+	case 1:
+		s = "prompt caching changes " + parts[0] + " (" + saving + ")"
+	default:
+		s = "prompt caching changes " + parts[0] + " and " + parts[1] + " (" + saving + ")"
+	}
+	if d.BatchN > 0 {
+		s += fmt.Sprintf("; on batch it assumes %.0f %% of rows read the primed prefix, and costs more than it saves below %.0f %% (then --cache-prefix off)",
+			100*d.Job.Cached.batchHitRate(), 100*BatchBreakEven)
+	}
+	return s
+}
+
+func routeText(d Decision) string {
+	if d.Route == RouteSplit {
+		return fmt.Sprintf("split (%s on batch)", fmtInt(d.BatchN))
+	}
+	return string(d.Route)
+}
