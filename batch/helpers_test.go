@@ -66,6 +66,7 @@ type tap struct {
 	// primer) with that status, unforwarded; messages counts them.
 	messagesStatus int
 	messages       int
+	messagesDelay  time.Duration // each primer answers this late
 }
 
 type createCall struct {
@@ -119,8 +120,15 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.Method == "POST" && req.URL.Path == "/v1/messages" {
 		tp.mu.Lock()
 		tp.messages++
-		st := tp.messagesStatus
+		st, d := tp.messagesStatus, tp.messagesDelay
 		tp.mu.Unlock()
+		if d > 0 {
+			select {
+			case <-time.After(d):
+			case <-req.Context().Done():
+				return nil, req.Context().Err()
+			}
+		}
 		if st != 0 {
 			return answer(req, st, "rate_limit_error", "refused by the test gateway"), nil
 		}

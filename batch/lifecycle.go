@@ -104,6 +104,16 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 		return false, context.Cause(ctx) // interrupted while priming: nothing was created
 	}
 	now = r.now()
+	if co := r.cutoff(); !co.IsZero() && !now.Before(co) {
+		// Priming took the chunk past the cutoff: re-route, as above.
+		r.mu.Lock()
+		why := r.noBatch(now)
+		r.mu.Unlock()
+		return false, r.abandon(c, why, moveReroute)
+	}
+	if why := r.cancelReason(); why != "" {
+		return false, r.abandon(c, why, moveReroute)
+	}
 	body := buildBody(c.list, c.bytes, c.wireID)
 	c.intentAt = now
 	in := record{Op: opIntent, Chunk: c.id, At: c.intentAt, Org: o.id, OrgLabel: o.label,

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
@@ -19,7 +21,8 @@ import (
 // prefix the chunk's requests carry (call.Request.CachePrefix, set by the
 // job when it added a breakpoint) that this org has not primed lately is
 // written by one small sync request: the prefix's first request in the
-// chunk, as prepared for the batch (its 1 h breakpoint), with max_tokens 1.
+// chunk, as prepared for the batch (its 1 h breakpoint), with max_tokens 0
+// (the documented pre-warm; 1 where that is refused).
 // Its answer is thrown away; its usage goes to Config.OnPrime so the run's
 // cost and report count it. A prefix is primed again once half its TTL has
 // passed since the last primer was sent: the batch's own reads refresh the
@@ -28,9 +31,15 @@ import (
 // Priming is best effort and never holds a create for long: a primer that
 // fails (a 429 from a busy sync lane, a 5xx, a timeout) is logged and the
 // chunk is created anyway, and the prefix is tried again with the org's
-// next chunk. A request with extended thinking is not primed: max_tokens
-// must exceed the thinking budget, so a small primer is not possible, and
-// changing the thinking parameters would change what is cached.
+// next chunk; all of one chunk's primers get primeTimeout. A request with
+// extended thinking does not prime (max_tokens must exceed its thinking
+// budget); another request of the same prefix in the chunk does.
+//
+// Whether a batch reads what a sync request wrote is the API's to decide
+// and users measured it low (a sync pre-warm reached 16 %, another 0 %;
+// anthropic-api.md §10), while a batch after a warm batch read 100 %: the
+// primer is cheap insurance, not a guarantee, and the report gives the
+// batch hit rate the run got.
 
 // primeTimeout bounds one primer: a create waits at most this long for it.
 const primeTimeout = 30 * time.Second
@@ -45,36 +54,43 @@ type Prime struct {
 }
 
 // prime writes the chunk's shared prefixes into o's prompt cache, one
-// primer per prefix not primed within half its TTL. Called by create
-// under o.createMu, before the chunk's intent: a crash here leaves no
-// trace but the primer's cost.
+// primer per prefix not primed within half its TTL, all of them within
+// primeTimeout: a prefix left over is primed with the org's next chunk.
+// Called by create under o.createMu, before the chunk's intent: a crash
+// here leaves no trace but the primers' cost. create checks its cutoff
+// again afterwards.
 func (r *Runner) prime(ctx context.Context, c *chunk, key *keys.Key) {
 	o := c.org
-	seen := map[uint64]bool{}
+	done := map[uint64]bool{}
+	thinking := false
+	pctx, cancel := context.WithTimeout(ctx, primeTimeout)
+	defer cancel()
 	for _, req := range c.list {
 		p := req.CachePrefix
-		if p == 0 || req.CacheTTL <= 0 || seen[p] {
+		if p == 0 || req.CacheTTL <= 0 || done[p] {
 			continue
 		}
-		seen[p] = true
 		now := r.now()
 		r.mu.Lock()
 		due := !now.Before(o.primed[p])
 		r.mu.Unlock()
 		if !due {
+			done[p] = true
 			continue
 		}
-		body, ok := primerBody(req.Body())
+		body, ok := primerBody(req.Body(), 0)
 		if !ok {
-			r.mu.Lock()
-			o.primed[p] = now.Add(100 * 365 * 24 * time.Hour) // never primeable
-			r.warnOnce("prime-thinking", "batch: a prefix whose requests use extended thinking is not primed before its batches (a primer cannot be small)", "org", o.label)
-			r.mu.Unlock()
+			thinking = true // this request cannot prime; another of the prefix may
 			continue
 		}
-		pctx, cancel := context.WithTimeout(ctx, primeTimeout)
+		done[p] = true
 		out := r.do(pctx, key, "POST", messagesPath, body)
-		cancel()
+		if out.Class == client.Invalid && out.Status == http.StatusBadRequest {
+			// An API or gateway that refuses max_tokens 0 (the documented
+			// pre-warm): one output token instead.
+			body, _ = primerBody(req.Body(), 1)
+			out = r.do(pctx, key, "POST", messagesPath, body)
+		}
 		pr := Prime{Org: o.label, Key: key.Label(), Model: req.Model, OK: out.Class == client.OK}
 		r.mu.Lock()
 		if pr.OK {
@@ -93,9 +109,14 @@ func (r *Runner) prime(ctx context.Context, c *chunk, key *keys.Key) {
 			r.cfg.OnPrime(pr)
 			r.cbMu.Unlock()
 		}
-		if ctx.Err() != nil {
-			return
+		if pctx.Err() != nil {
+			return // out of time (or interrupted): the rest with the next chunk
 		}
+	}
+	if thinking {
+		r.mu.Lock()
+		r.warnOnce("prime-thinking", "batch: requests with extended thinking do not prime the prompt cache before their batches (a primer cannot carry a thinking budget); a prefix only they carry is not primed", "org", o.label)
+		r.mu.Unlock()
 	}
 }
 
@@ -103,10 +124,12 @@ func (r *Runner) prime(ctx context.Context, c *chunk, key *keys.Key) {
 const messagesPath = "/v1/messages"
 
 // primerBody is params (a request body json.Valid accepted) with
-// max_tokens 1 and no stream member: the same prompt, so the same cached
-// prefix, for one output token. It reports false for a request with
-// extended thinking (a "thinking" member other than {"type":"disabled"}).
-func primerBody(params []byte) ([]byte, bool) {
+// max_tokens set to maxTokens and no stream member: the same prompt, so
+// the same cached prefix. max_tokens 0 is the documented pre-warm (no
+// output); 1 is the fallback for an endpoint that refuses it. It reports
+// false for a request with extended thinking (a "thinking" member other
+// than {"type":"disabled"}): a thinking budget needs max_tokens above it.
+func primerBody(params []byte, maxTokens int) ([]byte, bool) {
 	ms := rawjson.Members(params)
 	if th := rawjson.Lookup(ms, "thinking"); th != nil {
 		var t struct {
@@ -129,6 +152,8 @@ func primerBody(params []byte) ([]byte, bool) {
 		b.Write(m.Val)
 		b.WriteByte(',')
 	}
-	b.WriteString(`"max_tokens":1}`)
+	b.WriteString(`"max_tokens":`)
+	b.WriteString(strconv.Itoa(maxTokens))
+	b.WriteByte('}')
 	return b.Bytes(), true
 }

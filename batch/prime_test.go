@@ -173,7 +173,7 @@ func TestPrimerBody(t *testing.T) {
 		{`{"model":"m","max_tokens":4096,"thinking":{"type":"enabled","budget_tokens":2048},"messages":[]}`, nil, false},
 		{`{"model":"m","max_tokens":4096,"thinking":{"type":"adaptive"},"messages":[]}`, nil, false},
 	} {
-		got, ok := primerBody([]byte(tc.in))
+		got, ok := primerBody([]byte(tc.in), 1)
 		if ok != tc.ok {
 			t.Fatalf("%s: ok %v", tc.in, ok)
 		}
@@ -188,4 +188,52 @@ func TestPrimerBody(t *testing.T) {
 			t.Fatalf("%s:\n got %s\nwant %s", tc.in, a, b)
 		}
 	}
+}
+
+// TestThinkingRequestDoesNotStopThePrefix: a request with extended
+// thinking cannot prime, but the next request of the same prefix in the
+// chunk does.
+func TestThinkingRequestDoesNotStopThePrefix(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, nil, "batch")
+		reqs := cachedRequests(30, nil)
+		th := cachedRequests(1, map[string]any{"thinking": map[string]any{"type": "enabled", "budget_tokens": 1024}, "max_tokens": 2048})[0]
+		th.ID = "think"
+		reqs[0] = th
+		col, r, err := w.run(t, w.config(), reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(col.results) != 30 || r.Stats().Primed != 1 || w.tap.messages != 1 {
+			t.Fatalf("%d results, %d primed, %d primers on the wire; want the prefix primed once", len(col.results), r.Stats().Primed, w.tap.messages)
+		}
+	})
+}
+
+// TestSlowPrimersRespectTheCutoff: priming a chunk takes at most
+// primeTimeout, and a chunk whose priming ran past the create cutoff is
+// re-routed to sync, not created.
+func TestSlowPrimersRespectTheCutoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, nil, "batch")
+		reqs := cachedRequests(10, nil)
+		for i, q := range reqs { // ten prefixes in one chunk
+			q.CachePrefix = uint64(0x1000 + i)
+		}
+		w.tap.messagesDelay = 25 * time.Second
+		cfg := w.config()
+		start := time.Now()
+		cfg.Deadline, cfg.Turnaround = start.Add(90*time.Second), 70*time.Second // cutoff at 20 s
+		col, r, err := w.run(t, cfg, reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := r.Stats()
+		if st.Created != 0 || len(col.reroutes) != 10 {
+			t.Fatalf("%d batches created, %d re-routed; want none created, all re-routed once priming passed the cutoff", st.Created, len(col.reroutes))
+		}
+		if n := w.tap.messages; n != 2 {
+			t.Fatalf("%d primers sent, want 2 (the second cut at %s)", n, primeTimeout)
+		}
+	})
 }

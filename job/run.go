@@ -286,7 +286,7 @@ func (r *run) plan() error {
 		// The planner sizes what will be sent: cache hits cost nothing;
 		// and what the prompt cache can spare what is sent.
 		if r.in.prefixes != nil {
-			reach := r.in.prefixes.Reach(r.prefixSharers())
+			reach := r.in.prefixes.Reach(r.prefixSharers(route.SideSync))
 			r.in.summary.Prefix = route.SharedPrefixOf(reach)
 		}
 		var err error
@@ -465,7 +465,7 @@ func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *re
 	for {
 		gen := r.fan.Generation()
 		for _, req := range r.fan.Handoff(s) {
-			r.in.prepare(s, req, r.prefixSharers(), r.o.Logger) // this side's TTL
+			r.in.prepare(s, req, r.prefixSharers(s), r.o.Logger) // this side's TTL
 			if err := submit(req); err != nil {
 				return err
 			}
@@ -474,7 +474,7 @@ func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *re
 			r.syncPassing.Store(true)
 		}
 		prepared := func(req *dispatch.Request) error {
-			r.in.prepare(s, req, r.prefixSharers(), r.o.Logger)
+			r.in.prepare(s, req, r.prefixSharers(s), r.o.Logger)
 			return submit(req)
 		}
 		err := feed(r.feedCtx, r.o, r.st, r.drop, func(line int, id string) bool { return r.fan.Take(s, line, id) }, r.cache.serve, prepared, w)
@@ -720,9 +720,10 @@ func (r *run) primed(p batch.Prime) {
 }
 
 // prefixSharers is how many pending requests must share a prompt prefix
-// before sluice adds a breakpoint for it (cacheprefix.Sharers over the
-// organizations the run's live keys reach; docs/caching.md).
-func (r *run) prefixSharers() int {
+// before sluice adds a breakpoint for it on side s (cacheprefix.Sharers,
+// BatchSharers, over the organizations the run's live keys reach;
+// docs/caching.md).
+func (r *run) prefixSharers(s route.Side) int {
 	r.orgsOnce.Do(func() {
 		// Every organization a live key reaches, whichever route it
 		// serves: a batch org writes the prefix too (its primer).
@@ -734,5 +735,8 @@ func (r *run) prefixSharers() int {
 		}
 		r.orgs = len(seen)
 	})
+	if s == route.SideBatch {
+		return cacheprefix.BatchSharers(r.orgs)
+	}
 	return cacheprefix.Sharers(r.orgs)
 }

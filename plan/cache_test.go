@@ -55,9 +55,9 @@ func TestCachedPrefixRelievesITPM(t *testing.T) {
 	if !near(c.SyncCost, want, 1e-6) {
 		t.Errorf("cached sync cost $%.4f, want $%.4f", c.SyncCost, want)
 	}
-	// Batch cost: rows read at the default 64 %, write 1 h otherwise, at
+	// Batch cost: rows read at the default 30 %, write 1 h otherwise, at
 	// the batch price; one sync primer per org.
-	rows, _ := cost.TokensCost(sonnet, cost.Tokens{Input: n * 300, CacheRead: n * 3000 * 64 / 100, CacheWrite1h: n * 3000 * 36 / 100, Output: out}, true)
+	rows, _ := cost.TokensCost(sonnet, cost.Tokens{Input: n * 300, CacheRead: n * 3000 * 3 / 10, CacheWrite1h: n * 3000 * 7 / 10, Output: out}, true)
 	primers, _ := cost.TokensCost(sonnet, cost.Tokens{CacheWrite1h: orgs * 3000, Output: orgs}, false)
 	if !near(c.BatchCost, rows+primers, 1e-6) {
 		t.Errorf("cached batch cost $%.4f, want $%.4f", c.BatchCost, rows+primers)
@@ -116,6 +116,39 @@ func TestBatchBreakEven(t *testing.T) {
 	}
 	if costAt(0.3) <= u.BatchCost || costAt(0.9) >= u.BatchCost {
 		t.Errorf("30 %%: $%.2f, 90 %%: $%.2f, uncached $%.2f", costAt(0.3), costAt(0.9), u.BatchCost)
+	}
+}
+
+// TestCachedPrefixUnknownModel: a model the catalog does not know has no
+// known prices nor cache rules: it is planned as written, with no relief.
+func TestCachedPrefixUnknownModel(t *testing.T) {
+	w := itpmBound(t)
+	j := plan.Job{N: 1000, Model: "claude-future-9", MeanInput: 3300, MaxTokens: 64}
+	plain := decide(t, w, j, plan.Options{})
+	j.Cached = plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1}
+	d := decide(t, w, j, plan.Options{})
+	if d.Cost != plain.Cost || d.Cost <= 0 || d.CacheEffect != "" || d.SyncWall != plain.SyncWall {
+		t.Errorf("unknown model: cost $%.2f (plain $%.2f), effect %q", d.Cost, plain.Cost, d.CacheEffect)
+	}
+}
+
+// TestCachedSplitWritesOncePerOrg: the sync share of a split still pays
+// one write per organization and prefix, however few requests it has.
+func TestCachedSplitWritesOncePerOrg(t *testing.T) {
+	w := itpmBound(t)
+	orgs := int64(len(w.Orgs))
+	j := plan.Job{N: 1_000_000, Model: sonnet, MeanInput: 3300, MeanOutput: 50, MaxTokens: 64, Cached: plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1}}
+	d := decide(t, w, j, plan.Options{Priority: plan.PreferLatency})
+	if d.Route != plan.RouteSplit {
+		t.Skipf("route %s: no split to check", d.Route)
+	}
+	s := int64(d.SyncN)
+	syncPart, _ := cost.TokensCost(sonnet, cost.Tokens{Input: s * 300, CacheWrite5m: orgs * 3000, CacheRead: (s - orgs) * 3000, Output: s * 50}, false)
+	b := int64(d.BatchN)
+	rows, _ := cost.TokensCost(sonnet, cost.Tokens{Input: b * 300, CacheRead: b * 3000 * 3 / 10, CacheWrite1h: b * 3000 * 7 / 10, Output: b * 50}, true)
+	primers, _ := cost.TokensCost(sonnet, cost.Tokens{CacheWrite1h: orgs * 3000, Output: orgs}, false)
+	if !near(d.Cost, syncPart+rows+primers, 1e-3) {
+		t.Errorf("split cost $%.4f, want $%.4f", d.Cost, syncPart+rows+primers)
 	}
 }
 

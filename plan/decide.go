@@ -387,7 +387,7 @@ func Decide(w World, j Job, o Options) (Decision, error) {
 	if err != nil {
 		return d, err
 	}
-	if j.Cached.active() {
+	if d.Job.Cached.active() { // as resolved: an unknown model has none
 		plain := j
 		plain.Cached = CachedPrefix{}
 		u, err := decide(w, plain, o)

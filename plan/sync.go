@@ -487,6 +487,12 @@ func (w World) resolve(j Job) (Job, error) {
 	if err := j.Cached.validate(j.MeanInput); err != nil {
 		return j, err
 	}
+	if _, ok := api.LookupModel(j.Model); !ok {
+		// No prices nor cache rules known: planned as written (the
+		// uncached cost takes the catalog's highest prices, with a
+		// warning), never with a relief that may not exist.
+		j.Cached = CachedPrefix{}
+	}
 	return j, nil
 }
 

@@ -183,9 +183,10 @@ func (q *batchQueue) end(b *simBatch, t time.Time, rest string) {
 
 // cacheRows applies the prompt-cache model to the succeeded rows of b,
 // ended at t: a row whose prefix was warm on the org when b began
-// processing reads it with probability CacheHit (best effort, drawn from
-// the row's hash so a results file reads the same twice); every other row
-// writes it. Rows of one batch run together, so none reads what another
+// processing reads it with probability CacheHit if a batch warmed it,
+// PrimeHit if only sync requests did (best effort, drawn from the row's
+// hash so a results file reads the same twice); every other row writes
+// it. Rows of one batch run together, so none reads what another
 // row of b wrote: a cold batch reads nothing. At t the entries b read are
 // refreshed and those it wrote become visible, each for its TTL. Requires
 // q.mu.
@@ -194,7 +195,6 @@ func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
 	if b.began.IsZero() {
 		return
 	}
-	hit := o.batch.CacheHit
 	type touch struct{ ttl time.Duration }
 	touched := map[uint64]touch{}
 	o.cacheMu.Lock()
@@ -206,6 +206,10 @@ func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
 		}
 		e, ok := o.cache[row.cacheKey]
 		warm := ok && !b.began.Before(e.visible) && b.began.Before(e.expires)
+		hit := o.batch.PrimeHit
+		if e.batch {
+			hit = o.batch.CacheHit
+		}
 		if warm && float64(mix(row.hash^0xcac4e)>>11)/(1<<53) < hit {
 			row.cacheRead = row.cachePrefix
 		} else {
@@ -224,6 +228,7 @@ func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
 		if exp := t.Add(ttl); exp.After(e.expires) {
 			e.expires = exp
 		}
+		e.batch = true
 		o.cache[key] = e
 	}
 }

@@ -394,9 +394,23 @@ func TestBatchPromptCache(t *testing.T) {
 	t.Run("cache_hit 0", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := newTestServer(t, func(c *Config) { c.Batch.CacheHit = 0 })
-			request(t, s, "POST", "/v1/messages", FakeKeyBatch, params("primer"))
+			run(t, s, "warming", 20)
 			if r, w, _ := run(t, s, "never", 20); r != 0 || w != 20 {
 				t.Fatalf("cache_hit 0: %d reads, %d writes", r, w)
+			}
+		})
+	})
+	t.Run("prime_hit apart from cache_hit", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// As users measured: a batch after a sync pre-warm reads
+			// little, one after a warm batch reads all.
+			s := newTestServer(t, func(c *Config) { c.Batch.CacheHit, c.Batch.PrimeHit = 1, 0.16 })
+			request(t, s, "POST", "/v1/messages", FakeKeyBatch, params("primer"))
+			if r, _, _ := run(t, s, "primed", 200); r < 16 || r > 50 {
+				t.Fatalf("prime_hit 0.16: %d of 200 read", r)
+			}
+			if r, _, _ := run(t, s, "after", 50); r != 50 {
+				t.Fatalf("cache_hit 1 after a warm batch: %d of 50 read", r)
 			}
 		})
 	})

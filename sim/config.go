@@ -424,8 +424,8 @@ func validateBatch(b BatchModel, where string) error {
 	if b.ErrorRate < 0 || b.ErrorRate > 1 {
 		return fmt.Errorf("sim: %s: error_rate must be in [0,1]", where)
 	}
-	if b.CacheHit < 0 || b.CacheHit > 1 {
-		return fmt.Errorf("sim: %s: cache_hit must be in [0,1]", where)
+	if b.CacheHit < 0 || b.CacheHit > 1 || b.PrimeHit < 0 || b.PrimeHit > 1 {
+		return fmt.Errorf("sim: %s: cache_hit and prime_hit must be in [0,1]", where)
 	}
 	return nil
 }

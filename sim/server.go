@@ -251,6 +251,7 @@ func (o *org) surfaceHeaders(h http.Header, b *bucket, now time.Time) {
 type cacheEntry struct {
 	visible time.Time // the first writer's answer has begun: later requests read it
 	expires time.Time
+	batch   bool // a batch has written or read it (else only sync requests have)
 }
 
 // cacheLookup applies the prompt-cache model: a prefix whose entry is
@@ -289,6 +290,7 @@ func (o *org) cacheCommit(p *prompt, now time.Time, scale float64, ttft time.Dur
 	case !ok || !now.Before(e.expires): // absent or expired: this request writes it
 		e.visible = now.Add(ttft)
 		e.expires = e.visible.Add(ttl)
+		e.batch = false
 	default: // being written by an earlier request, not yet visible
 		if later := e.visible.Add(ttl); later.After(e.expires) {
 			e.expires = later
