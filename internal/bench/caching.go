@@ -10,13 +10,13 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -56,6 +56,11 @@ type CachingResult struct {
 	// share of its batch rows' cacheable input read (the report's).
 	Primers      int64
 	BatchHitRate float64
+	// Predicted is the planner's wall-clock range for the arm's route
+	// and PredictedUSD its cost, decided in the run's Plan hook as
+	// `sluice run` would (the survey's shared prefix included).
+	Predicted    plan.Range
+	PredictedUSD float64
 }
 
 // HitRate is the share of prefix-bearing input read from the cache.
@@ -129,14 +134,15 @@ func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResul
 			Keys: pool.Keys()},
 		OnDurable: steady.observe,
 	}
+	forced := route.Sync
 	if batchRoute {
-		k := c.TimeScale
-		bc := batch.Config{ChunkSize: batch.DefaultChunkSize,
-			PollMin: time.Duration(float64(batch.DefaultPollMin) / k), PollMax: time.Duration(float64(batch.DefaultPollMax) / k),
-			StuckAfter: time.Duration(float64(batch.MinStuckAfter) / k)}
-		o.Plan = func(jsonl.Summary, int) (route.Routing, error) {
-			return route.Routing{Route: route.Batch, Why: "bench caching: batch arm", Batch: bc}, nil
-		}
+		forced = route.Batch
+	}
+	world := plan.FromModel(cfg.Model(), nil)
+	o.Plan = func(s jsonl.Summary, pending int) (route.Routing, error) {
+		rt, d, rng, err := predictRouting(world, forced, s, pending, c.TimeScale)
+		res.Predicted, res.PredictedUSD = rng, d.Cost
+		return rt, err
 	}
 	start := time.Now()
 	rep, err := job.Run(ctx, o)
@@ -167,12 +173,13 @@ func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResul
 func PrintCaching(w io.Writer, c CachingRun, rs []CachingResult) {
 	fmt.Fprintf(w, "%d requests, a %d-token shared system prompt and ~%d tokens of their own, three orgs ITPM-bound (300k / 225k / 150k), time scale %g\n\n",
 		c.N, c.PrefixTokens, c.OwnTokens, c.TimeScale)
-	fmt.Fprintln(w, "| route | --cache-prefix | wall | steady req/s | binding (the run's report) | input tokens: uncached / written / read | hit rate | batch primers | input cost | total cost | lost |")
-	fmt.Fprintln(w, "|---|---|---:|---:|---|---|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(w, "| route | --cache-prefix | wall | predicted wall | steady req/s | binding (the run's report) | input tokens: uncached / written / read | hit rate | batch primers | input cost | total cost | predicted cost | lost |")
+	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		t := r.Tokens
-		fmt.Fprintf(w, "| %s | %s | %.1f s | %.0f | %s | %d / %d / %d | %.1f %% | %d | $%.2f | $%.2f | %d |\n", r.Route, r.Arm, r.Wall.Seconds(), r.Steady, r.Binding,
-			t.Input, t.CacheWrite5m+t.CacheWrite1h, t.CacheRead, 100*r.HitRate(), r.Primers, r.InputUSD, r.TotalUSD, r.Lost)
+		fmt.Fprintf(w, "| %s | %s | %.1f s | %.1f s (%.1f–%.1f) | %.0f | %s | %d / %d / %d | %.1f %% | %d | $%.2f | $%.2f | $%.2f | %d |\n", r.Route, r.Arm, r.Wall.Seconds(),
+			r.Predicted.Mid.Seconds(), r.Predicted.Low.Seconds(), r.Predicted.High.Seconds(), r.Steady, r.Binding,
+			t.Input, t.CacheWrite5m+t.CacheWrite1h, t.CacheRead, 100*r.HitRate(), r.Primers, r.InputUSD, r.TotalUSD, r.PredictedUSD, r.Lost)
 	}
 	fmt.Fprintln(w)
 	for i := 0; i+1 < len(rs); i += 2 {
