@@ -141,7 +141,10 @@ func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResul
 	world := plan.FromModel(cfg.Model(), nil)
 	o.Plan = func(s jsonl.Summary, pending int) (route.Routing, error) {
 		rt, d, rng, err := predictRouting(world, forced, s, pending, c.TimeScale)
-		res.Predicted, res.PredictedUSD = rng, d.Cost
+		res.Predicted, res.PredictedUSD = rng, d.SyncCost
+		if batchRoute { // the forced route's, whichever the decision preferred
+			res.PredictedUSD = d.BatchCost
+		}
 		return rt, err
 	}
 	start := time.Now()
