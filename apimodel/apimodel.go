@@ -93,7 +93,8 @@ type BatchModel struct {
 	// batch at 100 % and one after a sync pre-warm at 0–16 %, so the two
 	// readings are apart. A row that does not read writes; a batch's rows
 	// never read what rows of the same batch wrote (they run together),
-	// so a cold batch reads nothing. 0: never.
+	// so a cold batch reads nothing. 0: never. (An org's batch override
+	// replaces the whole model: give both there.)
 	CacheHit float64 `json:"cache_hit"`
 	PrimeHit float64 `json:"prime_hit"`
 }

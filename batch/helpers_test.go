@@ -67,6 +67,7 @@ type tap struct {
 	messagesStatus int
 	messages       int
 	messagesDelay  time.Duration // each primer answers this late
+	refuseZero     bool          // a primer with max_tokens 0 gets a 400
 }
 
 type createCall struct {
@@ -118,9 +119,14 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	if req.Method == "POST" && req.URL.Path == "/v1/messages" {
+		b, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(b))
 		tp.mu.Lock()
 		tp.messages++
 		st, d := tp.messagesStatus, tp.messagesDelay
+		if tp.refuseZero && bytes.HasSuffix(b, []byte(`"max_tokens":0}`)) {
+			st = 400
+		}
 		tp.mu.Unlock()
 		if d > 0 {
 			select {

@@ -84,12 +84,21 @@ func (r *Runner) prime(ctx context.Context, c *chunk, key *keys.Key) {
 			continue
 		}
 		done[p] = true
-		out := r.do(pctx, key, "POST", messagesPath, body)
-		if out.Class == client.Invalid && out.Status == http.StatusBadRequest {
-			// An API or gateway that refuses max_tokens 0 (the documented
-			// pre-warm): one output token instead.
-			body, _ = primerBody(req.Body(), 1)
+		var out client.Outcome
+		if !r.primeOne.Load() {
 			out = r.do(pctx, key, "POST", messagesPath, body)
+		}
+		if r.primeOne.Load() || (out.Class == client.Invalid && out.Status == http.StatusBadRequest) {
+			// An API or gateway that refuses max_tokens 0 (the documented
+			// pre-warm): one output token instead, and from then on if
+			// that is taken.
+			body, _ = primerBody(req.Body(), 1)
+			retry := r.do(pctx, key, "POST", messagesPath, body)
+			if retry.Class == client.OK && !r.primeOne.Load() {
+				r.primeOne.Store(true)
+				r.log.Info("batch: max_tokens 0 refused for a prompt-cache primer; priming with max_tokens 1", "org", o.label)
+			}
+			out = retry
 		}
 		pr := Prime{Org: o.label, Key: key.Label(), Model: req.Model, OK: out.Class == client.OK}
 		r.mu.Lock()

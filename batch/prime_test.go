@@ -65,7 +65,7 @@ func readShare(col *collector) (reads, writes int) {
 
 // TestPrimedBatchesReadTheCache: chunks created together on cold orgs
 // read nothing (each batch's rows run together), so the Runner writes each
-// org's shared prefix with one sync primer (max_tokens 1, the 1 h
+// org's shared prefix with one sync primer (max_tokens 0, the 1 h
 // breakpoint) right before that org's first chunk, and the batches then
 // read it on most rows; a prefix is primed once per org, not per chunk.
 func TestPrimedBatchesReadTheCache(t *testing.T) {
@@ -142,7 +142,7 @@ func TestPrimerFailureCreatesAnyway(t *testing.T) {
 	})
 }
 
-// TestThinkingIsNotPrimed: a primer with max_tokens 1 cannot carry a
+// TestThinkingIsNotPrimed: a primer with max_tokens 0 cannot carry a
 // thinking budget, so a request with extended thinking is not primed.
 func TestThinkingIsNotPrimed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -234,6 +234,28 @@ func TestSlowPrimersRespectTheCutoff(t *testing.T) {
 		}
 		if n := w.tap.messages; n != 2 {
 			t.Fatalf("%d primers sent, want 2 (the second cut at %s)", n, primeTimeout)
+		}
+	})
+}
+
+// TestPrimerFallsBackToOneToken: an endpoint that refuses max_tokens 0
+// gets the primer with max_tokens 1, and every later primer goes with 1
+// at once.
+func TestPrimerFallsBackToOneToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, nil, "batch")
+		w.tap.refuseZero = true
+		reqs := cachedRequests(20, nil)
+		for _, q := range reqs[10:] { // the second chunk has another prefix
+			q.CachePrefix = 0xbeef
+		}
+		col, r, err := w.run(t, w.config(), reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := r.Stats()
+		if len(col.results) != 20 || st.Primed != 2 || st.PrimeFailed != 0 || w.tap.messages != 3 {
+			t.Fatalf("%d results, %d primed, %d failed, %d primers on the wire; want 2 primed over 3 calls (one refused)", len(col.results), st.Primed, st.PrimeFailed, w.tap.messages)
 		}
 	})
 }

@@ -100,6 +100,8 @@ type Runner struct {
 	flushMu sync.Mutex // one flush at a time
 
 	dead atomic.Bool
+	// primeOne: the endpoint refused a max_tokens 0 primer and took 1.
+	primeOne atomic.Bool
 	// ctx ends on an interrupt or a fatal error; pollCtx also when every
 	// request has its outcome (it stops chunks nobody waits for, while a
 	// harvest under way finishes on ctx).

@@ -209,14 +209,6 @@ func (s *Survey) Shared(units []Unit, min int64, atLeast int) (Unit, bool) {
 // fewer than eight, is sent as written.
 func Sharers(orgs int) int { return max(8, 3*orgs) }
 
-// BatchSharers is Sharers for the batch route, where each organization's
-// write is a sync primer at 2× (1 h) and a batch row that reads saves
-// less: at an 80 % hit rate a primed row costs 0.24 of the prefix's batch
-// price where uncached it costs 0.5, so eight rows per organization repay
-// the primer. Below about 53 % hits no number of rows does
-// (plan.BatchBreakEven): the report's batch hit rate tells.
-func BatchSharers(orgs int) int { return max(8, 8*orgs) }
-
 // SurveyLines surveys a job's pending requests: next returns each one's
 // params and model until ok is false. For `sluice plan --input`, which
 // has no run to survey with.

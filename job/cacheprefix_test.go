@@ -150,7 +150,8 @@ func TestCachePrefixSmallGroupsAsWritten(t *testing.T) {
 	}
 }
 
-// TestCachePrefixBatchRoute: on the batch route the breakpoint carries
+// TestCachePrefixBatchRoute: with --cache-prefix batch, on the batch
+// route the breakpoint carries
 // the 1 h TTL, each org that takes a batch is primed once by a sync
 // request right before its first one, and the batches then read the
 // prefix on most rows (best effort: the simulator's cache_hit); the report
@@ -162,7 +163,7 @@ func TestCachePrefixBatchRoute(t *testing.T) {
 		e := newEnv(t, 0, func(c *sim.Config) { c.TimeScale = 2000 })
 		writeShared(t, e.in, n)
 		o := e.options()
-		o.CachePrefixOff = off
+		o.CachePrefixOff, o.CachePrefixBatch = off, !off
 		o.Plan = batchRouting(1)
 		rep, err := e.run(o)
 		if err != nil {
@@ -201,6 +202,23 @@ func TestCachePrefixBatchRoute(t *testing.T) {
 	}
 	if rep.Cost.Total.SyncUSD <= 0 {
 		t.Errorf("the primers' cost is not in the run's: %+v", rep.Cost.Total)
+	}
+	// The default (auto without batch) sends the batch route as written.
+	de := newEnv(t, 0, func(c *sim.Config) { c.TimeScale = 2000 })
+	writeShared(t, de.in, n)
+	do := de.options()
+	do.Plan = batchRouting(1)
+	defRep, err := de.run(do)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if defRep.PromptCache.Primers != 0 || defRep.PromptCache.Added != 0 {
+		t.Errorf("--cache-prefix auto on the batch route: %+v, want requests as written", defRep.PromptCache)
+	}
+	for id, r := range de.readResults() {
+		if r.Sluice == nil || r.Sluice.CachePrefix != "" {
+			t.Fatalf("--cache-prefix auto on batch: %s metadata %+v", id, r.Sluice)
+		}
 	}
 	_, offRep := run(true)
 	if offRep.PromptCache.Primers != 0 || offRep.Cost.Total.SyncUSD != 0 {

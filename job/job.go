@@ -91,6 +91,12 @@ type Options struct {
 	// results file and the response cache key on; the results line says
 	// what was added (sluice.cache_prefix).
 	CachePrefixOff bool
+	// CachePrefixBatch (`--cache-prefix batch`) caches the shared prefix
+	// on the batch route too (1 h, each org primed before its batches).
+	// Not the default: users measured batches after a sync pre-warm
+	// reading 0–16 %, where the 1 h writes make a batch job cost more
+	// (`sluice bench caching`: +61 % input cost at 16 %, −44 % at 80 %).
+	CachePrefixBatch bool
 
 	// Cache, if set (and not Off), answers requests it holds without a
 	// call — the row is written with route "cache" and costs nothing —

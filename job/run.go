@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/cacheprefix"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/results"
 	"github.com/sluice-dev/sluice/route"
 )
@@ -286,8 +288,8 @@ func (r *run) plan() error {
 		// The planner sizes what will be sent: cache hits cost nothing;
 		// and what the prompt cache can spare what is sent.
 		if r.in.prefixes != nil {
-			reach := r.in.prefixes.Reach(r.prefixSharers(route.SideSync))
-			r.in.summary.Prefix = route.SharedPrefixOf(reach)
+			r.in.summary.Prefix = route.SharedPrefixOf(r.in.prefixes.Reach(r.prefixSharers(route.SideSync)))
+			r.in.summary.BatchPrefix = route.SharedPrefixOf(r.in.prefixes.Reach(r.prefixSharers(route.SideBatch)))
 		}
 		var err error
 		if r.routing, err = r.o.Plan(r.in.summary, r.todo-r.in.cached); err != nil {
@@ -721,7 +723,7 @@ func (r *run) primed(p batch.Prime) {
 
 // prefixSharers is how many pending requests must share a prompt prefix
 // before sluice adds a breakpoint for it on side s (cacheprefix.Sharers,
-// BatchSharers, over the organizations the run's live keys reach;
+// plan.BatchSharers, over the organizations the run's live keys reach;
 // docs/caching.md).
 func (r *run) prefixSharers(s route.Side) int {
 	r.orgsOnce.Do(func() {
@@ -736,7 +738,10 @@ func (r *run) prefixSharers(s route.Side) int {
 		r.orgs = len(seen)
 	})
 	if s == route.SideBatch {
-		return cacheprefix.BatchSharers(r.orgs)
+		if !r.o.CachePrefixBatch {
+			return math.MaxInt32 // no prefix is shared that widely: batch requests go as written
+		}
+		return plan.BatchSharers(r.orgs)
 	}
 	return cacheprefix.Sharers(r.orgs)
 }

@@ -21,6 +21,8 @@ type Summary struct {
 	// (--cache-prefix auto): filled in by the job's survey, which finds
 	// the shared prefixes; zero when off or none.
 	Prefix SharedPrefix
+	// BatchPrefix is Prefix at the batch route's threshold (more sharers).
+	BatchPrefix SharedPrefix
 }
 
 // SharedPrefix is the pending requests whose shared prompt prefix sluice

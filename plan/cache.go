@@ -22,15 +22,29 @@ import (
 // decision says so.
 
 // DefaultBatchHitRate is the share of batch rows taken to read a primed
-// prefix: the low end of the documented 30–98 % (users measured a batch
-// primed by a sync request at 0–16 %, one after a warm batch at 100 %:
-// anthropic-api.md §10), so a cost the cache may raise is not promised
-// as a saving.
-const DefaultBatchHitRate = 0.3
+// prefix: the middle of the documented 30–98 % (users measured a batch
+// primed by a sync request at 0–16 % and one after a warm batch at 100 %:
+// anthropic-api.md §10). The engine adds batch breakpoints by the same
+// figure (BatchSharers), so what is predicted is what is sent; below
+// BatchBreakEven the lever costs a batch job money, which the decision
+// and the run's report say.
+const DefaultBatchHitRate = 0.64
 
 // BatchBreakEven is the batch hit rate above which caching a prefix with
 // the 1 h TTL costs less than sending it uncached: h·0.1 + (1−h)·2 = 1.
 const BatchBreakEven = 1.0 / 1.9
+
+// BatchSharers is how many pending requests must share a prefix before a
+// breakpoint is added for it on the batch route, over orgs organizations:
+// each organization's write is a sync primer at 2× the input price, and a
+// batch row that reads at DefaultBatchHitRate saves 0.5 − (0.05·h +
+// (1 − h)) of it against sending it uncached, so a prefix needs
+// 2 ÷ (0.95·h − 0.5) rows per organization (19 at 64 %).
+func BatchSharers(orgs int) int {
+	h := DefaultBatchHitRate
+	perOrg := int(math.Ceil(2 / (0.95*h - 0.5)))
+	return max(8, perOrg*max(orgs, 1))
+}
 
 // CachedPrefix is what the job's shared prompt prefixes let the cache
 // spare: zero for none (or --cache-prefix off).
@@ -47,6 +61,11 @@ type CachedPrefix struct {
 	// BatchHitRate is the batch rows' expected hit rate
 	// (DefaultBatchHitRate when 0).
 	BatchHitRate float64
+	// BatchShare, BatchTokens and BatchPrefixes are Share, Tokens and
+	// Prefixes for the batch route, whose breakpoints need more sharers
+	// (BatchSharers): a smaller group is sent to batch as written.
+	BatchShare, BatchTokens float64
+	BatchPrefixes           int
 }
 
 func (c CachedPrefix) active() bool { return c.Share > 0 && c.Tokens > 0 }
@@ -65,6 +84,8 @@ func (c CachedPrefix) validate(meanInput float64) error {
 		return fmt.Errorf("plan: the cached share must be in [0, 1], got %v", c.Share)
 	case c.Tokens < 0 || c.BatchHitRate < 0 || c.BatchHitRate > 1 || c.Prefixes < 0:
 		return fmt.Errorf("plan: cached prefix %+v out of range", c)
+	case c.BatchShare < 0 || c.BatchShare > c.Share || c.BatchTokens < 0 || c.BatchPrefixes < 0:
+		return fmt.Errorf("plan: the batch route's cached prefix %+v out of range", c)
 	case c.Share*c.Tokens > meanInput+0.5:
 		return fmt.Errorf("plan: the cached prefix (%.0f tokens on %.0f %% of requests) exceeds the mean input %.0f", c.Tokens, 100*c.Share, meanInput)
 	}
@@ -114,10 +135,16 @@ func (p *planner) cachedCost(n int, batch bool) float64 {
 		usd, _ := cost.TokensCost(j.Model, t, false)
 		return usd
 	}
+	if c.BatchShare <= 0 || c.BatchTokens <= 0 {
+		return cost.Estimate(j.Model, round(float64(n)*j.MeanInput), t.Output, true)
+	}
+	cached = float64(n) * c.BatchShare
+	t.Input = round(math.Max(0, float64(n)*j.MeanInput-cached*c.BatchTokens))
 	hit := c.batchHitRate()
-	t.CacheRead, t.CacheWrite1h = round(cached*hit*c.Tokens), round(cached*(1-hit)*c.Tokens)
+	t.CacheRead, t.CacheWrite1h = round(cached*hit*c.BatchTokens), round(cached*(1-hit)*c.BatchTokens)
 	usd, _ := cost.TokensCost(j.Model, t, true)
-	primers := cost.Tokens{CacheWrite1h: round(float64(max(c.Prefixes, 1)*orgs) * c.Tokens), Output: int64(max(c.Prefixes, 1) * orgs)}
+	// One primer (max_tokens 0) per organization and prefix.
+	primers := cost.Tokens{CacheWrite1h: round(float64(max(c.BatchPrefixes, 1)*orgs) * c.BatchTokens)}
 	pusd, _ := cost.TokensCost(j.Model, primers, false)
 	return usd + pusd
 }
@@ -142,7 +169,7 @@ func cacheEffect(d, uncached Decision) string {
 	default:
 		s = "prompt caching changes " + parts[0] + " and " + parts[1] + " (" + saving + ")"
 	}
-	if d.BatchN > 0 {
+	if d.BatchN > 0 && d.Job.Cached.BatchShare > 0 {
 		s += fmt.Sprintf("; on batch it assumes %.0f %% of rows read the primed prefix, and costs more than it saves below %.0f %% (then --cache-prefix off)",
 			100*d.Job.Cached.batchHitRate(), 100*BatchBreakEven)
 	}

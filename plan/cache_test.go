@@ -36,7 +36,7 @@ func TestCachedPrefixRelievesITPM(t *testing.T) {
 	const n = 20_000
 	plain := plan.Job{N: n, Model: sonnet, MeanInput: 3300, MaxTokens: 64}
 	cached := plain
-	cached.Cached = plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1}
+	cached.Cached = plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1, BatchShare: 1, BatchTokens: 3000, BatchPrefixes: 1}
 	o := plan.Options{Priority: plan.PreferLatency, MinBatch: n + 1} // sync only
 	p, c := decide(t, w, plain, o), decide(t, w, cached, o)
 	if p.Binding != plan.BindITPM || c.Binding == plan.BindITPM {
@@ -55,10 +55,10 @@ func TestCachedPrefixRelievesITPM(t *testing.T) {
 	if !near(c.SyncCost, want, 1e-6) {
 		t.Errorf("cached sync cost $%.4f, want $%.4f", c.SyncCost, want)
 	}
-	// Batch cost: rows read at the default 30 %, write 1 h otherwise, at
-	// the batch price; one sync primer per org.
-	rows, _ := cost.TokensCost(sonnet, cost.Tokens{Input: n * 300, CacheRead: n * 3000 * 3 / 10, CacheWrite1h: n * 3000 * 7 / 10, Output: out}, true)
-	primers, _ := cost.TokensCost(sonnet, cost.Tokens{CacheWrite1h: orgs * 3000, Output: orgs}, false)
+	// Batch cost: rows read at the default 64 %, write 1 h otherwise, at
+	// the batch price; one sync primer (max_tokens 0) per org.
+	rows, _ := cost.TokensCost(sonnet, cost.Tokens{Input: n * 300, CacheRead: n * 3000 * 64 / 100, CacheWrite1h: n * 3000 * 36 / 100, Output: out}, true)
+	primers, _ := cost.TokensCost(sonnet, cost.Tokens{CacheWrite1h: orgs * 3000}, false)
 	if !near(c.BatchCost, rows+primers, 1e-6) {
 		t.Errorf("cached batch cost $%.4f, want $%.4f", c.BatchCost, rows+primers)
 	}
@@ -107,10 +107,10 @@ func TestBatchBreakEven(t *testing.T) {
 	u := decide(t, w, plain, o)
 	costAt := func(h float64) float64 {
 		j := plain
-		j.Cached = plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1, BatchHitRate: h}
+		j.Cached = plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1, BatchHitRate: h, BatchShare: 1, BatchTokens: 3000, BatchPrefixes: 1}
 		return decide(t, w, j, o).BatchCost
 	}
-	primers, _ := cost.TokensCost(sonnet, cost.Tokens{CacheWrite1h: int64(len(w.Orgs)) * 3000, Output: int64(len(w.Orgs))}, false)
+	primers, _ := cost.TokensCost(sonnet, cost.Tokens{CacheWrite1h: int64(len(w.Orgs)) * 3000}, false)
 	if at := costAt(plan.BatchBreakEven); !near(at-primers, u.BatchCost, 0.01) {
 		t.Errorf("at the break-even %.3f: $%.4f (less primers), uncached $%.4f", plan.BatchBreakEven, at-primers, u.BatchCost)
 	}
@@ -125,7 +125,7 @@ func TestCachedPrefixUnknownModel(t *testing.T) {
 	w := itpmBound(t)
 	j := plan.Job{N: 1000, Model: "claude-future-9", MeanInput: 3300, MaxTokens: 64}
 	plain := decide(t, w, j, plan.Options{})
-	j.Cached = plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1}
+	j.Cached = plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1, BatchShare: 1, BatchTokens: 3000, BatchPrefixes: 1}
 	d := decide(t, w, j, plan.Options{})
 	if d.Cost != plain.Cost || d.Cost <= 0 || d.CacheEffect != "" || d.SyncWall != plain.SyncWall {
 		t.Errorf("unknown model: cost $%.2f (plain $%.2f), effect %q", d.Cost, plain.Cost, d.CacheEffect)
@@ -137,7 +137,7 @@ func TestCachedPrefixUnknownModel(t *testing.T) {
 func TestCachedSplitWritesOncePerOrg(t *testing.T) {
 	w := itpmBound(t)
 	orgs := int64(len(w.Orgs))
-	j := plan.Job{N: 1_000_000, Model: sonnet, MeanInput: 3300, MeanOutput: 50, MaxTokens: 64, Cached: plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1}}
+	j := plan.Job{N: 1_000_000, Model: sonnet, MeanInput: 3300, MeanOutput: 50, MaxTokens: 64, Cached: plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1, BatchShare: 1, BatchTokens: 3000, BatchPrefixes: 1}}
 	d := decide(t, w, j, plan.Options{Priority: plan.PreferLatency})
 	if d.Route != plan.RouteSplit {
 		t.Skipf("route %s: no split to check", d.Route)
@@ -145,10 +145,26 @@ func TestCachedSplitWritesOncePerOrg(t *testing.T) {
 	s := int64(d.SyncN)
 	syncPart, _ := cost.TokensCost(sonnet, cost.Tokens{Input: s * 300, CacheWrite5m: orgs * 3000, CacheRead: (s - orgs) * 3000, Output: s * 50}, false)
 	b := int64(d.BatchN)
-	rows, _ := cost.TokensCost(sonnet, cost.Tokens{Input: b * 300, CacheRead: b * 3000 * 3 / 10, CacheWrite1h: b * 3000 * 7 / 10, Output: b * 50}, true)
-	primers, _ := cost.TokensCost(sonnet, cost.Tokens{CacheWrite1h: orgs * 3000, Output: orgs}, false)
+	rows, _ := cost.TokensCost(sonnet, cost.Tokens{Input: b * 300, CacheRead: b * 3000 * 64 / 100, CacheWrite1h: b * 3000 * 36 / 100, Output: b * 50}, true)
+	primers, _ := cost.TokensCost(sonnet, cost.Tokens{CacheWrite1h: orgs * 3000}, false)
 	if !near(d.Cost, syncPart+rows+primers, 1e-3) {
 		t.Errorf("split cost $%.4f, want $%.4f", d.Cost, syncPart+rows+primers)
+	}
+}
+
+// TestBatchShareBelowThreshold: groups too small for the batch route's
+// threshold are priced on batch as written, as the engine sends them.
+func TestBatchShareBelowThreshold(t *testing.T) {
+	w := itpmBound(t)
+	j := plan.Job{N: 300, Model: sonnet, MeanInput: 3300, MaxTokens: 64}
+	plain := decide(t, w, j, plan.Options{Priority: plan.PreferCost})
+	j.Cached = plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 20} // no batch share
+	d := decide(t, w, j, plan.Options{Priority: plan.PreferCost})
+	if !near(d.BatchCost, plain.BatchCost, 1e-9) || d.SyncCost >= plain.SyncCost {
+		t.Errorf("batch $%.4f (as written $%.4f), sync $%.4f (as written $%.4f)", d.BatchCost, plain.BatchCost, d.SyncCost, plain.SyncCost)
+	}
+	if n := plan.BatchSharers(3); n != 57 {
+		t.Errorf("BatchSharers(3) = %d, want 19 per org at 64 %%", n)
 	}
 }
 

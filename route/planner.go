@@ -136,22 +136,30 @@ func NewRouter(o Options) *Router {
 // the pending requests the survey found sharing one).
 func JobOf(s jsonl.Summary, pending int) plan.Job {
 	j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
-	j.Cached = CachedOf(s.Prefix, pending, j.MeanInput)
+	j.Cached = CachedOf(s.Prefix, s.BatchPrefix, pending, j.MeanInput)
 	return j
 }
 
 // CachedOf is the planner's cached prefix of a job of pending requests
-// whose mean estimated input is meanInput, of which sp share one: the
-// share, the mean prefix (part of the input, never more than it), the
-// prefixes.
-func CachedOf(sp jsonl.SharedPrefix, pending int, meanInput float64) plan.CachedPrefix {
-	if sp.Requests <= 0 || pending <= 0 {
-		return plan.CachedPrefix{}
+// whose mean estimated input is meanInput, of which sp share one at the
+// sync route's threshold and bp at the batch route's: the shares, the mean
+// prefixes (part of the input, never more than it), the prefixes.
+func CachedOf(sp, bp jsonl.SharedPrefix, pending int, meanInput float64) plan.CachedPrefix {
+	one := func(p jsonl.SharedPrefix) (share, tokens float64, prefixes int) {
+		if p.Requests <= 0 || pending <= 0 {
+			return 0, 0, 0
+		}
+		share, tokens = math.Min(1, float64(p.Requests)/float64(pending)), float64(p.Tokens)/float64(p.Requests)
+		if share*tokens > meanInput {
+			tokens = meanInput / share
+		}
+		return share, tokens, max(p.Prefixes, 1)
 	}
-	c := plan.CachedPrefix{Share: math.Min(1, float64(sp.Requests)/float64(pending)),
-		Tokens: float64(sp.Tokens) / float64(sp.Requests), Prefixes: max(sp.Prefixes, 1)}
-	if c.Share*c.Tokens > meanInput {
-		c.Tokens = meanInput / c.Share
+	var c plan.CachedPrefix
+	c.Share, c.Tokens, c.Prefixes = one(sp)
+	if c.Share > 0 {
+		c.BatchShare, c.BatchTokens, c.BatchPrefixes = one(bp)
+		c.BatchShare = math.Min(c.BatchShare, c.Share)
 	}
 	return c
 }

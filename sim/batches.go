@@ -207,7 +207,7 @@ func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
 		e, ok := o.cache[row.cacheKey]
 		warm := ok && !b.began.Before(e.visible) && b.began.Before(e.expires)
 		hit := o.batch.PrimeHit
-		if e.batch {
+		if !e.batchAt.IsZero() && !e.batchAt.After(b.began) { // a batch had warmed it when b began
 			hit = o.batch.CacheHit
 		}
 		if warm && float64(mix(row.hash^0xcac4e)>>11)/(1<<53) < hit {
@@ -228,7 +228,7 @@ func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
 		if exp := t.Add(ttl); exp.After(e.expires) {
 			e.expires = exp
 		}
-		e.batch = true
+		e.batchAt = t
 		o.cache[key] = e
 	}
 }

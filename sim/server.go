@@ -251,7 +251,9 @@ func (o *org) surfaceHeaders(h http.Header, b *bucket, now time.Time) {
 type cacheEntry struct {
 	visible time.Time // the first writer's answer has begun: later requests read it
 	expires time.Time
-	batch   bool // a batch has written or read it (else only sync requests have)
+	// batchAt is when a batch last ended having written or read it
+	// (zero: only sync requests have since it was written).
+	batchAt time.Time
 }
 
 // cacheLookup applies the prompt-cache model: a prefix whose entry is
@@ -290,7 +292,7 @@ func (o *org) cacheCommit(p *prompt, now time.Time, scale float64, ttft time.Dur
 	case !ok || !now.Before(e.expires): // absent or expired: this request writes it
 		e.visible = now.Add(ttft)
 		e.expires = e.visible.Add(ttl)
-		e.batch = false
+		e.batchAt = time.Time{}
 	default: // being written by an earlier request, not yet visible
 		if later := e.visible.Add(ttl); later.After(e.expires) {
 			e.expires = later

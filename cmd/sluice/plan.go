@@ -123,7 +123,7 @@ to the API.`,
 	fl.Float64Var(&f.out, "out", 0, "mean output tokens per request (default: the world's answer model at --max-tokens)")
 	fl.IntVar(&f.maxTokens, "max-tokens", 0, fmt.Sprintf("max_tokens per request (default %d, or measured from --input)", plan.JudgeMaxTokens))
 	fl.StringVar(&f.input, "input", "", "requests file (Message Batches JSONL) to measure N, model and token shape from")
-	fl.StringVar(&f.cachePrefix, "cache-prefix", "auto", "auto: count what the prompt cache spares the shared prefixes of --input, as sluice run --cache-prefix auto would cache them; off: as written")
+	fl.StringVar(&f.cachePrefix, "cache-prefix", "auto", "as for sluice run: auto counts what the prompt cache spares the shared prefixes of --input on sync, batch on both routes, off plans it as written")
 	fl.StringVar(&f.prefer, "prefer", string(plan.PreferLatency), "priority: latency, cost or balanced (the default, as for sluice run)")
 	fl.DurationVar(&f.deadline, "deadline", 0, "rule out routes predicted to take longer (e.g. 6h)")
 	fl.Float64Var(&f.valueOfTime, "value-of-time", plan.DefaultValueOfTime, "USD per hour of wall-clock, for --prefer balanced")
@@ -248,12 +248,12 @@ func (f *planFlags) engine(cmd *cobra.Command, w plan.World) plan.World {
 // file's shared prefixes, surveyed as the run surveys them (every valid
 // line counts as pending).
 func (f *planFlags) cached(j plan.Job, orgs int) (plan.CachedPrefix, error) {
-	switch f.cachePrefix {
-	case "off":
+	off, batch, err := cachePrefixMode(f.cachePrefix)
+	if err != nil {
+		return plan.CachedPrefix{}, fmt.Errorf("plan: %w", err)
+	}
+	if off {
 		return plan.CachedPrefix{}, nil
-	case "auto":
-	default:
-		return plan.CachedPrefix{}, fmt.Errorf("plan: --cache-prefix must be auto or off, got %q", f.cachePrefix)
 	}
 	if f.input == "" {
 		return plan.CachedPrefix{}, nil
@@ -288,7 +288,11 @@ func (f *planFlags) cached(j plan.Job, orgs int) (plan.CachedPrefix, error) {
 	if readErr != nil {
 		return plan.CachedPrefix{}, fmt.Errorf("plan: %s: %w", f.input, readErr)
 	}
-	c := route.CachedOf(route.SharedPrefixOf(s.Reach(cacheprefix.Sharers(orgs))), valid, j.MeanInput)
+	var onBatch jsonl.SharedPrefix // auto: the batch route goes as written
+	if batch {
+		onBatch = route.SharedPrefixOf(s.Reach(plan.BatchSharers(orgs)))
+	}
+	c := route.CachedOf(route.SharedPrefixOf(s.Reach(cacheprefix.Sharers(orgs))), onBatch, valid, j.MeanInput)
 	return c, nil
 }
 

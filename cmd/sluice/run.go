@@ -59,7 +59,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 			if output == "" {
 				return errors.New("run: -o RESULTS.jsonl is required")
 			}
-			prefixOff, err := cachePrefixOff(cachePrefix)
+			prefixOff, prefixBatch, err := cachePrefixMode(cachePrefix)
 			if err != nil {
 				return fmt.Errorf("run: %w", err)
 			}
@@ -77,7 +77,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 				Terminal: tty, Logger: log, Redact: redactLoaded,
 				Rotations:      eng.watchKeys(watchCtx, pool, log),
 				Command:        "sluice " + strings.Join(os.Args[1:], " "),
-				CachePrefixOff: prefixOff,
+				CachePrefixOff: prefixOff, CachePrefixBatch: prefixBatch,
 			}
 			if !noProgress {
 				opts.Progress = os.Stderr
@@ -102,7 +102,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 	fl.StringVarP(&output, "output", "o", "", "results file (appended to, resumable)")
 	fl.StringVar(&report, "report", "", "write a JSON report here")
 	fl.BoolVar(&skipInvalid, "skip-invalid", false, "record invalid lines as errored results instead of stopping")
-	fl.StringVar(&cachePrefix, "cache-prefix", "auto", "auto: a prompt prefix the requests share gets one prompt-cache breakpoint, written once per organization (docs/caching.md); off: every request goes as written")
+	fl.StringVar(&cachePrefix, "cache-prefix", "auto", "auto: a prompt prefix the requests share gets one prompt-cache breakpoint on the sync route, written once per organization (docs/caching.md); batch: on the batch route too, each org primed before its batches (best effort: check the reported batch hit rate); off: every request goes as written")
 	fl.BoolVar(&allowChanged, "allow-changed", false, "re-run requests whose params changed since their result was written")
 	fl.Float64Var(&maxCost, "max-cost", 0, "stop admitting requests once this many USD are spent (0: no limit)")
 	fl.DurationVar(&grace, "grace", 30*time.Second, "on interrupt, how long requests in flight may finish")
@@ -131,12 +131,14 @@ func runJob(ctx context.Context, opts job.Options, reportPath string) error {
 }
 
 // cachePrefixOff reads --cache-prefix.
-func cachePrefixOff(v string) (bool, error) {
+func cachePrefixMode(v string) (off, batch bool, err error) {
 	switch v {
 	case "auto":
-		return false, nil
+		return false, false, nil
+	case "batch":
+		return false, true, nil
 	case "off":
-		return true, nil
+		return true, false, nil
 	}
-	return false, fmt.Errorf("--cache-prefix %q: want auto or off", v)
+	return false, false, fmt.Errorf("--cache-prefix %q: want auto, batch or off", v)
 }

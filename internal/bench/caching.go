@@ -93,6 +93,9 @@ func (c CachingRun) cachingWorld() sim.Config {
 // simulator's clock), else on sync.
 func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResult, error) {
 	res := CachingResult{Arm: "auto", Route: route.Sync}
+	if batchRoute && !off {
+		res.Arm = "batch"
+	}
 	if off {
 		res.Arm = "off"
 	}
@@ -130,6 +133,7 @@ func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResul
 	steady := newSteadyWindow(c.N)
 	o := job.Options{
 		Input: in, Output: out, Logger: slog.New(slog.NewTextHandler(log, nil)), CachePrefixOff: off,
+		CachePrefixBatch: batchRoute && !off, // the batch arm's "auto" is --cache-prefix batch
 		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: sp.Base, MaxConns: 100*len(cfg.Orgs) + 64}),
 			Keys: pool.Keys()},
 		OnDurable: steady.observe,
@@ -190,8 +194,8 @@ func PrintCaching(w io.Writer, c CachingRun, rs []CachingResult) {
 		if off.Steady <= 0 || off.InputUSD <= 0 || auto.Wall <= 0 {
 			continue
 		}
-		fmt.Fprintf(w, "%s, auto ÷ off: throughput ×%.2f (steady), wall ×%.2f; input cost −%.0f %%", auto.Route,
-			auto.Steady/off.Steady, off.Wall.Seconds()/auto.Wall.Seconds(), 100*(1-auto.InputUSD/off.InputUSD))
+		fmt.Fprintf(w, "%s, auto ÷ off: throughput ×%.2f (steady), wall ×%.2f; input cost %+.0f %%", auto.Route,
+			auto.Steady/off.Steady, off.Wall.Seconds()/auto.Wall.Seconds(), 100*(auto.InputUSD/off.InputUSD-1))
 		if strings.HasPrefix(auto.Route, route.Batch) {
 			fmt.Fprintf(w, "; batch rows' hit rate %.1f %% after %d primers", 100*auto.BatchHitRate, auto.Primers)
 		}
