@@ -85,6 +85,14 @@ func (m ModelInfo) CacheReliefMinimum() int {
 	return max(m.MinCacheable, m.MinCacheableSeen)
 }
 
+// CacheMinimums are the model's minimum cacheable prefix as documented
+// (where a breakpoint is added) and at the larger reading (where relief is
+// counted), for a model id or alias; an unknown model gets the defaults.
+func CacheMinimums(model string) (min, relief int64) {
+	m, _ := LookupModel(model)
+	return int64(m.CacheMinimum()), int64(m.CacheReliefMinimum())
+}
+
 // CacheMinimum is m.MinCacheable, or DefaultMinCacheable when unset (a
 // model the catalog does not know).
 func (m ModelInfo) CacheMinimum() int {

@@ -49,6 +49,21 @@ type primes struct {
 
 func (p *primes) add(pr Prime) { p.mu.Lock(); p.list = append(p.list, pr); p.mu.Unlock() }
 
+// runPriming runs reqs through a Runner with the world's test config,
+// collecting the primers; every request must get its result.
+func runPriming(t *testing.T, w *world, reqs []*call.Request) (*collector, *Runner, *primes) {
+	t.Helper()
+	var ps primes
+	cfg := w.config()
+	cfg.OnPrime = ps.add
+	col, r, err := w.run(t, cfg, reqs, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAllOK(t, reqs, col)
+	return col, r, &ps
+}
+
 // readShare is the share of rows that read the prompt cache, and of rows
 // that wrote it.
 func readShare(col *collector) (reads, writes int) {
@@ -79,14 +94,7 @@ func TestPrimedBatchesReadTheCache(t *testing.T) {
 						q.CachePrefix = 0
 					}
 				}
-				var ps primes
-				cfg := w.config()
-				cfg.OnPrime = ps.add
-				col, r, err := w.run(t, cfg, reqs, nil, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkAllOK(t, reqs, col)
+				col, r, ps := runPriming(t, w, reqs)
 				reads, writes := readShare(col)
 				st := r.Stats()
 				orgs := 0
@@ -123,15 +131,7 @@ func TestPrimerFailureCreatesAnyway(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, nil, "batch")
 		w.tap.messagesStatus = 429
-		reqs := cachedRequests(20, nil)
-		var ps primes
-		cfg := w.config()
-		cfg.OnPrime = ps.add
-		col, r, err := w.run(t, cfg, reqs, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkAllOK(t, reqs, col)
+		_, r, ps := runPriming(t, w, cachedRequests(20, nil))
 		st := r.Stats()
 		if st.PrimeFailed == 0 || st.Primed != 0 || len(ps.list) != int(st.PrimeFailed) || ps.list[0].OK {
 			t.Fatalf("stats %+v, primes %+v", st, ps.list)

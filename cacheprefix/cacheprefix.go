@@ -144,7 +144,8 @@ func Units(params []byte) (units []Unit, own bool) {
 // reaches the minimum cacheable length. Units below it are not kept, so a
 // job whose requests share one long system prompt holds one entry however
 // many requests it has; a job of a million requests each with its own long
-// system prompt holds a million (about 70 MB).
+// system prompt holds a million (100 MB measured: a heap probe over
+// 1,000,000 distinct 5,000-character system prompts).
 type Survey struct {
 	units map[uint64]entry
 }

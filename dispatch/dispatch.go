@@ -768,7 +768,7 @@ func laneResult(a *attempt, o *client.Outcome) lane.Result {
 		// What the API charged to ITPM: uncached input and cache writes,
 		// and cache reads only for the models whose reads count.
 		lr.InputTokens = float64(o.Usage.InputTokens + o.Usage.CacheCreationInputTokens)
-		if a.it != nil && a.it.req != nil {
+		if o.Usage.CacheReadInputTokens > 0 && a.it != nil && a.it.req != nil { // the lookup only when it can matter
 			if m, ok := api.LookupModel(a.it.req.Model); ok && m.CacheReadsCountITPM {
 				lr.InputTokens += float64(o.Usage.CacheReadInputTokens)
 			}

@@ -64,16 +64,15 @@ func (p *surveyed) countPrefix(o Options, info jsonl.Info) {
 	if p.prefixes == nil {
 		p.prefixes = cacheprefix.NewSurvey()
 	}
-	m, _ := api.LookupModel(info.Model)
-	p.prefixes.Add(units, int64(m.CacheMinimum()), int64(m.CacheReliefMinimum()))
+	min, relief := api.CacheMinimums(info.Model)
+	p.prefixes.Add(units, min, relief)
 }
 
 // minCacheable is the model's documented minimum cacheable prefix
-// (api.ModelInfo.CacheMinimum; a model the catalog does not know gets the
-// default).
+// (api.CacheMinimums; a model the catalog does not know gets the default).
 func minCacheable(model string) int64 {
-	m, _ := api.LookupModel(model)
-	return int64(m.CacheMinimum())
+	min, _ := api.CacheMinimums(model)
+	return min
 }
 
 // countCached counts info's request if the cache holds its answer, and

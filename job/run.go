@@ -288,8 +288,8 @@ func (r *run) plan() error {
 		// The planner sizes what will be sent: cache hits cost nothing;
 		// and what the prompt cache can spare what is sent.
 		if r.in.prefixes != nil {
-			r.in.summary.Prefix = route.SharedPrefixOf(r.in.prefixes.Reach(r.prefixSharers(route.SideSync)))
-			r.in.summary.BatchPrefix = route.SharedPrefixOf(r.in.prefixes.Reach(r.prefixSharers(route.SideBatch)))
+			r.in.summary.Prefix = r.in.prefixes.Reach(r.prefixSharers(route.SideSync))
+			r.in.summary.BatchPrefix = r.in.prefixes.Reach(r.prefixSharers(route.SideBatch))
 		}
 		var err error
 		if r.routing, err = r.o.Plan(r.in.summary, r.todo-r.in.cached); err != nil {

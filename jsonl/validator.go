@@ -3,6 +3,7 @@ package jsonl
 import (
 	"errors"
 	"fmt"
+	"github.com/sluice-dev/sluice/cacheprefix"
 	"io"
 	"os"
 )
@@ -20,19 +21,11 @@ type Summary struct {
 	// Prefix is what prompt caching can spare the pending requests
 	// (--cache-prefix auto): filled in by the job's survey, which finds
 	// the shared prefixes; zero when off or none.
-	Prefix SharedPrefix
+	// The survey's reach (cacheprefix.Reach: requests, prefix tokens
+	// summed, prefixes) at the larger reading of the model's minimum.
+	Prefix cacheprefix.Reach
 	// BatchPrefix is Prefix at the batch route's threshold (more sharers).
-	BatchPrefix SharedPrefix
-}
-
-// SharedPrefix is the pending requests whose shared prompt prefix sluice
-// caches, at the larger reading of the model's minimum: how many, their
-// prefix tokens summed (part of EstInputTokens), and how many distinct
-// prefixes (each organization writes each once).
-type SharedPrefix struct {
-	Requests int
-	Tokens   int64
-	Prefixes int
+	BatchPrefix cacheprefix.Reach
 }
 
 // MeanEstInputTokens returns EstInputTokens per valid line, 0 when none.

@@ -144,8 +144,8 @@ func JobOf(s jsonl.Summary, pending int) plan.Job {
 // whose mean estimated input is meanInput, of which sp share one at the
 // sync route's threshold and bp at the batch route's: the shares, the mean
 // prefixes (part of the input, never more than it), the prefixes.
-func CachedOf(sp, bp jsonl.SharedPrefix, pending int, meanInput float64) plan.CachedPrefix {
-	one := func(p jsonl.SharedPrefix) (share, tokens float64, prefixes int) {
+func CachedOf(sp, bp cacheprefix.Reach, pending int, meanInput float64) plan.CachedPrefix {
+	one := func(p cacheprefix.Reach) (share, tokens float64, prefixes int) {
 		if p.Requests <= 0 || pending <= 0 {
 			return 0, 0, 0
 		}
@@ -162,11 +162,6 @@ func CachedOf(sp, bp jsonl.SharedPrefix, pending int, meanInput float64) plan.Ca
 		c.BatchShare = math.Min(c.BatchShare, c.Share)
 	}
 	return c
-}
-
-// SharedPrefixOf is a survey's reach as the summary carries it.
-func SharedPrefixOf(r cacheprefix.Reach) jsonl.SharedPrefix {
-	return jsonl.SharedPrefix{Requests: r.Requests, Tokens: r.Tokens, Prefixes: r.Prefixes}
 }
 
 // Route decides the routing of a surveyed input with pending requests to

@@ -195,8 +195,7 @@ func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
 	if b.began.IsZero() {
 		return
 	}
-	type touch struct{ ttl time.Duration }
-	touched := map[uint64]touch{}
+	touched := map[uint64]time.Duration{} // prefix → the longest TTL its rows asked for
 	o.cacheMu.Lock()
 	defer o.cacheMu.Unlock()
 	for i := range b.rows {
@@ -215,12 +214,10 @@ func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
 		} else {
 			row.cacheWrite = row.cachePrefix
 		}
-		if tt := touched[row.cacheKey]; row.cacheTTL > tt.ttl {
-			touched[row.cacheKey] = touch{row.cacheTTL}
-		}
+		touched[row.cacheKey] = max(touched[row.cacheKey], row.cacheTTL)
 	}
-	for key, tt := range touched {
-		ttl := time.Duration(float64(tt.ttl) / o.w.cfg.TimeScale)
+	for key, rowTTL := range touched {
+		ttl := time.Duration(float64(rowTTL) / o.w.cfg.TimeScale)
 		e, ok := o.cache[key]
 		if !ok || !t.Before(e.expires) || t.Before(e.visible) {
 			e.visible = t

@@ -281,18 +281,15 @@ func (f *planFlags) cached(j plan.Job, orgs int) (plan.CachedPrefix, error) {
 				return info.Params, info.Model, true
 			}
 		}
-	}, func(model string) (int64, int64) {
-		m, _ := api.LookupModel(model)
-		return int64(m.CacheMinimum()), int64(m.CacheReliefMinimum())
-	})
+	}, api.CacheMinimums)
 	if readErr != nil {
 		return plan.CachedPrefix{}, fmt.Errorf("plan: %s: %w", f.input, readErr)
 	}
-	var onBatch jsonl.SharedPrefix // auto: the batch route goes as written
+	var onBatch cacheprefix.Reach // auto: the batch route goes as written
 	if batch {
-		onBatch = route.SharedPrefixOf(s.Reach(plan.BatchSharers(orgs)))
+		onBatch = s.Reach(plan.BatchSharers(orgs))
 	}
-	c := route.CachedOf(route.SharedPrefixOf(s.Reach(cacheprefix.Sharers(orgs))), onBatch, valid, j.MeanInput)
+	c := route.CachedOf(s.Reach(cacheprefix.Sharers(orgs)), onBatch, valid, j.MeanInput)
 	return c, nil
 }
 
