@@ -96,6 +96,11 @@ type Config struct {
 	// passes it: those requests are re-routed to sync at once. 0 means
 	// unknown: creates stop only at the Deadline itself.
 	Turnaround time.Duration
+	// SeedWait bounds how long an organization holds its chunks of a
+	// shared prompt prefix while that prefix's seed batch runs (seed.go),
+	// and is the base of a failed seed's retry back-off. 0: Turnaround,
+	// else 10 minutes.
+	SeedWait time.Duration
 	// StuckAfter: a batch in progress this long after its intent is
 	// cancelled, its ended rows harvested, the rest re-routed (default
 	// 4 h; < 0 disables). It is used as given: a planner deriving it from

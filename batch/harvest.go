@@ -277,6 +277,7 @@ func (r *Runner) deliverRow(c *chunk, req *call.Request, row *resultRow) {
 		}
 		res.Class, res.Status, res.Body = api.ClassOK, http.StatusOK, row.Result.Message
 		res.Usage, res.StopReason = m.Usage, m.StopReason
+		r.noteCacheRow(c, req, m.Usage)
 		r.emitResult(c, res)
 	case api.ResultErrored:
 		typ, msg := errorOf(row.Result.Error)

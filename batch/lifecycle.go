@@ -99,6 +99,9 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 		r.mu.Unlock()
 		return false, r.abandon(c, why, moveReroute)
 	}
+	r.mu.Lock()
+	r.sendAsWritten(c, now) // before priming: a prefix sent as written needs no primer
+	r.mu.Unlock()
 	r.prime(ctx, c, key)
 	if ctx.Err() != nil {
 		return false, context.Cause(ctx) // interrupted while priming: nothing was created

@@ -105,6 +105,9 @@ func (r *Runner) prime(ctx context.Context, c *chunk, key *keys.Key) {
 		if pr.OK {
 			pr.Usage = out.Usage
 			o.primed[p] = now.Add(req.CacheTTL / 2)
+			if out.Usage.CacheReadInputTokens > 0 {
+				o.notePrimerRead(p, req.CacheTTL, now)
+			}
 			r.stats.Primed++
 		} else {
 			r.stats.PrimeFailed++

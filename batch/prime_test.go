@@ -136,8 +136,8 @@ func TestPrimerFailureCreatesAnyway(t *testing.T) {
 		if st.PrimeFailed == 0 || st.Primed != 0 || len(ps.list) != int(st.PrimeFailed) || ps.list[0].OK {
 			t.Fatalf("stats %+v, primes %+v", st, ps.list)
 		}
-		if st.Created != 2 {
-			t.Fatalf("%d batches created, want 2", st.Created)
+		if st.Seeds != 1 || st.Created != 2+st.Seeds {
+			t.Fatalf("%d batches created (%d seeds), want the seed and 2 chunks", st.Created, st.Seeds)
 		}
 	})
 }
@@ -224,7 +224,16 @@ func TestSlowPrimersRespectTheCutoff(t *testing.T) {
 		cfg := w.config()
 		start := time.Now()
 		cfg.Deadline, cfg.Turnaround = start.Add(90*time.Second), 70*time.Second // cutoff at 20 s
-		col, r, err := w.run(t, cfg, reqs, nil, nil)
+		// Every prefix already batch-warm, never primed: the chunk itself
+		// primes all ten (no seeds).
+		warm := func(r *Runner) {
+			for _, q := range reqs {
+				for _, o := range r.orgs {
+					o.seedOf(q.CachePrefix).warmUntil = start.Add(time.Hour)
+				}
+			}
+		}
+		col, r, err := w.runWith(t, newCollector(t), cfg, reqs, nil, nil, warm)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -129,7 +129,10 @@ type orgState struct {
 	failures  int // consecutive ambiguous create failures
 	// primed is, per shared prefix (call.Request.CachePrefix), when the
 	// org's prompt cache is to be primed again (prime.go).
-	primed   map[uint64]time.Time
+	primed map[uint64]time.Time
+	// seeds is, per shared prefix, whether a batch has warmed it here
+	// (seed.go).
+	seeds    map[uint64]*seed
 	createMu sync.Mutex
 }
 
@@ -198,8 +201,9 @@ type chunk struct {
 	expires   time.Time
 	adopted   bool // found in the org's list: maybe not sluice's, never cancelled
 	cancelAt  time.Time
-	canceled  bool // the cancel was accepted
-	fresh     bool // created by this run: the first poll waits
+	canceled  bool   // the cancel was accepted
+	fresh     bool   // created by this run: the first poll waits
+	seedFor   uint64 // the shared prefix this one-request chunk seeds (seed.go), or 0
 
 	// guarded by Runner.mu
 	reqs       map[string]*call.Request // attached requests
@@ -248,6 +252,11 @@ type Stats struct {
 	// org's prompt cache before its batches; PrimeFailed those that got no
 	// answer (the batch was created anyway).
 	Primed, PrimeFailed int64
+	// Seeds counts the one-request batches cut to warm a shared prefix
+	// on an organization before its other chunks of that prefix
+	// (seed.go); AsWritten the requests whose added breakpoint was taken
+	// off because their organization's cache was not batch-warm.
+	Seeds, AsWritten int64
 	// InFlight is, per org label, the requests in unended batches.
 	InFlight map[string]int
 	// Turnaround is, per org label, the batches that ended without being
@@ -295,7 +304,7 @@ func New(cfg Config) (*Runner, error) {
 		}
 		o := r.byOrg[id]
 		if o == nil {
-			o = &orgState{id: id, label: k.Label(), primed: map[uint64]time.Time{}}
+			o = &orgState{id: id, label: k.Label(), primed: map[uint64]time.Time{}, seeds: map[uint64]*seed{}}
 			r.byOrg[id] = o
 			r.orgs = append(r.orgs, o)
 		}
@@ -797,6 +806,7 @@ func (r *Runner) launch(c *chunk) {
 	go func() {
 		defer r.wg.Done()
 		err := r.lifecycle(c)
+		r.seedEnded(c)
 		if err == nil || errors.Is(err, errFinished) || r.ctx.Err() != nil {
 			return // done, or stopped from outside
 		}
@@ -861,10 +871,13 @@ func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*call.Reque
 		if n == len(r.pending) && n < r.target && !r.inputClosed && !r.cutNow {
 			break // wait for a full chunk
 		}
-		o, w := r.pickOrg(n, now)
-		if !w.IsZero() && (wake.IsZero() || w.Before(wake)) {
-			wake = w
+		prefixes := r.chunkPrefixes(n)
+		if seeds := r.cutSeeds(now, prefixes, &wake); len(seeds) > 0 {
+			launch = append(launch, seeds...)
+			shrank = true
+			continue // the pending requests moved: fit again
 		}
+		o := r.pickOrg(n, now, prefixes, &wake)
 		if o == nil {
 			break
 		}
@@ -917,33 +930,42 @@ func (r *Runner) warnOnce(key, msg string, args ...any) {
 }
 
 // pickOrg returns the live org with the most free window that can take n
-// requests now and has no create unresolved, or when one may become free.
-// Requires r.mu.
-func (r *Runner) pickOrg(n int, now time.Time) (*orgState, time.Time) {
+// requests now, has no create unresolved and holds none of the chunk's
+// shared prefixes for a seed (seed.go), and moves wake to when one may
+// become free. Requires r.mu.
+func (r *Runner) pickOrg(n int, now time.Time, prefixes func() []uint64, wake *time.Time) *orgState {
 	var best *orgState
-	var wake time.Time
 	for _, o := range r.orgs {
-		if o.dead || o.creating > 0 || o.window-o.inflight < n {
-			continue
-		}
-		if o.key() == nil {
-			r.orgDead(o, "no live key")
-			continue
-		}
-		if !o.creatable() {
-			continue // its keys left the run: it finishes its batches, starts none
-		}
-		if now.Before(o.paused) {
-			if wake.IsZero() || o.paused.Before(wake) {
-				wake = o.paused
-			}
+		if !r.ready(o, n, now, wake) || r.seedHolds(o, prefixes(), now, wake) {
 			continue
 		}
 		if best == nil || o.inflight < best.inflight {
 			best = o
 		}
 	}
-	return best, wake
+	return best
+}
+
+// ready reports whether o can have a chunk of n requests created now, and
+// moves wake to the end of its pause. Requires r.mu.
+func (r *Runner) ready(o *orgState, n int, now time.Time, wake *time.Time) bool {
+	if o.dead || o.creating > 0 || o.window-o.inflight < n {
+		return false
+	}
+	if o.key() == nil {
+		r.orgDead(o, "no live key")
+		return false
+	}
+	if !o.creatable() {
+		return false // its keys left the run: it finishes its batches, starts none
+	}
+	if now.Before(o.paused) {
+		if wake.IsZero() || o.paused.Before(*wake) {
+			*wake = o.paused
+		}
+		return false
+	}
+	return true
 }
 
 // noLiveOrg reports whether every org's batch path is dead. Requires r.mu.

@@ -120,3 +120,11 @@ func Estimate(model string, inTokens, outTokens int64, batch bool) float64 {
 	}
 	return priceTokens(p, Tokens{Input: inTokens, Output: outTokens}, batch)
 }
+
+// CacheBreakEven1h is the share of rows that must read a prefix written
+// with the 1-hour TTL for caching it to cost less than sending it as
+// written: a read is billed 0.1× the input price and a miss writes at 2×,
+// so h·0.1 + (1−h)·2 = 1 (the batch discount scales both sides alike).
+// The planner warns below it; the batch runner stops adding breakpoints
+// on an organization whose rows read below it.
+const CacheBreakEven1h = (2.0 - 1) / (2.0 - 0.1)

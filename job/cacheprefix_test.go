@@ -201,8 +201,8 @@ func TestCachePrefixBatchRoute(t *testing.T) {
 		primerWrites += o.Pools[api.PoolSonnet4].CacheWriteTokens
 	}
 	pc := rep.PromptCache
-	if orgs == 0 || pc.Primers != orgs || rep.Batch.Primed != orgs {
-		t.Errorf("%d primers (batch stats %d) for %d orgs with batches, want one each", pc.Primers, rep.Batch.Primed, orgs)
+	if orgs == 0 || pc.Primers != orgs || rep.Batch.Primed != orgs || rep.Batch.Seeds != orgs {
+		t.Errorf("%d primers (batch stats %d), %d seeds for %d orgs with batches, want one each", pc.Primers, rep.Batch.Primed, rep.Batch.Seeds, orgs)
 	}
 	if pc.BatchReadTokens != reads || pc.BatchWriteTokens != writes || pc.WriteTokens != writes+primerWrites || pc.ITPMSpared != 0 {
 		t.Errorf("report %+v; the simulator's batches read %d and wrote %d, its primers wrote %d", pc, reads, writes, primerWrites)

@@ -329,8 +329,12 @@ func (r *Report) Summary(w io.Writer) {
 	if pc := r.PromptCache; pc.ReadTokens+pc.WriteTokens > 0 || pc.Added > 0 {
 		fmt.Fprintf(w, "  prompt cache: %d requests sent with a breakpoint sluice added; %d tokens read, %d written (%.1f %% read), %d input tokens not charged to ITPM; saved $%.4f\n",
 			pc.Added, pc.ReadTokens, pc.WriteTokens, 100*pc.HitRate(), pc.ITPMSpared, pc.SavedUSD)
-		if n := pc.BatchReadTokens + pc.BatchWriteTokens; n > 0 || pc.Primers > 0 {
-			fmt.Fprintf(w, "    batch: %.1f %% of %d cacheable input tokens read, after %d primers\n", 100*pc.BatchHitRate(), n, pc.Primers)
+		if n := pc.BatchReadTokens + pc.BatchWriteTokens; n > 0 || pc.Primers > 0 || r.Batch.Seeds > 0 {
+			fmt.Fprintf(w, "    batch: %.1f %% of %d cacheable input tokens read, after %d primers and %d seed batches", 100*pc.BatchHitRate(), n, pc.Primers, r.Batch.Seeds)
+			if r.Batch.AsWritten > 0 {
+				fmt.Fprintf(w, "; %d requests sent as written (their org's cache not batch-warm, or read below the break-even)", r.Batch.AsWritten)
+			}
+			fmt.Fprintln(w)
 		}
 		for _, l := range r.Lanes {
 			if n := l.CacheReadTokens + l.CacheWriteTokens; n > 0 {

@@ -31,8 +31,9 @@ import (
 const DefaultBatchHitRate = 0.64
 
 // BatchBreakEven is the batch hit rate above which caching a prefix with
-// the 1 h TTL costs less than sending it uncached: h·0.1 + (1−h)·2 = 1.
-const BatchBreakEven = 1.0 / 1.9
+// the 1 h TTL costs less than sending it uncached: h·0.1 + (1−h)·2 = 1
+// (one owner: the cost package, whose figure the batch runner uses too).
+const BatchBreakEven = cost.CacheBreakEven1h
 
 // BatchSharers is how many pending requests must share a prefix before a
 // breakpoint is added for it on the batch route, over orgs organizations:
@@ -69,6 +70,24 @@ type CachedPrefix struct {
 }
 
 func (c CachedPrefix) active() bool { return c.Share > 0 && c.Tokens > 0 }
+
+// batchActive reports whether the batch route adds breakpoints: then each
+// organization's first batch of a prefix is a seed (batch/seed.go).
+func (c CachedPrefix) batchActive() bool { return c.active() && c.BatchShare > 0 && c.BatchTokens > 0 }
+
+// seedTurnaround is the latency the batch runner's seeds add: each
+// organization creates a one-request batch of each prefix and holds its
+// chunks of the prefix until it has ended, so the job's batches start one
+// small batch's turnaround later (the seeds of several prefixes run side
+// by side).
+func seedTurnaround(w World, window int) Range {
+	in := layout(1, 1, window, batchOrgs(w), w.poll())
+	return Range{
+		Low:  in.simulate(1/batchSpread, batchSpread).End,
+		Mid:  in.simulate(1, 1).End,
+		High: in.simulate(batchSpread, 1/batchSpread).End,
+	}
+}
 
 func (c CachedPrefix) batchHitRate() float64 {
 	if c.BatchHitRate > 0 {

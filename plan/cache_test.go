@@ -176,3 +176,25 @@ func TestCachedPrefixInvalid(t *testing.T) {
 		}
 	}
 }
+
+// TestSeedTurnaroundOnBatchWall: where the batch route caches a prefix,
+// each organization's chunks of it wait for a one-request seed batch
+// (batch/seed.go), so the batch wall-clock is one small batch's
+// turnaround longer; a job sent to batch as written waits for none.
+func TestSeedTurnaroundOnBatchWall(t *testing.T) {
+	w := itpmBound(t)
+	o := plan.Options{Priority: plan.PreferCost}
+	j := plan.Job{N: 20_000, Model: sonnet, MeanInput: 3300, MaxTokens: 64,
+		Cached: plan.CachedPrefix{Share: 1, Tokens: 3000, Prefixes: 1}}
+	asWritten := decide(t, w, j, o)
+	j.Cached.BatchShare, j.Cached.BatchTokens, j.Cached.BatchPrefixes = 1, 3000, 1
+	seeded := decide(t, w, j, o)
+	one := decide(t, w, plan.Job{N: 1, Model: sonnet, MeanInput: 3300, MaxTokens: 64}, plan.Options{Priority: plan.PreferCost, MinBatch: 1})
+	seed := one.BatchWall.Mid - w.BatchOverhead
+	if seed <= 0 {
+		t.Fatalf("a one-request batch: %+v", one.BatchWall)
+	}
+	if got := seeded.BatchWall.Mid - asWritten.BatchWall.Mid; got != seed {
+		t.Errorf("seeded batch wall %v, as written %v: %v more, want the seed's %v", seeded.BatchWall.Mid, asWritten.BatchWall.Mid, got, seed)
+	}
+}

@@ -121,6 +121,10 @@ type Range struct {
 	Low, Mid, High time.Duration
 }
 
+func addRange(a, b Range) Range {
+	return Range{Low: a.Low + b.Low, Mid: a.Mid + b.Mid, High: a.High + b.High}
+}
+
 func maxRange(a, b Range) Range {
 	return Range{Low: max(a.Low, b.Low), Mid: max(a.Mid, b.Mid), High: max(a.High, b.High)}
 }
@@ -236,6 +240,9 @@ func (p *planner) eval(m int) candidate {
 	}
 	if m > 0 {
 		b := planBatch(p.w, m, p.o.Chunk, p.o.Window, p.o.StuckFactor)
+		if p.j.Cached.batchActive() {
+			b.wall = addRange(b.wall, seedTurnaround(p.w, p.o.Window))
+		}
 		c.batch, c.wall = &b, maxRange(c.wall, b.wall)
 	}
 	c.cost = p.costOf(p.j.N-m, false) + p.costOf(m, true)
@@ -260,7 +267,11 @@ func (p *planner) batchMid(m int) float64 {
 	if c <= 0 {
 		c = chunkFor(m, orgs)
 	}
-	return layout(m, c, p.o.Window, orgs, p.w.poll()).simulate(1, 1).End.Seconds() + p.w.BatchOverhead.Seconds()
+	wall := layout(m, c, p.o.Window, orgs, p.w.poll()).simulate(1, 1).End + p.w.BatchOverhead
+	if p.j.Cached.batchActive() {
+		wall += seedTurnaround(p.w, p.o.Window).Mid
+	}
+	return wall.Seconds()
 }
 
 // balancePoint is the batch share that makes both halves of a split end

@@ -220,12 +220,13 @@ func (q *batchQueue) cacheRows(b *simBatch, t time.Time) {
 		ttl := time.Duration(float64(rowTTL) / o.w.cfg.TimeScale)
 		e, ok := o.cache[key]
 		if !ok || !t.Before(e.expires) || t.Before(e.visible) {
-			e.visible = t
+			e.visible, e.batchAt = t, t // written anew by b
+		} else if e.batchAt.IsZero() {
+			e.batchAt = t // the first batch to read or write a live entry
 		}
 		if exp := t.Add(ttl); exp.After(e.expires) {
 			e.expires = exp
 		}
-		e.batchAt = t
 		o.cache[key] = e
 	}
 }

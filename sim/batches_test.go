@@ -391,6 +391,28 @@ func TestBatchPromptCache(t *testing.T) {
 			}
 		})
 	})
+	t.Run("a later batch's end keeps the entry batch-warm", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			// Two batches begin together after a seed batch warmed the
+			// prefix; the first to end must not make the other's begin
+			// look earlier than the prefix's warming.
+			s := newTestServer(t, func(c *Config) { c.Batch.CacheHit, c.Batch.PrimeHit = 1, 0 })
+			run(t, s, "seed", 1)
+			a := createBatch(t, s, FakeKeyBatch, batchOfPrefix("a", 10))
+			b := createBatch(t, s, FakeKeyBatch, batchOfPrefix("b", 10))
+			time.Sleep(5 * time.Minute) // both processed in one stretch: they begin together
+			for _, id := range []string{a.ID, b.ID} {
+				for getBatch(t, s, FakeKeyBatch, id).ProcessingStatus != api.BatchEnded {
+					time.Sleep(5 * time.Second)
+				}
+				for _, l := range results(t, s, FakeKeyBatch, id) {
+					if u := l.Result.Message.Usage; u.CacheReadInputTokens == 0 {
+						t.Fatalf("row %s of a batch begun after the seed ended: %+v, want a read", l.CustomID, u)
+					}
+				}
+			}
+		})
+	})
 	t.Run("cache_hit 0", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			s := newTestServer(t, func(c *Config) { c.Batch.CacheHit = 0 })

@@ -251,8 +251,10 @@ func (o *org) surfaceHeaders(h http.Header, b *bucket, now time.Time) {
 type cacheEntry struct {
 	visible time.Time // the first writer's answer has begun: later requests read it
 	expires time.Time
-	// batchAt is when a batch last ended having written or read it
-	// (zero: only sync requests have since it was written).
+	// batchAt is when a batch first ended having written or read it
+	// since it was written (zero: only sync requests have). A batch that
+	// began after then reads it at batch.cache_hit; a later batch's end
+	// does not move it (the entry was batch-warm all along).
 	batchAt time.Time
 }
 

@@ -1,0 +1,331 @@
+package batch
+
+import (
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/call"
+	"github.com/sluice-dev/sluice/cost"
+)
+
+// Seeding (docs/caching.md, "Seeding batches"). In Message Batches
+// prompt-cache hits are best effort, and the readings are far apart: a
+// batch after a sync pre-warm read 0–16 % where users measured it, a batch
+// that began after a warm batch 100 %; a row that misses writes at 2× (the
+// 1 h TTL), so below cost.CacheBreakEven1h the cache costs money. The
+// runner therefore creates a chunk with a prefix's breakpoints only when a
+// batch row of that prefix has read or written the cache on the chunk's
+// organization within half the TTL: before an organization takes its
+// first chunk of a prefix it creates a seed, a batch of one request of
+// the prefix, and holds its chunks of that prefix until the seed has
+// ended (at most seedWait). A chunk created while its organization is not
+// batch-warm for a prefix goes without that prefix's breakpoints (the
+// request as written), and so does every chunk of an organization whose
+// rows with breakpoints read below the break-even. The worst case is one
+// row written at 2× per organization and prefix per seed and one small
+// batch's turnaround of latency.
+
+const (
+	// defaultSeedWait is the longest a seed holds its organization's
+	// chunks when neither Config.SeedWait nor Config.Turnaround is set.
+	defaultSeedWait = 10 * time.Minute
+	// maxSeedBackoff caps a failed seed's retry back-off at
+	// seedWait × 2^maxSeedBackoff.
+	maxSeedBackoff = 6
+	// poorAfterRows is how many rows with breakpoints an organization's
+	// prefix must have had harvested before its hit rate is judged.
+	poorAfterRows = 50
+)
+
+// seed is one organization's batch-warmth of one shared prefix. Guarded
+// by Runner.mu.
+type seed struct {
+	chunk     *chunk    // the seed batch, until its goroutine ends
+	waitUntil time.Time // chunks of the prefix are held until then while chunk runs
+	// warmUntil: a batch row of the prefix read or wrote the cache here
+	// (or a primer read it after one did); chunks created before then
+	// keep their breakpoints.
+	warmUntil time.Time
+	retryAt   time.Time // after a seed that warmed nothing: seed again from then
+	failures  int       // seeds in a row that warmed nothing
+	// rows and hits count the harvested succeeded rows sent with the
+	// breakpoint (the seeds' aside) and those that read it; poor is set
+	// once hits fall below the break-even: chunks go as written from
+	// then on.
+	rows, hits int
+	poor       bool
+}
+
+type seedStatus int
+
+const (
+	seedNeeded  seedStatus = iota // seed before the next chunk of the prefix
+	seedWaiting                   // a seed runs: hold the prefix's chunks
+	seedWarm                      // create with the breakpoints
+	seedCold                      // create as written
+)
+
+// status is s's state at now; a nil seed is needed.
+func (s *seed) status(now time.Time) seedStatus {
+	switch {
+	case s == nil:
+		return seedNeeded
+	case s.poor:
+		return seedCold
+	case now.Before(s.warmUntil):
+		return seedWarm
+	case s.chunk != nil && now.Before(s.waitUntil):
+		return seedWaiting
+	case s.chunk != nil || now.Before(s.retryAt):
+		return seedCold
+	}
+	return seedNeeded
+}
+
+// seedOf returns o's seed state for prefix p, made if absent. Requires
+// Runner.mu.
+func (o *orgState) seedOf(p uint64) *seed {
+	s := o.seeds[p]
+	if s == nil {
+		s = &seed{}
+		o.seeds[p] = s
+	}
+	return s
+}
+
+// cacheable reports whether req carries a breakpoint sluice added for a
+// shared prefix (the job's, for the batch route).
+func cacheable(req *call.Request) bool {
+	return req.CachePrefix != 0 && req.CacheTTL > 0 && req.Sent != nil
+}
+
+// chunkPrefixes returns a function giving the distinct shared prefixes of
+// the next n pending requests, computed on first use (a scan of the chunk
+// only when an organization could take it). Requires r.mu while used.
+func (r *Runner) chunkPrefixes(n int) func() []uint64 {
+	var ps []uint64
+	done := false
+	return func() []uint64 {
+		if done {
+			return ps
+		}
+		done = true
+		for _, q := range r.pending[:min(n, len(r.pending))] {
+			if cacheable(q) && !containsPrefix(ps, q.CachePrefix) {
+				ps = append(ps, q.CachePrefix)
+			}
+		}
+		return ps
+	}
+}
+
+func containsPrefix(ps []uint64, p uint64) bool {
+	for _, x := range ps {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// seedBase is how long a seed may hold its organization's chunks, and the
+// base of the retry back-off.
+func (r *Runner) seedBase() time.Duration {
+	switch {
+	case r.cfg.SeedWait > 0:
+		return r.cfg.SeedWait
+	case r.cfg.Turnaround > 0:
+		return r.cfg.Turnaround
+	}
+	return defaultSeedWait
+}
+
+// cutSeeds cuts, for each organization that can create now and needs a
+// seed for one of the next chunk's prefixes, a one-request chunk of that
+// prefix (one per organization: its create is then unresolved). Requires
+// r.mu.
+func (r *Runner) cutSeeds(now time.Time, prefixes func() []uint64, wake *time.Time) []*chunk {
+	var out []*chunk
+	for _, o := range r.orgs {
+		if len(prefixes()) == 0 {
+			return out
+		}
+		if !r.ready(o, 1, now, wake) {
+			continue
+		}
+		for _, p := range prefixes() {
+			if o.seeds[p].status(now) != seedNeeded {
+				continue
+			}
+			if c := r.cutSeed(o, p, now); c != nil {
+				out = append(out, c)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// cutSeed cuts the first pending request of prefix p into a seed chunk on
+// o, or returns nil when none is pending. Requires r.mu.
+func (r *Runner) cutSeed(o *orgState, p uint64, now time.Time) *chunk {
+	i := -1
+	for j, q := range r.pending {
+		if cacheable(q) && q.CachePrefix == p {
+			i = j
+			break
+		}
+	}
+	if i < 0 {
+		return nil
+	}
+	// Move it to the front, the rest keeping their order, and cut it.
+	req, size := r.pending[i], r.sizes[i]
+	copy(r.pending[1:i+1], r.pending[:i])
+	copy(r.sizes[1:i+1], r.sizes[:i])
+	r.pending[0], r.sizes[0] = req, size
+	_, body := fit(r.pending[:1], r.sizes[:1], 1, math.MaxInt64)
+	c := r.cut(1, body, o)
+	c.seedFor = p
+	s := o.seedOf(p)
+	s.chunk, s.retryAt = c, time.Time{}
+	s.waitUntil = now.Add(r.seedBase())
+	if co := r.cutoff(); !co.IsZero() && co.After(now) {
+		// Never wait through more than half the time creates have left.
+		s.waitUntil = minTime(s.waitUntil, now.Add(co.Sub(now)/2))
+	}
+	r.stats.Seeds++
+	r.log.Info("batch: seeding the prompt cache with a one-request batch before the org's other chunks of the prefix",
+		"org", o.label, "prefix", strconv.FormatUint(p, 16), "wait at most", s.waitUntil.Sub(now).Round(time.Second))
+	return c
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// seedHolds reports whether o must not take a chunk carrying prefixes now
+// (a seed of one of them runs, or is still to be cut), moving wake to the
+// end of the wait. Requires r.mu.
+func (r *Runner) seedHolds(o *orgState, prefixes []uint64, now time.Time, wake *time.Time) bool {
+	held := false
+	for _, p := range prefixes {
+		s := o.seeds[p]
+		switch s.status(now) {
+		case seedNeeded:
+			held = true
+		case seedWaiting:
+			held = true
+			if wake.IsZero() || s.waitUntil.Before(*wake) {
+				*wake = s.waitUntil
+			}
+		}
+	}
+	return held
+}
+
+// seedEnded settles a seed chunk once its goroutine is done: warm, or
+// never created (seeded again when the organization can create), or it
+// warmed nothing and is retried after a back-off. Other chunks return.
+func (r *Runner) seedEnded(c *chunk) {
+	if c.seedFor == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := c.org.seeds[c.seedFor]
+	if s == nil || s.chunk != c {
+		return
+	}
+	s.chunk = nil
+	now := r.now()
+	switch {
+	case now.Before(s.warmUntil):
+		s.failures = 0
+	case c.batch == "":
+		// Not created (requeued or re-routed): seeded again if need be.
+	default:
+		s.failures++
+		wait := r.seedBase() << min(s.failures-1, maxSeedBackoff)
+		s.retryAt = now.Add(wait)
+		r.log.Info("batch: a prompt-cache seed batch warmed nothing; the org's chunks of its prefix are sent as written for now",
+			"org", c.org.label, "prefix", strconv.FormatUint(c.seedFor, 16), "seed again in", wait)
+	}
+	r.poke()
+}
+
+// noteCacheRow learns from one succeeded row of c: a row that read or
+// wrote its prefix shows the entry alive on c's organization from c's
+// intent, for a TTL; rows sent with the breakpoint (the seed's aside)
+// are counted against the break-even.
+func (r *Runner) noteCacheRow(c *chunk, req *call.Request, u api.Usage) {
+	p := req.CachePrefix
+	if p == 0 || req.CacheTTL <= 0 || c.intentAt.IsZero() {
+		return
+	}
+	read := u.CacheReadInputTokens > 0
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := c.org.seedOf(p)
+	if read || u.CacheCreationInputTokens > 0 {
+		if until := c.intentAt.Add(req.CacheTTL / 2); until.After(s.warmUntil) {
+			s.warmUntil = until
+		}
+	}
+	if c.seedFor == p {
+		return
+	}
+	s.rows++
+	if read {
+		s.hits++
+	}
+	if !s.poor && s.rows >= poorAfterRows && float64(s.hits) < cost.CacheBreakEven1h*float64(s.rows) {
+		s.poor = true
+		r.log.Warn("batch: this org's batches read the prompt cache below the break-even; its chunks of the prefix are sent as written from now on",
+			"org", c.org.label, "prefix", strconv.FormatUint(p, 16), "hits", s.hits, "rows", s.rows,
+			"break-even", strconv.FormatFloat(cost.CacheBreakEven1h, 'f', 2, 64))
+	}
+}
+
+// notePrimerRead extends o's warmth of p when a primer read the entry a
+// batch had warmed: it was alive at now and is refreshed. A primer that
+// wrote it proves nothing a batch will read. Requires r.mu.
+func (o *orgState) notePrimerRead(p uint64, ttl time.Duration, now time.Time) {
+	s := o.seeds[p]
+	if s == nil || s.warmUntil.IsZero() {
+		return
+	}
+	if until := now.Add(ttl / 2); until.After(s.warmUntil) {
+		s.warmUntil = until
+	}
+}
+
+// sendAsWritten takes the added breakpoints off c's requests whose prefix
+// is not batch-warm on c's organization now (the seed keeps its own), so
+// no row writes at 2× into a cache the API may not let it read. The
+// request's Sent is cleared: the result says it went as written. Requires
+// r.mu.
+func (r *Runner) sendAsWritten(c *chunk, now time.Time) {
+	n := 0
+	for _, q := range c.list {
+		if !cacheable(q) || q.CachePrefix == c.seedFor || c.org.seeds[q.CachePrefix].status(now) == seedWarm {
+			continue
+		}
+		q.Sent, q.CachePrefix, q.CacheTTL = nil, 0, 0
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	sizes := make([]int64, len(c.list))
+	for i, q := range c.list {
+		sizes[i] = itemSize(q)
+	}
+	_, c.bytes = fit(c.list, sizes, len(c.list), math.MaxInt64)
+	r.stats.AsWritten += int64(n)
+}
