@@ -14,7 +14,7 @@ import (
 func benchCachingCmd() *cobra.Command {
 	run := bench.CachingRun{}
 	var routes []string
-	var primeHits []float64
+	var primeHits, cacheHits []float64
 	cmd := &cobra.Command{
 		Use:   "caching",
 		Short: "The prompt-caching lever: a shared-prefix job on ITPM-bound orgs with --cache-prefix off and auto",
@@ -22,10 +22,10 @@ func benchCachingCmd() *cobra.Command {
 about --own tokens of their own through the code of 'sluice run', against a
 'sluice sim' child process with three organizations bound by ITPM (300k /
 225k / 150k), on the sync route and then on the batch route (--routes; the batch route in
-one world per --prime-hits value), each once with --cache-prefix off and
-once with auto. It prints wall-clock, steady
+one world per pair of --prime-hits and --cache-hits values), each once with
+--cache-prefix off and once with auto (batch on the batch route). It prints wall-clock, steady
 throughput, the input tokens uncached, written and read, the hit rate, the
-batch route's primers and the input and total cost of each, and the ratios.`,
+batch route's primers and seeds and the input and total cost of each, and the ratios.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := os.Executable()
@@ -35,20 +35,37 @@ batch route's primers and the input and total cost of each, and the ratios.`,
 			if run.N < 10 || run.PrefixTokens < 1 || run.OwnTokens < 1 || run.TimeScale <= 0 {
 				return fmt.Errorf("bench caching: --n must be ≥ 10, --prefix-tokens, --own and --time-scale positive")
 			}
+			for _, h := range append(append([]float64(nil), primeHits...), cacheHits...) {
+				if h < 0 || h > 1 {
+					return fmt.Errorf("bench caching: --prime-hits and --cache-hits are shares in [0, 1], got %v", h)
+				}
+			}
 			run.Binary = bin
 			var rs []bench.CachingResult
 			for _, rt := range routes {
 				if rt != "sync" && rt != "batch" {
 					return fmt.Errorf("bench caching: --routes takes sync and batch, got %q", rt)
 				}
-				worlds := []float64{sim.Default().Batch.PrimeHit}
+				type world struct{ primeHit, cacheHit float64 }
+				worlds := []world{{sim.Default().Batch.PrimeHit, sim.Default().Batch.CacheHit}}
 				if rt == "batch" {
-					worlds = primeHits
+					worlds = nil
+					for _, ch := range cacheHits {
+						for _, ph := range primeHits {
+							worlds = append(worlds, world{ph, ch})
+						}
+					}
 				}
-				for _, ph := range worlds {
-					run.PrimeHit = ph
+				for _, wd := range worlds {
+					run.PrimeHit, run.CacheHit = wd.primeHit, wd.cacheHit
 					for _, off := range []bool{true, false} {
-						fmt.Fprintf(cmd.ErrOrStderr(), "bench caching: %s, --cache-prefix %s … ", rt, map[bool]string{true: "off", false: "auto"}[off])
+						arm := "auto" // the --cache-prefix value the arm runs with
+						if off {
+							arm = "off"
+						} else if rt == "batch" {
+							arm = "batch"
+						}
+						fmt.Fprintf(cmd.ErrOrStderr(), "bench caching: %s, --cache-prefix %s … ", rt, arm)
 						r, err := run.Run(cmd.Context(), off, rt == "batch")
 						if err != nil {
 							fmt.Fprintln(cmd.ErrOrStderr())
@@ -69,6 +86,7 @@ batch route's primers and the input and total cost of each, and the ratios.`,
 	fl.IntVar(&run.OwnTokens, "own", 300, "tokens of each request's own input")
 	fl.StringSliceVar(&routes, "routes", []string{"sync", "batch"}, "the routes to run, each with off and auto")
 	fl.Float64SliceVar(&primeHits, "prime-hits", []float64{0.8, 0.16}, "batch worlds: the share of batch rows that read a prefix only a sync primer wrote (users measured 0–16 %)")
+	fl.Float64SliceVar(&cacheHits, "cache-hits", []float64{0.8, 0.3}, "batch worlds: the share of batch rows that read a prefix a batch warmed before theirs began (the docs: 30–98 %)")
 	fl.Float64Var(&run.TimeScale, "time-scale", 40, "simulator time scale (limits × K, latencies ÷ K)")
 	return cmd
 }

@@ -37,12 +37,16 @@ type CachingRun struct {
 	// that read a prefix only a sync primer wrote (sim batch.prime_hit);
 	// users measured 0–16 %, the simulator's default is 0.8.
 	PrimeHit float64
+	// CacheHit, on the batch route, is the world's share of batch rows
+	// that read a prefix a batch warmed before theirs began (sim
+	// batch.cache_hit); the docs say 30–98 %, users measured 100 %.
+	CacheHit float64
 	Log      io.Writer
 }
 
 // CachingResult is one arm.
 type CachingResult struct {
-	Arm    string // "off" or "auto"
+	Arm    string // the --cache-prefix value: "off", "auto" or "batch"
 	Route  string // "sync" or "batch"
 	Wall   time.Duration
 	Steady float64 // req/s between 10 % and 90 % durable
@@ -52,10 +56,12 @@ type CachingResult struct {
 	InputUSD, TotalUSD float64
 	Lost               int
 	Binding            string // what the run's report says held it back
-	// Primers and BatchHitRate: the batch route's sync primers and the
-	// share of its batch rows' cacheable input read (the report's).
-	Primers      int64
-	BatchHitRate float64
+	// Primers, Seeds and BatchHitRate: the batch route's sync primers, its
+	// one-request seed batches, and the share of its batch rows' cacheable
+	// input read (the report's); AsWritten the requests the batch runner
+	// sent without the added breakpoint (their org not batch-warm).
+	Primers, Seeds, AsWritten int64
+	BatchHitRate              float64
 	// Predicted is the planner's wall-clock range for the arm's route
 	// and PredictedUSD its cost, decided in the run's Plan hook as
 	// `sluice run` would (the survey's shared prefix included).
@@ -84,7 +90,7 @@ func (c CachingRun) cachingWorld() sim.Config {
 		cfg.Orgs[i].Limits = cloneLimits(cfg.Orgs[i].Limits)
 	}
 	itpmBound(&cfg)
-	cfg.Batch.PrimeHit = c.PrimeHit
+	cfg.Batch.PrimeHit, cfg.Batch.CacheHit = c.PrimeHit, c.CacheHit
 	return cfg
 }
 
@@ -100,7 +106,7 @@ func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResul
 		res.Arm = "off"
 	}
 	if batchRoute {
-		res.Route = fmt.Sprintf("%s (prime_hit %g)", route.Batch, c.PrimeHit)
+		res.Route = fmt.Sprintf("%s (prime_hit %g, cache_hit %g)", route.Batch, c.PrimeHit, c.CacheHit)
 	}
 	dir, err := os.MkdirTemp("", "sluice-caching-")
 	if err != nil {
@@ -160,6 +166,7 @@ func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResul
 	res.Steady = steady.rate()
 	res.Binding = rep.BindingLimit
 	res.Primers, res.BatchHitRate = rep.PromptCache.Primers, rep.PromptCache.BatchHitRate()
+	res.Seeds, res.AsWritten = rep.Batch.Seeds, rep.Batch.AsWritten
 	res.Tokens = rep.Cost.Total.Tokens
 	res.TotalUSD = rep.Cost.Total.USD
 	// The input cost is the run's exact cost less its output's: on the
@@ -180,13 +187,13 @@ func (c CachingRun) Run(ctx context.Context, off, batchRoute bool) (CachingResul
 func PrintCaching(w io.Writer, c CachingRun, rs []CachingResult) {
 	fmt.Fprintf(w, "%d requests, a %d-token shared system prompt and ~%d tokens of their own, three orgs ITPM-bound (300k / 225k / 150k), time scale %g\n\n",
 		c.N, c.PrefixTokens, c.OwnTokens, c.TimeScale)
-	fmt.Fprintln(w, "| route | --cache-prefix | wall | predicted wall | steady req/s | binding (the run's report) | input tokens: uncached / written / read | hit rate | batch primers | input cost | total cost | predicted cost | lost |")
+	fmt.Fprintln(w, "| route | --cache-prefix | wall | predicted wall | steady req/s | binding (the run's report) | input tokens: uncached / written / read | hit rate | batch primers / seeds / sent as written | input cost | total cost | predicted cost | lost |")
 	fmt.Fprintln(w, "|---|---|---:|---:|---:|---|---|---:|---:|---:|---:|---:|---:|")
 	for _, r := range rs {
 		t := r.Tokens
-		fmt.Fprintf(w, "| %s | %s | %.1f s | %.1f s (%.1f–%.1f) | %.0f | %s | %d / %d / %d | %.1f %% | %d | $%.2f | $%.2f | $%.2f | %d |\n", r.Route, r.Arm, r.Wall.Seconds(),
+		fmt.Fprintf(w, "| %s | %s | %.1f s | %.1f s (%.1f–%.1f) | %.0f | %s | %d / %d / %d | %.1f %% | %d / %d / %d | $%.2f | $%.2f | $%.2f | %d |\n", r.Route, r.Arm, r.Wall.Seconds(),
 			r.Predicted.Mid.Seconds(), r.Predicted.Low.Seconds(), r.Predicted.High.Seconds(), r.Steady, r.Binding,
-			t.Input, t.CacheWrite5m+t.CacheWrite1h, t.CacheRead, 100*r.HitRate(), r.Primers, r.InputUSD, r.TotalUSD, r.PredictedUSD, r.Lost)
+			t.Input, t.CacheWrite5m+t.CacheWrite1h, t.CacheRead, 100*r.HitRate(), r.Primers, r.Seeds, r.AsWritten, r.InputUSD, r.TotalUSD, r.PredictedUSD, r.Lost)
 	}
 	fmt.Fprintln(w)
 	for i := 0; i+1 < len(rs); i += 2 {
@@ -194,10 +201,10 @@ func PrintCaching(w io.Writer, c CachingRun, rs []CachingResult) {
 		if off.Steady <= 0 || off.InputUSD <= 0 || auto.Wall <= 0 {
 			continue
 		}
-		fmt.Fprintf(w, "%s, auto ÷ off: throughput ×%.2f (steady), wall ×%.2f; input cost %+.0f %%", auto.Route,
+		fmt.Fprintf(w, "%s, %s ÷ off: throughput ×%.2f (steady), wall ×%.2f; input cost %+.0f %%", auto.Route, auto.Arm,
 			auto.Steady/off.Steady, off.Wall.Seconds()/auto.Wall.Seconds(), 100*(auto.InputUSD/off.InputUSD-1))
 		if strings.HasPrefix(auto.Route, route.Batch) {
-			fmt.Fprintf(w, "; batch rows' hit rate %.1f %% after %d primers", 100*auto.BatchHitRate, auto.Primers)
+			fmt.Fprintf(w, "; batch rows' hit rate %.1f %% after %d primers and %d seeds", 100*auto.BatchHitRate, auto.Primers, auto.Seeds)
 		}
 		fmt.Fprintln(w)
 	}
