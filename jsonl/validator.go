@@ -77,16 +77,24 @@ type Validator struct {
 //
 // The Info is as ValidateLine returns it; Params is a copy.
 func (v *Validator) Check(lineNo int, line []byte) (Info, error) {
-	return v.check(lineNo, line, true)
+	return v.check(lineNo, line, true, false)
 }
 
-func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error) {
+// CheckAgainst is Check for a second pass over a file: a line that a
+// records as accepted with exactly these bytes skips the syntax pass (it
+// is JSON and UTF-8: it was when a saw it); every other rule, uniqueness
+// included, is applied as by Check. A nil a checks every line in full.
+func (v *Validator) CheckAgainst(lineNo int, line []byte, a *Accepted) (Info, error) {
+	return v.check(lineNo, line, true, a.Has(lineNo, line))
+}
+
+func (v *Validator) check(lineNo int, line []byte, copyParams, accepted bool) (Info, error) {
 	if v.seen == nil {
 		v.seen = make(map[string]int)
 		v.sum.Models = make(map[string]int)
 	}
 	v.sum.Lines++
-	info, err := validate(line, copyParams)
+	info, err := validate(line, copyParams, accepted)
 	if id := info.CustomID; id != "" {
 		if first, dup := v.seen[id]; dup {
 			reason := fmt.Sprintf("duplicate custom_id %q, first on line %d", id, first)
@@ -114,7 +122,7 @@ func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error
 // CheckShared is Check without the copy: Info.Params aliases line, so it is
 // valid only until line is reused. For passes that only need the verdict.
 func (v *Validator) CheckShared(lineNo int, line []byte) (Info, error) {
-	return v.check(lineNo, line, false)
+	return v.check(lineNo, line, false, false)
 }
 
 // Summary returns the tally so far. Its Models map is a copy.
@@ -149,7 +157,7 @@ func ScanFile(path string, maxErrors int) (Summary, []LineError, error) {
 		if err != nil {
 			return v.Summary(), errs, fmt.Errorf("jsonl: line %d: %w", n, err)
 		}
-		if _, err := v.check(n, line, false); err != nil && (maxErrors < 0 || len(errs) < maxErrors) {
+		if _, err := v.check(n, line, false, false); err != nil && (maxErrors < 0 || len(errs) < maxErrors) {
 			le, _ := errors.AsType[LineError](err)
 			errs = append(errs, le)
 		}
