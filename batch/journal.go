@@ -49,6 +49,10 @@ type record struct {
 	IDs      []string `json:"ids,omitempty"`
 	Params   []string `json:"params,omitempty"` // params hash per id
 	Wire     string   `json:"wire,omitempty"`   // wire-id prefix of the chunk's custom_ids
+	// Plain lists the indices (into IDs) of requests whose added
+	// prompt-cache breakpoint was taken off before the create (seed.go),
+	// so a resumed run records them as sent as written.
+	Plain []int `json:"plain,omitempty"`
 	// created, cancel
 	Batch     string     `json:"batch,omitempty"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`

@@ -120,7 +120,7 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 	body := buildBody(c.list, c.bytes, c.wireID)
 	c.intentAt = now
 	in := record{Op: opIntent, Chunk: c.id, At: c.intentAt, Org: o.id, OrgLabel: o.label,
-		N: c.n(), Bytes: int64(len(body)), Hash: chunkHash(c.ids, c.hashes), IDs: c.ids, Params: c.hashes, Wire: c.wire}
+		N: c.n(), Bytes: int64(len(body)), Hash: chunkHash(c.ids, c.hashes), IDs: c.ids, Params: c.hashes, Wire: c.wire, Plain: c.plain}
 	if err := r.j.append(in, true); err != nil {
 		return false, err
 	}
@@ -244,6 +244,9 @@ func (r *Runner) recordCreated(c *chunk, b *api.MessageBatch, adopted bool) erro
 		r.stats.Adopted++
 	} else {
 		r.stats.Created++
+		if c.seedFor != nil {
+			r.stats.Seeds++
+		}
 	}
 	r.mu.Unlock()
 	var exp *time.Time
@@ -691,6 +694,7 @@ func (r *Runner) abandon(c *chunk, why string, move int) error {
 	}
 	r.mu.Lock()
 	c.closed, c.finished = true, true
+	c.rerouted = move == moveReroute
 	r.release(c)
 	var reroute []*call.Request
 	if move == moveRequeue {

@@ -60,6 +60,12 @@ type Prime struct {
 // here leaves no trace but the primers' cost. create checks its cutoff
 // again afterwards.
 func (r *Runner) prime(ctx context.Context, c *chunk, key *keys.Key) {
+	if c.seedFor != nil {
+		// A seed's own row writes the prefix in a batch, the warmth the
+		// chunks after it wait for; a sync write before it (2× the full
+		// price) is the reading users measured low, and would delay it.
+		return
+	}
 	o := c.org
 	done := map[uint64]bool{}
 	thinking := false

@@ -201,9 +201,15 @@ type chunk struct {
 	expires   time.Time
 	adopted   bool // found in the org's list: maybe not sluice's, never cancelled
 	cancelAt  time.Time
-	canceled  bool   // the cancel was accepted
-	fresh     bool   // created by this run: the first poll waits
-	seedFor   uint64 // the shared prefix this one-request chunk seeds (seed.go), or 0
+	canceled  bool // the cancel was accepted
+	fresh     bool // created by this run: the first poll waits
+	// seedFor: the shared prefixes this chunk seeds, one request each
+	// (seed.go); nil for every other chunk.
+	seedFor []uint64
+	// plain: indices of requests sent without their added breakpoint
+	// (seed.go), journaled with the intent.
+	plain    []int
+	rerouted bool // abandoned to the sync path (not requeued)
 
 	// guarded by Runner.mu
 	reqs       map[string]*call.Request // attached requests
@@ -252,10 +258,11 @@ type Stats struct {
 	// org's prompt cache before its batches; PrimeFailed those that got no
 	// answer (the batch was created anyway).
 	Primed, PrimeFailed int64
-	// Seeds counts the one-request batches cut to warm a shared prefix
-	// on an organization before its other chunks of that prefix
-	// (seed.go); AsWritten the requests whose added breakpoint was taken
-	// off because their organization's cache was not batch-warm.
+	// Seeds counts the seed batches created (one request per shared
+	// prefix, to warm an organization's cache before its other chunks of
+	// those prefixes: seed.go); AsWritten the requests whose added
+	// breakpoint was taken off because their organization's cache was not
+	// batch-warm (a resumed run counts those of its recovered chunks).
 	Seeds, AsWritten int64
 	// InFlight is, per org label, the requests in unended batches.
 	InFlight map[string]int
@@ -392,7 +399,7 @@ func (r *Runner) recover(id string, e *entry, now time.Time) error {
 	}
 	c := &chunk{
 		id: id, org: o, ids: in.IDs, hashes: in.Params, index: make(map[string]int, len(in.IDs)), wire: in.Wire,
-		bytes: in.Bytes, recovered: true, journaled: true, adopted: e.adopted,
+		bytes: in.Bytes, recovered: true, journaled: true, adopted: e.adopted, plain: in.Plain,
 		intentAt: in.At, batch: e.batch, created: e.created, expires: e.expires,
 		cancelAt: e.cancelAt, canceled: e.canceled,
 		// Its create, if any, was the dead process's: before now.
@@ -459,6 +466,7 @@ func (r *Runner) Submit(ctx context.Context, req *call.Request) error {
 		c.parkedN--
 		if p.hash == req.ParamsHash {
 			r.stats.Submitted++
+			r.asJournaled(c, req)
 			c.reqs[id] = req
 			c.waiting++
 			r.mu.Unlock()
@@ -474,6 +482,7 @@ func (r *Runner) Submit(ctx context.Context, req *call.Request) error {
 		c.unattached--
 		if c.hashes[c.index[id]] == req.ParamsHash {
 			r.stats.Submitted++
+			r.asJournaled(c, req)
 			c.reqs[id] = req
 			c.waiting++
 			r.mu.Unlock()

@@ -2,6 +2,7 @@ package batch
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -18,14 +19,18 @@ import (
 // runner therefore creates a chunk with a prefix's breakpoints only when a
 // batch row of that prefix has read or written the cache on the chunk's
 // organization within half the TTL: before an organization takes its
-// first chunk of a prefix it creates a seed, a batch of one request of
-// the prefix, and holds its chunks of that prefix until the seed has
-// ended (at most seedWait). A chunk created while its organization is not
-// batch-warm for a prefix goes without that prefix's breakpoints (the
-// request as written), and so does every chunk of an organization whose
-// rows with breakpoints read below the break-even. The worst case is one
+// first chunk of a prefix it creates a seed, one batch holding one
+// request of each prefix it needs seeded (not primed), and holds its
+// chunks of those prefixes until the seed has ended (at most seedBase,
+// half the TTL and half the time to the create cutoff). A chunk created
+// while its organization is not batch-warm for a prefix goes without that
+// prefix's breakpoints (the request as written), and so does every chunk
+// of an organization whose rows with breakpoints read below the
+// break-even. The worst case is one
 // row written at 2× per organization and prefix per seed and one small
-// batch's turnaround of latency.
+// batch's turnaround of latency. Which requests a chunk sent as written
+// is journaled with it (record.Plain), so a resumed run attaches them as
+// they were sent.
 
 const (
 	// defaultSeedWait is the longest a seed holds its organization's
@@ -143,9 +148,10 @@ func (r *Runner) seedBase() time.Duration {
 }
 
 // cutSeeds cuts, for each organization that can create now and needs a
-// seed for one of the next chunk's prefixes, a one-request chunk of that
-// prefix (one per organization: its create is then unresolved). Requires
-// r.mu.
+// seed for some of the next chunk's prefixes, one seed chunk holding one
+// request of each of them (one create and one turnaround however many
+// prefixes the job has; the organization's create is then unresolved).
+// Requires r.mu.
 func (r *Runner) cutSeeds(now time.Time, prefixes func() []uint64, wake *time.Time) []*chunk {
 	var out []*chunk
 	for _, o := range r.orgs {
@@ -155,50 +161,56 @@ func (r *Runner) cutSeeds(now time.Time, prefixes func() []uint64, wake *time.Ti
 		if !r.ready(o, 1, now, wake) {
 			continue
 		}
+		var need []uint64
 		for _, p := range prefixes() {
-			if o.seeds[p].status(now) != seedNeeded {
-				continue
+			if o.seeds[p].status(now) == seedNeeded {
+				need = append(need, p)
 			}
-			if c := r.cutSeed(o, p, now); c != nil {
-				out = append(out, c)
-				break
-			}
+		}
+		if c := r.cutSeed(o, need, now); c != nil {
+			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// cutSeed cuts the first pending request of prefix p into a seed chunk on
-// o, or returns nil when none is pending. Requires r.mu.
-func (r *Runner) cutSeed(o *orgState, p uint64, now time.Time) *chunk {
-	i := -1
+// cutSeed cuts the first pending request of each prefix in need into one
+// seed chunk on o, or returns nil when none is pending. Requires r.mu.
+func (r *Runner) cutSeed(o *orgState, need []uint64, now time.Time) *chunk {
+	var picked []*call.Request
+	var sizes []int64
+	var seeds []uint64
+	rest, restSizes := r.pending[:0:0], r.sizes[:0:0]
 	for j, q := range r.pending {
-		if cacheable(q) && q.CachePrefix == p {
-			i = j
-			break
+		if len(seeds) < len(need) && cacheable(q) && containsPrefix(need, q.CachePrefix) && !containsPrefix(seeds, q.CachePrefix) {
+			picked, sizes, seeds = append(picked, q), append(sizes, r.sizes[j]), append(seeds, q.CachePrefix)
+			continue
 		}
+		rest, restSizes = append(rest, q), append(restSizes, r.sizes[j])
 	}
-	if i < 0 {
+	if len(picked) == 0 {
 		return nil
 	}
-	// Move it to the front, the rest keeping their order, and cut it.
-	req, size := r.pending[i], r.sizes[i]
-	copy(r.pending[1:i+1], r.pending[:i])
-	copy(r.sizes[1:i+1], r.sizes[:i])
-	r.pending[0], r.sizes[0] = req, size
-	_, body := fit(r.pending[:1], r.sizes[:1], 1, math.MaxInt64)
-	c := r.cut(1, body, o)
-	c.seedFor = p
-	s := o.seedOf(p)
-	s.chunk, s.retryAt = c, time.Time{}
-	s.waitUntil = now.Add(r.seedBase())
+	// The seed's requests to the front, the rest keeping their order.
+	r.pending = append(picked, rest...)
+	r.sizes = append(sizes, restSizes...)
+	_, body := fit(r.pending[:len(picked)], r.sizes[:len(picked)], len(picked), math.MaxInt64)
+	c := r.cut(len(picked), body, o)
+	c.seedFor = seeds
+	wait := now.Add(r.seedBase())
 	if co := r.cutoff(); !co.IsZero() && co.After(now) {
 		// Never wait through more than half the time creates have left.
-		s.waitUntil = minTime(s.waitUntil, now.Add(co.Sub(now)/2))
+		wait = minTime(wait, now.Add(co.Sub(now)/2))
 	}
-	r.stats.Seeds++
-	r.log.Info("batch: seeding the prompt cache with a one-request batch before the org's other chunks of the prefix",
-		"org", o.label, "prefix", strconv.FormatUint(p, 16), "wait at most", s.waitUntil.Sub(now).Round(time.Second))
+	for _, q := range picked {
+		s := o.seedOf(q.CachePrefix)
+		s.chunk, s.retryAt = c, time.Time{}
+		// Nor longer than the warmth a seed's row proves: a seed that
+		// ends later would find its own entry's half-TTL gone.
+		s.waitUntil = minTime(wait, now.Add(q.CacheTTL/2))
+	}
+	r.log.Info("batch: seeding the prompt cache with a batch of one request per shared prefix before the org's other chunks of them",
+		"org", o.label, "prefixes", len(seeds), "wait at most", minTime(wait, now.Add(picked[0].CacheTTL/2)).Sub(now).Round(time.Second))
 	return c
 }
 
@@ -233,31 +245,39 @@ func (r *Runner) seedHolds(o *orgState, prefixes []uint64, now time.Time, wake *
 // never created (seeded again when the organization can create), or it
 // warmed nothing and is retried after a back-off. Other chunks return.
 func (r *Runner) seedEnded(c *chunk) {
-	if c.seedFor == 0 {
+	if c.seedFor == nil {
 		return
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := c.org.seeds[c.seedFor]
-	if s == nil || s.chunk != c {
-		return
-	}
-	s.chunk = nil
 	now := r.now()
-	switch {
-	case now.Before(s.warmUntil):
-		s.failures = 0
-	case c.batch == "":
-		// Not created (requeued or re-routed): seeded again if need be.
-	default:
-		s.failures++
-		wait := r.seedBase() << min(s.failures-1, maxSeedBackoff)
-		s.retryAt = now.Add(wait)
-		r.log.Info("batch: a prompt-cache seed batch warmed nothing; the org's chunks of its prefix are sent as written for now",
-			"org", c.org.label, "prefix", strconv.FormatUint(c.seedFor, 16), "seed again in", wait)
+	for _, p := range c.seedFor {
+		s := c.org.seeds[p]
+		if s == nil || s.chunk != c {
+			continue
+		}
+		s.chunk = nil
+		switch {
+		case now.Before(s.warmUntil):
+			s.failures = 0
+		case c.batch == "" && !c.rerouted:
+			// Not created and requeued (a 429, no live key): seeded
+			// again when the organization can create.
+		default:
+			// Ended without warming the prefix, or refused and re-routed
+			// (a create the API refuses would refuse the next seed too).
+			s.failures++
+			wait := r.seedBase() << min(s.failures-1, maxSeedBackoff)
+			s.retryAt = now.Add(wait)
+			r.log.Info("batch: a prompt-cache seed batch warmed nothing (or came back after the warmth its row proves); the org's chunks of its prefix are sent as written for now",
+				"org", c.org.label, "prefix", strconv.FormatUint(p, 16), "seed again in", wait)
+		}
 	}
 	r.poke()
 }
+
+// seeds reports whether c seeds prefix p.
+func (c *chunk) seeds(p uint64) bool { return containsPrefix(c.seedFor, p) }
 
 // noteCacheRow learns from one succeeded row of c: a row that read or
 // wrote its prefix shows the entry alive on c's organization from c's
@@ -277,7 +297,7 @@ func (r *Runner) noteCacheRow(c *chunk, req *call.Request, u api.Usage) {
 			s.warmUntil = until
 		}
 	}
-	if c.seedFor == p {
+	if c.seeds(p) {
 		return
 	}
 	s.rows++
@@ -312,11 +332,12 @@ func (o *orgState) notePrimerRead(p uint64, ttl time.Duration, now time.Time) {
 // r.mu.
 func (r *Runner) sendAsWritten(c *chunk, now time.Time) {
 	n := 0
-	for _, q := range c.list {
-		if !cacheable(q) || q.CachePrefix == c.seedFor || c.org.seeds[q.CachePrefix].status(now) == seedWarm {
+	for i, q := range c.list {
+		if !cacheable(q) || c.seeds(q.CachePrefix) || c.org.seeds[q.CachePrefix].status(now) == seedWarm {
 			continue
 		}
 		q.Sent, q.CachePrefix, q.CacheTTL = nil, 0, 0
+		c.plain = append(c.plain, i)
 		n++
 	}
 	if n == 0 {
@@ -328,4 +349,17 @@ func (r *Runner) sendAsWritten(c *chunk, now time.Time) {
 	}
 	_, c.bytes = fit(c.list, sizes, len(c.list), math.MaxInt64)
 	r.stats.AsWritten += int64(n)
+}
+
+// asJournaled makes req, attached to a recovered chunk, what the chunk's
+// batch got: without its added breakpoint when the intent says it was
+// sent as written, so the result and the report do not claim one.
+// Requires r.mu.
+func (r *Runner) asJournaled(c *chunk, req *call.Request) {
+	i, ok := c.index[req.ID]
+	if !ok || req.Sent == nil || !slices.Contains(c.plain, i) {
+		return
+	}
+	req.Sent, req.CachePrefix, req.CacheTTL = nil, 0, 0
+	r.stats.AsWritten++
 }

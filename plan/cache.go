@@ -76,10 +76,9 @@ func (c CachedPrefix) active() bool { return c.Share > 0 && c.Tokens > 0 }
 func (c CachedPrefix) batchActive() bool { return c.active() && c.BatchShare > 0 && c.BatchTokens > 0 }
 
 // seedTurnaround is the latency the batch runner's seeds add: each
-// organization creates a one-request batch of each prefix and holds its
-// chunks of the prefix until it has ended, so the job's batches start one
-// small batch's turnaround later (the seeds of several prefixes run side
-// by side).
+// organization creates one small batch holding a request of each prefix
+// and holds its chunks of them until it has ended, so the job's batches
+// start one small batch's turnaround later however many prefixes it has.
 func seedTurnaround(w World, window int) Range {
 	in := layout(1, 1, window, batchOrgs(w), w.poll())
 	return Range{
