@@ -240,13 +240,13 @@ func (r *Runner) recordCreated(c *chunk, b *api.MessageBatch, adopted bool) erro
 	c.batch, c.created, c.expires, c.adopted = b.ID, now, b.ExpiresAt, adopted
 	r.mu.Lock()
 	r.claimed[b.ID] = true
+	if c.seedFor != nil {
+		r.stats.Seeds++ // created, whether this run saw the answer or adopted it
+	}
 	if adopted {
 		r.stats.Adopted++
 	} else {
 		r.stats.Created++
-		if c.seedFor != nil {
-			r.stats.Seeds++
-		}
 	}
 	r.mu.Unlock()
 	var exp *time.Time

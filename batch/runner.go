@@ -880,13 +880,12 @@ func (r *Runner) schedule(now time.Time) (launch []*chunk, reroute []*call.Reque
 		if n == len(r.pending) && n < r.target && !r.inputClosed && !r.cutNow {
 			break // wait for a full chunk
 		}
-		prefixes := r.chunkPrefixes(n)
-		if seeds := r.cutSeeds(now, prefixes, &wake); len(seeds) > 0 {
+		if seeds := r.cutSeeds(now, r.chunkPrefixes(len(r.pending)), &wake); len(seeds) > 0 {
 			launch = append(launch, seeds...)
 			shrank = true
 			continue // the pending requests moved: fit again
 		}
-		o := r.pickOrg(n, now, prefixes, &wake)
+		o := r.pickOrg(n, now, r.chunkPrefixes(n), &wake)
 		if o == nil {
 			break
 		}

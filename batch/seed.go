@@ -107,8 +107,8 @@ func cacheable(req *call.Request) bool {
 }
 
 // chunkPrefixes returns a function giving the distinct shared prefixes of
-// the next n pending requests, computed on first use (a scan of the chunk
-// only when an organization could take it). Requires r.mu while used.
+// the next n pending requests, computed on first use (a scan only when an
+// organization could take a chunk or a seed). Requires r.mu while used.
 func (r *Runner) chunkPrefixes(n int) func() []uint64 {
 	var ps []uint64
 	done := false
@@ -148,41 +148,44 @@ func (r *Runner) seedBase() time.Duration {
 }
 
 // cutSeeds cuts, for each organization that can create now and needs a
-// seed for some of the next chunk's prefixes, one seed chunk holding one
-// request of each of them (one create and one turnaround however many
-// prefixes the job has; the organization's create is then unresolved).
-// Requires r.mu.
-func (r *Runner) cutSeeds(now time.Time, prefixes func() []uint64, wake *time.Time) []*chunk {
+// seed for some prefix among the requests waiting to be cut, one seed
+// chunk holding one request of each prefix it needs seeded (one create
+// and one turnaround however many prefixes the job has). Seeding what
+// waits behind the next chunk, not only the next chunk's, lets a seed run
+// while the organization's window is full of earlier chunks, so a job
+// listed prefix by prefix does not stall at each new one. A seed holds at
+// most a chunk's requests and the organization's free window; its
+// organization's create is then unresolved. Requires r.mu.
+func (r *Runner) cutSeeds(now time.Time, waiting func() []uint64, wake *time.Time) []*chunk {
 	var out []*chunk
 	for _, o := range r.orgs {
-		if len(prefixes()) == 0 {
-			return out
-		}
-		if !r.ready(o, 1, now, wake) {
+		if !r.ready(o, 1, now, wake) || len(waiting()) == 0 {
 			continue
 		}
-		var need []uint64
-		for _, p := range prefixes() {
-			if o.seeds[p].status(now) == seedNeeded {
-				need = append(need, p)
-			}
+		if !slices.ContainsFunc(waiting(), func(p uint64) bool { return o.seeds[p].status(now) == seedNeeded }) {
+			continue
 		}
-		if c := r.cutSeed(o, need, now); c != nil {
+		needs := func(q *call.Request) bool {
+			return cacheable(q) && o.seeds[q.CachePrefix].status(now) == seedNeeded
+		}
+		if c := r.cutSeed(o, needs, min(o.window-o.inflight, r.target), now); c != nil {
 			out = append(out, c)
 		}
 	}
 	return out
 }
 
-// cutSeed cuts the first pending request of each prefix in need into one
-// seed chunk on o, or returns nil when none is pending. Requires r.mu.
-func (r *Runner) cutSeed(o *orgState, need []uint64, now time.Time) *chunk {
+// cutSeed cuts the first pending request of each prefix that needs a
+// seed, in pending order (the next chunk's first) and at most limit of
+// them within the byte cap, into one seed chunk on o, or returns nil when
+// none is pending. Requires r.mu.
+func (r *Runner) cutSeed(o *orgState, needs func(*call.Request) bool, limit int, now time.Time) *chunk {
 	var picked []*call.Request
 	var sizes []int64
 	var seeds []uint64
 	rest, restSizes := r.pending[:0:0], r.sizes[:0:0]
 	for j, q := range r.pending {
-		if len(seeds) < len(need) && cacheable(q) && containsPrefix(need, q.CachePrefix) && !containsPrefix(seeds, q.CachePrefix) {
+		if len(seeds) < limit && needs(q) && !containsPrefix(seeds, q.CachePrefix) {
 			picked, sizes, seeds = append(picked, q), append(sizes, r.sizes[j]), append(seeds, q.CachePrefix)
 			continue
 		}
@@ -191,11 +194,13 @@ func (r *Runner) cutSeed(o *orgState, need []uint64, now time.Time) *chunk {
 	if len(picked) == 0 {
 		return nil
 	}
-	// The seed's requests to the front, the rest keeping their order.
+	// The seed's requests to the front, the rest keeping their order; the
+	// picked requests beyond the byte cap stay at the front, unseeded.
 	r.pending = append(picked, rest...)
 	r.sizes = append(sizes, restSizes...)
-	_, body := fit(r.pending[:len(picked)], r.sizes[:len(picked)], len(picked), math.MaxInt64)
-	c := r.cut(len(picked), body, o)
+	n, body := fit(r.pending, r.sizes, len(picked), r.byteCap)
+	picked, seeds = picked[:n], seeds[:n]
+	c := r.cut(n, body, o)
 	c.seedFor = seeds
 	wait := now.Add(r.seedBase())
 	if co := r.cutoff(); !co.IsZero() && co.After(now) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -200,6 +201,112 @@ func TestSeedsCountedWhenCreated(t *testing.T) {
 		}
 		if st := r.Stats(); st.Seeds != int64(created) || created == 0 {
 			t.Errorf("Stats.Seeds %d, one-request batches created %d", st.Seeds, created)
+		}
+	})
+}
+
+// TestSeedsAheadOfTheNextChunk: a job listed rubric by rubric on an org
+// whose window is full of earlier chunks. The next rubric's seed is cut
+// as soon as its requests wait to be cut, so it runs while the window is
+// full instead of after, when that rubric reaches the front. On the
+// bubble's exact clock the job takes 13m32s; seeding only the next
+// chunk's prefixes took 17m36s (one seed turnaround more per rubric).
+func TestSeedsAheadOfTheNextChunk(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, func(c *sim.Config) { c.Batch.CacheHit, c.Batch.PrimeHit = 1, 0 }, "batch")
+		const k, per = 8, 20
+		interleaved := groupedRequests(k, per)
+		reqs := make([]*call.Request, 0, len(interleaved))
+		for g := range k {
+			for i := range per {
+				reqs = append(reqs, interleaved[i*k+g])
+			}
+		}
+		cfg := w.config()
+		cfg.ChunkSize, cfg.WindowPerOrg = 10, 20
+		start := time.Now()
+		col, _, err := w.run(t, cfg, reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAllOK(t, reqs, col)
+		if with, plain := seedsAndRows(t, col); plain != 0 {
+			t.Errorf("%d rows with the breakpoint, %d as written; want all with it", with, plain)
+		}
+		if took, most := time.Since(start), 15*time.Minute; took > most {
+			t.Errorf("the job took %v, want at most %v: seeds waited for their rubric to reach the front", took, most)
+		}
+	})
+}
+
+// TestAdoptedSeedIsCounted: a seed whose create answer was lost (the
+// connection dropped after the API created it) is found again and
+// adopted; it is still a seed batch the API created.
+func TestAdoptedSeedIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, func(c *sim.Config) { c.Batch.CacheHit, c.Batch.PrimeHit = 1, 0 }, "batch")
+		var n atomic.Int32
+		w.tap.failCreate = func() string {
+			if n.Add(1) == 1 {
+				return "drop-after" // the first create is the seed
+			}
+			return ""
+		}
+		reqs := cachedRequests(21, nil)
+		cfg := w.config()
+		cfg.WindowPerOrg = 30
+		col, r, err := w.run(t, cfg, reqs, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAllOK(t, reqs, col)
+		if w.tap.creates[0].n != 1 {
+			t.Fatalf("the first create had %d requests; want the seed's one", w.tap.creates[0].n)
+		}
+		if st := r.Stats(); st.Seeds != 1 || st.Adopted != 1 {
+			t.Errorf("Stats.Seeds %d, Adopted %d; want the adopted seed counted once", st.Seeds, st.Adopted)
+		}
+	})
+}
+
+// TestSeedKeepsToTheWindow: a seed of many prefixes cut while the
+// organization has a chunk in flight takes no more requests than its
+// window has free.
+func TestSeedKeepsToTheWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t, func(c *sim.Config) { c.Batch.CacheHit, c.Batch.PrimeHit = 1, 0 }, "batch")
+		// 10 plain requests (a chunk in flight), then 10 prefixes × 2.
+		reqs := append(requests(10), groupedRequests(10, 2)...)
+		cfg := w.config()
+		cfg.ChunkSize, cfg.WindowPerOrg = 10, 15
+		var most atomic.Int64
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		watch := func(r *Runner) {
+			wg.Go(func() {
+				for {
+					select {
+					case <-stop:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+					for _, v := range r.Stats().InFlight {
+						if int64(v) > most.Load() {
+							most.Store(int64(v))
+						}
+					}
+				}
+			})
+		}
+		col, _, err := w.runWith(t, newCollector(t), cfg, reqs, nil, nil, watch)
+		close(stop)
+		wg.Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkAllOK(t, reqs, col)
+		if m := most.Load(); m > int64(cfg.WindowPerOrg) {
+			t.Errorf("the org had %d requests in unended batches, WindowPerOrg %d", m, cfg.WindowPerOrg)
 		}
 	})
 }
