@@ -34,7 +34,16 @@ type OverheadRun struct {
 	BodyBytes   int // size of each request body, bytes (at least the JSON frame)
 	Duration    time.Duration
 	Warmup      time.Duration
-	Model       string
+	// Rate > 0 adds an open-loop phase to each target: requests scheduled
+	// Rate a second, evenly spaced, over the same Connections, each
+	// request's latency counted from the moment it was due (a request that
+	// waits for a free connection waits on the clock). A closed loop at
+	// saturation measures queueing, not what the proxy adds: by Little's
+	// law its p50 is about Connections ÷ rate, so the slower target's p50
+	// is larger by the throughput ratio alone. At a rate both targets
+	// sustain, the difference in latency is the proxy's own.
+	Rate  float64
+	Model string
 	// ProxyArgs are extra flags for `sluice proxy`.
 	ProxyArgs []string
 	Dir       string
@@ -56,6 +65,10 @@ type LoadResult struct {
 // OverheadResult is both phases and the proxy's allocations.
 type OverheadResult struct {
 	Direct, Proxy LoadResult
+	// DirectAtRate and ProxyAtRate are the open-loop phases at Rate
+	// requests a second; zero when Rate is 0.
+	DirectAtRate, ProxyAtRate LoadResult
+	Rate                      float64
 	// AllocsPerRequest and AllocBytesPerRequest are the proxy process's
 	// heap allocations per answered request in the window (from its
 	// /metrics).
@@ -76,7 +89,7 @@ func (r OverheadResult) AddedP50() time.Duration { return r.Proxy.P50 - r.Direct
 
 // Run runs both phases.
 func (o OverheadRun) Run(ctx context.Context) (OverheadResult, error) {
-	res := OverheadResult{Connections: o.Connections, BodyBytes: o.BodyBytes}
+	res := OverheadResult{Connections: o.Connections, BodyBytes: o.BodyBytes, Rate: o.Rate}
 	if o.Model == "" {
 		o.Model = "claude-haiku-4-5-20251001"
 	}
@@ -97,10 +110,16 @@ func (o OverheadRun) Run(ctx context.Context) (OverheadResult, error) {
 	body := overheadBody(o.Model, o.BodyBytes)
 	simKey := o.Sim.Orgs[0].Keys[0].Key
 
-	res.Direct, err = o.load(ctx, "direct to the simulator", sp.Base, simKey, body,
-		map[string]int{"simulator": sp.cmd.Process.Pid}, nil)
+	simPids := map[string]int{"simulator": sp.cmd.Process.Pid}
+	res.Direct, err = o.load(ctx, "direct to the simulator", sp.Base, simKey, body, simPids, 0, nil)
 	if err != nil {
 		return res, err
+	}
+	if o.Rate > 0 {
+		res.DirectAtRate, err = o.load(ctx, "direct to the simulator", sp.Base, simKey, body, simPids, o.Rate, nil)
+		if err != nil {
+			return res, err
+		}
 	}
 	px, err := startProxy(ctx, o.Binary, sp.Base, o.Sim, dir, o.ProxyArgs, o.Log)
 	if err != nil {
@@ -108,8 +127,9 @@ func (o OverheadRun) Run(ctx context.Context) (OverheadResult, error) {
 	}
 	defer px.stop()
 	var a0, a1 proxyAllocs
-	res.Proxy, err = o.load(ctx, "through sluice proxy", px.base, "placeholder: the proxy ignores callers' keys", body,
-		map[string]int{"simulator": sp.cmd.Process.Pid, "proxy": px.cmd.Process.Pid},
+	const callerKey = "placeholder: the proxy ignores callers' keys"
+	pxPids := map[string]int{"simulator": sp.cmd.Process.Pid, "proxy": px.cmd.Process.Pid}
+	res.Proxy, err = o.load(ctx, "through sluice proxy", px.base, callerKey, body, pxPids, 0,
 		func(start bool) {
 			if start {
 				a0, _ = readProxyAllocs(px.base)
@@ -124,7 +144,10 @@ func (o OverheadRun) Run(ctx context.Context) (OverheadResult, error) {
 		res.AllocsPerRequest = (a1.objects - a0.objects) / n
 		res.AllocBytesPerRequest = (a1.bytes - a0.bytes) / n
 	}
-	return res, nil
+	if o.Rate > 0 {
+		res.ProxyAtRate, err = o.load(ctx, "through sluice proxy", px.base, callerKey, body, pxPids, o.Rate, nil)
+	}
+	return res, err
 }
 
 // overheadBody is a Messages request of about size bytes: one user turn
@@ -142,13 +165,25 @@ func overheadBody(model string, size int) []byte {
 	return frame(strings.Repeat("judge this answer ", pad/18+1)[:pad])
 }
 
-// load runs the closed loop against base for the warm-up and then the
-// measured window; mark, when set, is called as the window opens and
-// closes.
-func (o OverheadRun) load(ctx context.Context, name, base, key string, body []byte, pids map[string]int, mark func(start bool)) (LoadResult, error) {
+// load runs the load against base for the warm-up and then the measured
+// window: a closed loop when rate is 0, else requests due rate a second
+// (see OverheadRun.Rate). mark, when set, is called as the window opens
+// and closes.
+func (o OverheadRun) load(ctx context.Context, name, base, key string, body []byte, pids map[string]int, rate float64, mark func(start bool)) (LoadResult, error) {
 	res := LoadResult{Name: name, Errors: map[int]int{}, CPUPerRequest: map[string]time.Duration{}}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// due hands out the time each request is due: now, in a closed loop;
+	// the next slot of the schedule in an open one. false: stop.
+	due := func() (time.Time, bool) { return time.Now(), true }
+	if rate > 0 {
+		slots := make(chan time.Time, o.Connections)
+		go schedule(ctx, rate, slots)
+		due = func() (time.Time, bool) {
+			t, ok := <-slots
+			return t, ok
+		}
+	}
 	type conn struct {
 		lat  []time.Duration
 		errs map[int]int
@@ -168,7 +203,8 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 		wg.Go(func() {
 			defer tr.CloseIdleConnections()
 			for {
-				if stop.Load() {
+				t0, ok := due()
+				if !ok || stop.Load() {
 					return
 				}
 				in := measured.Load()
@@ -179,7 +215,6 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 				req.Header.Set("content-type", "application/json")
 				req.Header.Set(api.HeaderAPIKey, key)
 				req.Header.Set("anthropic-version", "2023-06-01")
-				t0 := time.Now()
 				resp, err := hc.Do(req)
 				status := 0
 				if err == nil {
@@ -226,6 +261,7 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 	stop.Store(true)
 	measured.Store(false)
 	window := time.Since(t0)
+	cancel() // ends the schedule, and with it an open loop's waiting connections
 	if mark != nil {
 		mark(false)
 	}
@@ -294,24 +330,71 @@ func readProxyAllocs(base string) (proxyAllocs, error) {
 // Print writes the result as the lines BENCHMARKS.md quotes.
 func (r OverheadResult) Print(w io.Writer) {
 	fmt.Fprintf(w, "overhead: %d keep-alive connections, %d-byte bodies, zero-latency unlimited simulator\n", r.Connections, r.BodyBytes)
+	fmt.Fprintf(w, "closed loop (each connection sends its next request when answered: capacity):\n")
 	for _, l := range []LoadResult{r.Direct, r.Proxy} {
-		var cpu []string
-		for _, n := range []string{"simulator", "proxy", "load"} {
-			if d, ok := l.CPUPerRequest[n]; ok {
-				cpu = append(cpu, fmt.Sprintf("%s %.0f µs", n, float64(d)/1e3))
-			}
-		}
-		errs := ""
-		if len(l.Errors) > 0 {
-			errs = fmt.Sprintf("; non-200 answers by status: %v", l.Errors)
-		}
-		fmt.Fprintf(w, "  %-24s %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms  CPU per request: %s%s\n",
-			l.Name+":", l.Rate, ms(l.P50), ms(l.P99), strings.Join(cpu, ", "), errs)
+		l.print(w, true)
 	}
-	fmt.Fprintf(w, "  proxy ÷ direct = %.3f; added at p50 %.2f ms, at p99 %.2f ms\n", r.Ratio(), ms(r.AddedP50()), ms(r.Proxy.P99-r.Direct.P99))
+	fmt.Fprintf(w, "  proxy ÷ direct = %.3f; added at p50 %.2f ms, at p99 %.2f ms (at saturation: queueing, about connections ÷ rate)\n",
+		r.Ratio(), ms(r.AddedP50()), ms(r.Proxy.P99-r.Direct.P99))
 	if r.AllocsPerRequest > 0 {
 		fmt.Fprintf(w, "  proxy allocations per request: %.0f objects, %.1f KiB\n", r.AllocsPerRequest, r.AllocBytesPerRequest/1024)
 	}
+	if r.Rate > 0 {
+		fmt.Fprintf(w, "open loop at %.0f req/s (latency from the moment each request was due):\n", r.Rate)
+		for _, l := range []LoadResult{r.DirectAtRate, r.ProxyAtRate} {
+			l.print(w, false)
+		}
+		fmt.Fprintf(w, "  added by the proxy at %.0f req/s: p50 %.2f ms, p99 %.2f ms\n",
+			r.Rate, ms(r.ProxyAtRate.P50-r.DirectAtRate.P50), ms(r.ProxyAtRate.P99-r.DirectAtRate.P99))
+	}
+}
+
+// print writes one phase's line.
+func (l LoadResult) print(w io.Writer, cpu bool) {
+	var parts []string
+	for _, n := range []string{"simulator", "proxy", "load"} {
+		if d, ok := l.CPUPerRequest[n]; ok {
+			parts = append(parts, fmt.Sprintf("%s %.0f µs", n, float64(d)/1e3))
+		}
+	}
+	tail := ""
+	if cpu {
+		tail = "  CPU per request: " + strings.Join(parts, ", ")
+	}
+	if len(l.Errors) > 0 {
+		tail += fmt.Sprintf("; non-200 answers by status: %v", l.Errors)
+	}
+	fmt.Fprintf(w, "  %-24s %7.0f req/s  p50 %6.2f ms  p99 %6.2f ms%s\n", l.Name+":", l.Rate, ms(l.P50), ms(l.P99), tail)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+// schedule sends the time each request is due into slots, rate a second
+// evenly spaced from now, until ctx ends; then it closes slots. A slot
+// that cannot be handed over at once (every connection busy) is sent late
+// but keeps its due time, so the wait counts in that request's latency
+// instead of thinning the load (no coordinated omission). Every slot due
+// by the time the scheduler wakes is sent on that wake, so a late timer
+// delays requests without dropping them.
+func schedule(ctx context.Context, rate float64, slots chan<- time.Time) {
+	defer close(slots)
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / rate)
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if d := time.Until(at); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case slots <- at:
+		}
+	}
+}

@@ -1,11 +1,13 @@
 package bench
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"runtime"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -48,4 +50,36 @@ func TestProcCPUCountsThisProcess(t *testing.T) {
 	if d := procCPU(os.Getpid()) - before; d < spent-20*time.Millisecond || d > spent+20*time.Millisecond+5*time.Millisecond {
 		t.Fatalf("%v of CPU by getrusage counted as %v by procCPU", spent, d)
 	}
+}
+
+// TestScheduleKeepsDueTimes: the open loop's slots are evenly spaced at
+// the rate, and a slot handed over late (nobody took it) keeps the time it
+// was due, so the wait counts against the target instead of thinning the
+// load; the schedule closes when its context ends.
+func TestScheduleKeepsDueTimes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		slots := make(chan time.Time) // unbuffered: every hand-over waits for a taker
+		start := time.Now()
+		go schedule(ctx, 1000, slots)
+		for i := range 5 {
+			at := <-slots
+			if want := start.Add(time.Duration(i) * time.Millisecond); !at.Equal(want) {
+				t.Fatalf("slot %d due at %v, want %v", i, at.Sub(start), want.Sub(start))
+			}
+		}
+		time.Sleep(10 * time.Millisecond) // a stalled taker: slots 5… are now late
+		for i := 5; i < 15; i++ {
+			at := <-slots
+			if want := start.Add(time.Duration(i) * time.Millisecond); !at.Equal(want) {
+				t.Fatalf("late slot %d due at %v, want %v", i, at.Sub(start), want.Sub(start))
+			}
+		}
+		if late := time.Since(start); late < 14*time.Millisecond {
+			t.Fatalf("took slot 14 at %v, before it was due", late)
+		}
+		cancel()
+		for range slots { // drains what was in hand, then ends
+		}
+	})
 }
