@@ -138,7 +138,8 @@ func readMessage(b []byte) (api.Usage, string, error) {
 		stop = rawjson.String(v)
 	}
 	if v := rawjson.Lookup(ms, "usage"); v != nil {
-		if err := json.Unmarshal(v, &u); err != nil {
+		var err error
+		if u, err = decodeUsage(v); err != nil {
 			return api.Usage{}, "", fmt.Errorf("usage: %w", err)
 		}
 	}

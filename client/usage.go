@@ -1,0 +1,178 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/rawjson"
+)
+
+// decodeUsage decodes a Message's usage object v (valid JSON) exactly as
+// json.Unmarshal into an api.Usage does. Every answer has one, and
+// json.Unmarshal (which validates its input again and decodes through
+// reflection) was two thirds of reading an answer: 5 % of the proxy's CPU
+// on a zero-latency upstream (docs/overhead.md). The walk handles the
+// shape the API sends — known keys spelled exactly, each once, integers,
+// strings, null — and hands anything else (a key in another case, which
+// encoding/json matches case-insensitively; a duplicate; a float or a
+// string where a count goes; an integer too long to be sure of) to
+// json.Unmarshal itself, so the result and the error are always
+// encoding/json's. FuzzDecodeUsage checks that.
+func decodeUsage(v []byte) (api.Usage, error) {
+	if u, ok := walkUsage(v); ok {
+		return u, nil
+	}
+	var u api.Usage
+	err := json.Unmarshal(v, &u)
+	return u, err
+}
+
+// usageKeys are api.Usage's JSON names, in the bit order walkUsage uses
+// to see a duplicate.
+var usageKeys = [...]string{"input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens",
+	"cache_creation", "output_tokens", "service_tier", "inference_geo", "server_tool_use", "output_tokens_details"}
+
+// walkUsage is decodeUsage's fast path; false: leave it to json.Unmarshal.
+func walkUsage(v []byte) (api.Usage, bool) {
+	var u api.Usage
+	if len(v) == 0 || v[0] != '{' {
+		return u, false
+	}
+	var seen uint
+	for _, m := range rawjson.Members(v) {
+		k := -1
+		for i, name := range usageKeys {
+			if m.Is(name) {
+				k = i
+				break
+			}
+		}
+		if k < 0 {
+			if foldsToUsageKey(m.Key()) {
+				return u, false // encoding/json would take it
+			}
+			continue // unknown: ignored, as encoding/json does
+		}
+		if seen&(1<<k) != 0 {
+			return u, false
+		}
+		seen |= 1 << k
+		val := m.Val
+		null := string(val) == "null"
+		var ok bool
+		switch k {
+		case 0:
+			ok = null || readInt(val, &u.InputTokens)
+		case 1:
+			ok = null || readInt(val, &u.CacheCreationInputTokens)
+		case 2:
+			ok = null || readInt(val, &u.CacheReadInputTokens)
+		case 4:
+			ok = null || readInt(val, &u.OutputTokens)
+		case 3:
+			if null {
+				ok = true
+				break
+			}
+			var cc api.CacheCreation
+			if cc, ok = walkCacheCreation(val); ok {
+				u.CacheCreation = &cc
+			}
+		case 5:
+			ok = null || readString(val, &u.ServiceTier)
+		case 6:
+			ok = null || readString(val, &u.InferenceGeo)
+		case 7:
+			u.ServerToolUse, ok = bytes.Clone(val), true // null included, as json.RawMessage keeps it
+		case 8:
+			u.OutputTokensDetails, ok = bytes.Clone(val), true
+		}
+		if !ok {
+			return u, false
+		}
+	}
+	return u, true
+}
+
+// walkCacheCreation reads usage.cache_creation as walkUsage reads usage.
+func walkCacheCreation(v []byte) (api.CacheCreation, bool) {
+	var cc api.CacheCreation
+	if v[0] != '{' {
+		return cc, false
+	}
+	var seen uint
+	for _, m := range rawjson.Members(v) {
+		var k int
+		var dst *int64
+		switch {
+		case m.Is("ephemeral_5m_input_tokens"):
+			k, dst = 0, &cc.Ephemeral5m
+		case m.Is("ephemeral_1h_input_tokens"):
+			k, dst = 1, &cc.Ephemeral1h
+		default:
+			key := m.Key()
+			if strings.EqualFold(key, "ephemeral_5m_input_tokens") || strings.EqualFold(key, "ephemeral_1h_input_tokens") {
+				return cc, false
+			}
+			continue
+		}
+		if seen&(1<<k) != 0 {
+			return cc, false
+		}
+		seen |= 1 << k
+		if string(m.Val) != "null" && !readInt(m.Val, dst) {
+			return cc, false
+		}
+	}
+	return cc, true
+}
+
+// foldsToUsageKey reports whether encoding/json would match key to one of
+// api.Usage's fields case-insensitively (it folds with
+// strings.EqualFold's simple folding, the Kelvin sign included).
+func foldsToUsageKey(key string) bool {
+	for _, name := range usageKeys {
+		if strings.EqualFold(key, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// readInt reads a JSON integer literal of at most 18 digits (so it fits
+// an int64 without overflow checks) into dst.
+func readInt(v []byte, dst *int64) bool {
+	neg := len(v) > 0 && v[0] == '-'
+	digits := v
+	if neg {
+		digits = v[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 {
+		return false
+	}
+	var n int64
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false // a fraction or an exponent: encoding/json decides
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	*dst = n
+	return true
+}
+
+// readString reads a JSON string literal into dst. Invalid UTF-8 is left
+// to encoding/json, which replaces it (rawjson.String keeps raw bytes).
+func readString(v []byte, dst *string) bool {
+	if v[0] != '"' || !utf8.Valid(v) {
+		return false
+	}
+	*dst = rawjson.String(v)
+	return true
+}
