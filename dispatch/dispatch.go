@@ -122,7 +122,10 @@ type Dispatcher struct {
 	// parked holds, by prompt prefix, queued items every lane holds back
 	// while that prefix is being written (warm.go), so the items behind
 	// them go on; the writer's end puts them back at the queue's front.
-	parked  map[uint64][]*item
+	parked map[uint64][]*item
+	// workers are the attempts' goroutines waiting for their next
+	// attempt, the longest idle first (worker.go).
+	workers []*worker
 	parkedN map[api.Pool]int // parked items by pool (tombstones of withdrawn ones included)
 	retries retryHeap
 	queued  int
@@ -214,6 +217,7 @@ type attempt struct {
 	// against a suspect key only from an attempt sent after it fell under
 	// suspicion.
 	sentAt time.Time
+	w      *worker // the goroutine that runs it
 }
 
 // New returns a Dispatcher over cfg.Keys. Keys must have an org (Discover
@@ -338,12 +342,14 @@ func (d *Dispatcher) Err() error { return d.err }
 // finish — Abort cuts them short — and ends the rest Aborted).
 func (d *Dispatcher) Serve(ctx context.Context) error {
 	defer close(d.served)
+	defer d.retireWorkers(time.Time{}) // every one: flying is 0 here
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	stopping, idled := false, false
 	accepting := true
 	for {
 		now := d.now()
+		d.retireWorkers(now)
 		wake := time.Time{}
 		if !stopping && ctx.Err() != nil {
 			// Noticed before admitting: a callback may have cancelled ctx
@@ -396,6 +402,7 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 		case it := <-submit:
 			d.enqueue(it, now)
 		case a := <-d.done:
+			d.rest(a.w, now)
 			d.finish(a)
 		case it := <-d.withdraw:
 			d.withdrawItem(it)
@@ -671,10 +678,7 @@ func (d *Dispatcher) launch(it *item, ls *laneState, keyIdx int, tk lane.Ticket,
 	o.rr = keyIdx + 1
 	key.Launched(now, ls.pool)
 	a := &attempt{it: it, ls: ls, key: key, ticket: tk, sentAt: now}
-	go func() {
-		a.out, a.sent = d.send(it, key)
-		d.done <- a
-	}()
+	d.run(a)
 }
 
 // finish handles a finished attempt: settle the lane, then retry, move or
