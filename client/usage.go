@@ -42,7 +42,7 @@ func walkUsage(v []byte) (api.Usage, bool) {
 		return u, false
 	}
 	var seen uint
-	for _, m := range rawjson.Members(v) {
+	for m := range rawjson.All(v) {
 		k := -1
 		for i, name := range usageKeys {
 			if m.Is(name) {
@@ -104,7 +104,7 @@ func walkCacheCreation(v []byte) (api.CacheCreation, bool) {
 		return cc, false
 	}
 	var seen uint
-	for _, m := range rawjson.Members(v) {
+	for m := range rawjson.All(v) {
 		var k int
 		var dst *int64
 		switch {

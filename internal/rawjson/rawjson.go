@@ -11,6 +11,7 @@ package rawjson
 import (
 	"bytes"
 	"encoding/json"
+	"iter"
 	"unicode"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -39,20 +40,33 @@ func (m Member) Is(name string) bool {
 // Members returns the members of the object b, in order, duplicates kept.
 func Members(b []byte) []Member {
 	out := make([]Member, 0, 8) // one allocation for the objects a request or an answer has
-	i := skipSpace(b, 1)
-	for b[i] != '}' {
-		end := skipString(b, i)
-		key := b[i:end]
-		i = skipSpace(b, end) + 1 // past ':'
-		i = skipSpace(b, i)
-		vend := skipValue(b, i)
-		out = append(out, Member{key, b[i:vend]})
-		i = skipSpace(b, vend)
-		if b[i] == ',' {
-			i = skipSpace(b, i+1)
-		}
+	for m := range All(b) {
+		out = append(out, m)
 	}
 	return out
+}
+
+// All yields the members of the object b, in order, duplicates kept, as
+// Members returns them but without building the slice: a reader that
+// looks at each member once (the client's usage walk) allocates nothing.
+func All(b []byte) iter.Seq[Member] {
+	return func(yield func(Member) bool) {
+		i := skipSpace(b, 1)
+		for b[i] != '}' {
+			end := skipString(b, i)
+			key := b[i:end]
+			i = skipSpace(b, end) + 1 // past ':'
+			i = skipSpace(b, i)
+			vend := skipValue(b, i)
+			if !yield(Member{key, b[i:vend]}) {
+				return
+			}
+			i = skipSpace(b, vend)
+			if b[i] == ',' {
+				i = skipSpace(b, i+1)
+			}
+		}
+	}
 }
 
 // Lookup returns the value of the last member named key, or nil; a JSON
