@@ -1,6 +1,7 @@
 package rawjson
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -73,6 +74,49 @@ func FuzzStringLen(f *testing.F) {
 		}
 		if got, want := StringLen(b), len(String(b)); got != want {
 			t.Errorf("StringLen(%q) = %d, want %d", b, got, want)
+		}
+	})
+}
+
+// FuzzWalk: on any valid JSON object, Members finds exactly the keys and
+// values encoding/json decodes, in order — so skipValue and skipString end
+// every value where the decoder does, escaped quotes and backslash runs
+// included.
+func FuzzWalk(f *testing.F) {
+	for _, s := range []string{
+		`{"a":"x\"y","b":[1,"\\",{"c":"\\\""}],"d":"\\\\"}`,
+		`{ "k" : "\\\\\"" , "n" : null , "t" : true , "f" : -1.5e3 }`,
+		`{"":{"":[[],{}]},"q":"\u0022"}`,
+		`{}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		b = bytes.TrimSpace(b)
+		if !json.Valid(b) || len(b) == 0 || b[0] != '{' {
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.Token() // {
+		var keys []string
+		var vals []json.RawMessage
+		for dec.More() {
+			k, _ := dec.Token()
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				t.Fatal(err)
+			}
+			keys, vals = append(keys, k.(string)), append(vals, v)
+		}
+		got := Members(b)
+		if len(got) != len(keys) {
+			t.Fatalf("%s: %d members, encoding/json has %d", b, len(got), len(keys))
+		}
+		for i, m := range got {
+			var k string
+			if err := json.Unmarshal(m.raw, &k); err != nil || k != keys[i] || !bytes.Equal(m.Val, vals[i]) {
+				t.Fatalf("%s: member %d is %s: %s, encoding/json has %q: %s", b, i, m.raw, m.Val, keys[i], vals[i])
+			}
 		}
 	})
 }
