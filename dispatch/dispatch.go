@@ -402,7 +402,7 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 		case it := <-submit:
 			d.enqueue(it, now)
 		case a := <-d.done:
-			d.rest(a.w, now)
+			d.rest(a.w, d.now()) // not now, read before the select waited: perhaps through the whole attempt
 			d.finish(a)
 		case it := <-d.withdraw:
 			d.withdrawItem(it)

@@ -115,3 +115,36 @@ func TestAttemptsReuseTheirGoroutines(t *testing.T) {
 		}
 	})
 }
+
+// TestLongAttemptWorkerIsReused: a worker's idle time starts when its
+// attempt ends, not when the loop last woke — an attempt that ran longer
+// than the idle limit leaves a worker the next attempt reuses.
+func TestLongAttemptWorkerIsReused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d, _, _ := pipeDispatcher(t, gate(nil, nil, "none"), dispatch.Config{Caps: map[api.Family]int{api.FamilySonnet: 3},
+			Lane: lane.Config{Start: 3}}, map[string]string{"high_prio": "org-a"})
+		var ran []int
+		slow := true
+		send := func(ctx context.Context, key *keys.Key) client.Outcome {
+			ran = append(ran, goid())
+			if slow {
+				time.Sleep(6 * time.Second) // longer than the idle limit
+			}
+			return client.Outcome{Class: client.OK, Status: 200, ShouldRetry: -1,
+				Body: []byte(`{"type":"message","content":[],"usage":{"input_tokens":1,"output_tokens":1}}`)}
+		}
+		for _, q := range requests(2, "claude-sonnet-4-5") {
+			res := make(chan dispatch.Result, 1)
+			if err := d.SubmitSend(t.Context(), q, send, func(r dispatch.Result) { res <- r }); err != nil {
+				t.Fatal(err)
+			}
+			if r := <-res; r.Err != nil {
+				t.Fatal(r.Err)
+			}
+			slow = false
+		}
+		if ran[0] != ran[1] {
+			t.Fatalf("the attempt after a 6 s one ran on goroutine %d, not on the slow one's %d", ran[1], ran[0])
+		}
+	})
+}
