@@ -43,26 +43,16 @@ func walkUsage(v []byte) (api.Usage, bool) {
 	}
 	var seen uint
 	for m := range rawjson.All(v) {
-		k := -1
-		for i, name := range usageKeys {
-			if m.Is(name) {
-				k = i
-				break
-			}
+		k, ok := keyIndex(m, usageKeys[:])
+		if !ok || k >= 0 && seen&(1<<k) != 0 {
+			return u, false
 		}
 		if k < 0 {
-			if foldsToUsageKey(m.Key()) {
-				return u, false // encoding/json would take it
-			}
 			continue // unknown: ignored, as encoding/json does
-		}
-		if seen&(1<<k) != 0 {
-			return u, false
 		}
 		seen |= 1 << k
 		val := m.Val
 		null := string(val) == "null"
-		var ok bool
 		switch k {
 		case 0:
 			ok = null || readInt(val, &u.InputTokens)
@@ -97,6 +87,10 @@ func walkUsage(v []byte) (api.Usage, bool) {
 	return u, true
 }
 
+// cacheCreationKeys are api.CacheCreation's JSON names, in its fields'
+// order.
+var cacheCreationKeys = [...]string{"ephemeral_5m_input_tokens", "ephemeral_1h_input_tokens"}
+
 // walkCacheCreation reads usage.cache_creation as walkUsage reads usage.
 func walkCacheCreation(v []byte) (api.CacheCreation, bool) {
 	var cc api.CacheCreation
@@ -105,24 +99,15 @@ func walkCacheCreation(v []byte) (api.CacheCreation, bool) {
 	}
 	var seen uint
 	for m := range rawjson.All(v) {
-		var k int
-		var dst *int64
-		switch {
-		case m.Is("ephemeral_5m_input_tokens"):
-			k, dst = 0, &cc.Ephemeral5m
-		case m.Is("ephemeral_1h_input_tokens"):
-			k, dst = 1, &cc.Ephemeral1h
-		default:
-			key := m.Key()
-			if strings.EqualFold(key, "ephemeral_5m_input_tokens") || strings.EqualFold(key, "ephemeral_1h_input_tokens") {
-				return cc, false
-			}
-			continue
-		}
-		if seen&(1<<k) != 0 {
+		k, ok := keyIndex(m, cacheCreationKeys[:])
+		if !ok || k >= 0 && seen&(1<<k) != 0 {
 			return cc, false
 		}
+		if k < 0 {
+			continue
+		}
 		seen |= 1 << k
+		dst := [...]*int64{&cc.Ephemeral5m, &cc.Ephemeral1h}[k]
 		if string(m.Val) != "null" && !readInt(m.Val, dst) {
 			return cc, false
 		}
@@ -130,16 +115,24 @@ func walkCacheCreation(v []byte) (api.CacheCreation, bool) {
 	return cc, true
 }
 
-// foldsToUsageKey reports whether encoding/json would match key to one of
-// api.Usage's fields case-insensitively (it folds with
-// strings.EqualFold's simple folding, the Kelvin sign included).
-func foldsToUsageKey(key string) bool {
-	for _, name := range usageKeys {
-		if strings.EqualFold(key, name) {
-			return true
+// keyIndex is the index in names of m's key, spelled exactly, or -1 when
+// encoding/json would match it to none of them. false: encoding/json
+// would match it to one case-insensitively (it folds with
+// strings.EqualFold's simple folding, the Kelvin sign included), so the
+// walk leaves the object to encoding/json.
+func keyIndex(m rawjson.Member, names []string) (int, bool) {
+	for i, name := range names {
+		if m.Is(name) {
+			return i, true
 		}
 	}
-	return false
+	key := m.Key()
+	for _, name := range names {
+		if strings.EqualFold(key, name) {
+			return -1, false
+		}
+	}
+	return -1, true
 }
 
 // readInt reads a JSON integer literal of at most 18 digits (so it fits

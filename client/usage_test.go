@@ -3,6 +3,8 @@ package client
 import (
 	"encoding/json"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
@@ -75,5 +77,27 @@ func checkUsage(t *testing.T, b []byte) {
 	}
 	if err == nil && !reflect.DeepEqual(got, want) {
 		t.Fatalf("%s:\n got %+v\nwant %+v", b, got, want)
+	}
+}
+
+// TestUsageKeysAreTheTags: the walk's key lists are api.Usage's and
+// api.CacheCreation's JSON names in field order — a field added to either
+// without its name would be dropped by the walk and kept by
+// json.Unmarshal.
+func TestUsageKeysAreTheTags(t *testing.T) {
+	tags := func(v any) []string {
+		var names []string
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+			names = append(names, name)
+		}
+		return names
+	}
+	if want := tags(api.Usage{}); !slices.Equal(usageKeys[:], want) {
+		t.Errorf("usageKeys = %q, api.Usage's tags are %q", usageKeys, want)
+	}
+	if want := tags(api.CacheCreation{}); !slices.Equal(cacheCreationKeys[:], want) {
+		t.Errorf("cacheCreationKeys = %q, api.CacheCreation's tags are %q", cacheCreationKeys, want)
 	}
 }
