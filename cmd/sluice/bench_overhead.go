@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"time"
 
@@ -43,9 +42,6 @@ machine every figure is a floor, and the ratio is the number to compare.`,
 			bin, err := os.Executable()
 			if err != nil {
 				return err
-			}
-			if conns < 1 || body < 1 || dur <= 0 || warm < 0 || rate < 0 {
-				return fmt.Errorf("bench overhead: --connections, --body and --duration must be positive, --warmup and --rate not negative")
 			}
 			run := bench.OverheadRun{Binary: bin, Sim: unlimited(1, 8, 32), Connections: conns, BodyBytes: body,
 				Duration: dur, Warmup: warm, Rate: rate, Model: model}

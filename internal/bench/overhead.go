@@ -53,7 +53,11 @@ type OverheadRun struct {
 // LoadResult is one phase of an overhead run.
 type LoadResult struct {
 	Name     string
-	Requests int // answered 200 within the measured window
+	Requests int // answered 200 within the measured window (the rate's count)
+	// Sent is how many 200s were sent within the window: the latencies'
+	// count, at least Requests (one in flight as the window closes is
+	// waited for and its latency counted, so the slowest are not dropped).
+	Sent     int
 	Errors   map[int]int
 	Rate     float64 // answers per second
 	P50, P99 time.Duration
@@ -87,9 +91,29 @@ func (r OverheadResult) Ratio() float64 {
 // AddedP50 is the proxy's median latency less the direct one.
 func (r OverheadResult) AddedP50() time.Duration { return r.Proxy.P50 - r.Direct.P50 }
 
+// maxRate bounds --rate: beyond it the schedule's spacing (a whole
+// number of nanoseconds) is too coarse to mean the rate asked for.
+const maxRate = 1e6
+
+// check refuses a run whose figures would mean nothing, naming the flag.
+func (o OverheadRun) check() error {
+	switch {
+	case o.Connections < 1 || o.BodyBytes < 1 || o.Duration <= 0:
+		return errors.New("bench overhead: --connections, --body and --duration must be positive")
+	case o.Warmup < 0:
+		return errors.New("bench overhead: --warmup must not be negative")
+	case o.Rate != 0 && !(o.Rate >= 1 && o.Rate <= maxRate): // NaN fails both
+		return fmt.Errorf("bench overhead: --rate %v: want 0 (closed loop only) or 1 to %.0f requests a second", o.Rate, maxRate)
+	}
+	return nil
+}
+
 // Run runs both phases.
 func (o OverheadRun) Run(ctx context.Context) (OverheadResult, error) {
 	res := OverheadResult{Connections: o.Connections, BodyBytes: o.BodyBytes, Rate: o.Rate}
+	if err := o.check(); err != nil {
+		return res, err
+	}
 	if o.Model == "" {
 		o.Model = "claude-haiku-4-5-20251001"
 	}
@@ -171,28 +195,49 @@ func overheadBody(model string, size int) []byte {
 // and closes.
 func (o OverheadRun) load(ctx context.Context, name, base, key string, body []byte, pids map[string]int, rate float64, mark func(start bool)) (LoadResult, error) {
 	res := LoadResult{Name: name, Errors: map[int]int{}, CPUPerRequest: map[string]time.Duration{}}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// The requests run on ctx; only the schedule ends with the window, so
+	// a request in flight as the window closes finishes and its latency
+	// counts (cutting it would drop the slowest few).
+	sched, endSchedule := context.WithCancel(ctx)
+	defer endSchedule()
 	// due hands out the time each request is due: now, in a closed loop;
 	// the next slot of the schedule in an open one. false: stop.
 	due := func() (time.Time, bool) { return time.Now(), true }
 	if rate > 0 {
 		slots := make(chan time.Time, o.Connections)
-		go schedule(ctx, rate, slots)
+		go schedule(sched, rate, slots)
 		due = func() (time.Time, bool) {
 			t, ok := <-slots
 			return t, ok
 		}
 	}
 	type conn struct {
-		lat  []time.Duration
-		errs map[int]int
+		lat      []time.Duration // every 200 sent in the window
+		answered int             // of those, answered before it closed
+		errs     map[int]int
 	}
-	// measured: answers count from now; stop: connections end. Read once
-	// per request by every connection.
+	// measured: requests sent from now count; stop: connections end.
+	// Read once per request by every connection.
 	var measured, stop atomic.Bool
 	conns := make([]*conn, o.Connections)
 	var wg sync.WaitGroup
+	// However load returns, the connections end before it does: stopped,
+	// the schedule ended, and (past a grace period) their requests cut.
+	reqs, cutRequests := context.WithCancel(ctx)
+	endConns := func() {
+		stop.Store(true)
+		endSchedule()
+		ended := make(chan struct{})
+		go func() { wg.Wait(); close(ended) }()
+		select {
+		case <-ended:
+		case <-time.After(10 * time.Second):
+			cutRequests()
+			<-ended
+		}
+		cutRequests()
+	}
+	defer endConns()
 	for i := range conns {
 		c := &conn{errs: map[int]int{}}
 		conns[i] = c
@@ -208,7 +253,7 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 					return
 				}
 				in := measured.Load()
-				req, err := http.NewRequestWithContext(ctx, "POST", base+"/v1/messages", bytes.NewReader(body))
+				req, err := http.NewRequestWithContext(reqs, "POST", base+"/v1/messages", bytes.NewReader(body))
 				if err != nil {
 					return
 				}
@@ -226,9 +271,13 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 				if !in {
 					continue
 				}
-				if status == 200 {
+				switch {
+				case status == 200:
 					c.lat = append(c.lat, lat)
-				} else if ctx.Err() == nil {
+					if !stop.Load() {
+						c.answered++
+					}
+				case reqs.Err() == nil:
 					c.errs[status]++
 				}
 			}
@@ -261,7 +310,7 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 	stop.Store(true)
 	measured.Store(false)
 	window := time.Since(t0)
-	cancel() // ends the schedule, and with it an open loop's waiting connections
+	endSchedule() // an open loop's waiting connections end with it
 	if mark != nil {
 		mark(false)
 	}
@@ -270,15 +319,16 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 		cpu1[n] = procCPU(pid)
 	}
 	cpu1["load"] = procCPU(os.Getpid())
-	wg.Wait()
+	endConns()
 	var all []time.Duration
 	for _, c := range conns {
 		all = append(all, c.lat...)
+		res.Requests += c.answered
 		for s, n := range c.errs {
 			res.Errors[s] += n
 		}
 	}
-	res.Requests = len(all)
+	res.Sent = len(all)
 	if res.Requests == 0 {
 		return res, fmt.Errorf("bench overhead: %s: no answers in %s (errors by status: %v)", name, window.Round(time.Millisecond), res.Errors)
 	}
@@ -346,6 +396,14 @@ func (r OverheadResult) Print(w io.Writer) {
 		}
 		fmt.Fprintf(w, "  added by the proxy at %.0f req/s: p50 %.2f ms, p99 %.2f ms\n",
 			r.Rate, ms(r.ProxyAtRate.P50-r.DirectAtRate.P50), ms(r.ProxyAtRate.P99-r.DirectAtRate.P99))
+		for _, l := range []LoadResult{r.DirectAtRate, r.ProxyAtRate} {
+			if l.Rate < 0.95*r.Rate {
+				// Slots still due as the window closed were never sent,
+				// and their wait never counted: the latency is a floor.
+				fmt.Fprintf(w, "  warning: %s answered %.0f req/s of the %.0f scheduled: it cannot sustain the rate, so its latencies understate the wait\n",
+					l.Name, l.Rate, r.Rate)
+			}
+		}
 	}
 }
 

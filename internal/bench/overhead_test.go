@@ -3,12 +3,20 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"go.uber.org/goleak"
 )
 
 func TestOverheadBodySize(t *testing.T) {
@@ -82,4 +90,93 @@ func TestScheduleKeepsDueTimes(t *testing.T) {
 		for range slots { // drains what was in hand, then ends
 		}
 	})
+}
+
+// TestLoadCountsTheRequestInFlightAtTheClose: a request sent within the
+// window and still in flight as it closes is waited for and its latency
+// counted (cutting it would drop the slowest), while the rate counts only
+// what was answered within the window.
+func TestLoadCountsTheRequestInFlightAtTheClose(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		time.Sleep(200 * time.Millisecond) // the window (500 ms) closes mid-request
+		w.Write([]byte(`{}`))
+	}))
+	defer srv.Close()
+	o := OverheadRun{Connections: 1, Duration: 500 * time.Millisecond}
+	res, err := o.load(t.Context(), "slow", srv.URL, "k", []byte(`{}`), map[string]int{}, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Sent != res.Requests+1 {
+		t.Fatalf("%d latencies for %d answered in the window, want one more: the request in flight at the close", res.Sent, res.Requests)
+	}
+}
+
+// TestLoadEndsItsConnectionsWhenCancelledEarly: cancelled during the
+// warm-up, load returns the context's error and leaves no connection
+// running (a closed loop used to spin on failing requests forever).
+func TestLoadEndsItsConnectionsWhenCancelledEarly(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(`{}`)) }))
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	o := OverheadRun{Connections: 4, Duration: time.Second, Warmup: time.Minute}
+	for _, rate := range []float64{0, 1000} {
+		if _, err := o.load(ctx, "cancelled", srv.URL, "k", []byte(`{}`), map[string]int{}, rate, nil); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("rate %v: load returned %v, want the context's deadline", rate, err)
+		}
+	}
+	srv.Close()
+	if err := goleak.Find(before); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOverheadRunRefusesMeaninglessFlags: a rate that is not a number, not
+// finite, or too small or large for the schedule is refused before any
+// process starts, as are non-positive sizes.
+func TestOverheadRunRefusesMeaninglessFlags(t *testing.T) {
+	good := OverheadRun{Connections: 1, BodyBytes: 1, Duration: time.Second}
+	for _, rate := range []float64{0, 1, 1000, maxRate} {
+		o := good
+		o.Rate = rate
+		if err := o.check(); err != nil {
+			t.Errorf("rate %v refused: %v", rate, err)
+		}
+	}
+	for _, rate := range []float64{math.NaN(), math.Inf(1), math.Inf(-1), -1, 1e-9, 0.5, 2 * maxRate} {
+		o := good
+		o.Rate = rate
+		if err := o.check(); err == nil || !strings.Contains(err.Error(), "--rate") {
+			t.Errorf("rate %v: %v, want --rate refused", rate, err)
+		}
+	}
+	for _, bad := range []func(*OverheadRun){
+		func(o *OverheadRun) { o.Connections = 0 },
+		func(o *OverheadRun) { o.BodyBytes = 0 },
+		func(o *OverheadRun) { o.Duration = 0 },
+		func(o *OverheadRun) { o.Warmup = -time.Second },
+	} {
+		o := good
+		bad(&o)
+		if _, err := o.Run(t.Context()); err == nil {
+			t.Errorf("%+v ran", o)
+		}
+	}
+}
+
+// TestPrintWarnsOfAnUnsustainedRate: an open-loop phase that answered
+// well under the scheduled rate is flagged, since the slots it never sent
+// never counted their wait; one at the rate is not.
+func TestPrintWarnsOfAnUnsustainedRate(t *testing.T) {
+	var r OverheadResult
+	r.Rate = 1000
+	r.DirectAtRate = LoadResult{Name: "direct", Rate: 999}
+	r.ProxyAtRate = LoadResult{Name: "proxied", Rate: 700}
+	var b strings.Builder
+	r.Print(&b)
+	if out := b.String(); !strings.Contains(out, "warning: proxied answered 700 req/s of the 1000") || strings.Contains(out, "warning: direct") {
+		t.Fatalf("print:\n%s\nwant a warning for proxied only", out)
+	}
 }
