@@ -38,53 +38,38 @@ var usageKeys = [...]string{"input_tokens", "cache_creation_input_tokens", "cach
 // walkUsage is decodeUsage's fast path; false: leave it to json.Unmarshal.
 func walkUsage(v []byte) (api.Usage, bool) {
 	var u api.Usage
-	if len(v) == 0 || v[0] != '{' {
-		return u, false
-	}
-	var seen uint
-	for m := range rawjson.All(v) {
-		k, ok := keyIndex(m, usageKeys[:])
-		if !ok || k >= 0 && seen&(1<<k) != 0 {
-			return u, false
-		}
-		if k < 0 {
-			continue // unknown: ignored, as encoding/json does
-		}
-		seen |= 1 << k
-		val := m.Val
+	ok := walkKnown(v, usageKeys[:], func(k int, val []byte) bool {
 		null := string(val) == "null"
 		switch k {
 		case 0:
-			ok = null || readInt(val, &u.InputTokens)
+			return null || readInt(val, &u.InputTokens)
 		case 1:
-			ok = null || readInt(val, &u.CacheCreationInputTokens)
+			return null || readInt(val, &u.CacheCreationInputTokens)
 		case 2:
-			ok = null || readInt(val, &u.CacheReadInputTokens)
-		case 4:
-			ok = null || readInt(val, &u.OutputTokens)
+			return null || readInt(val, &u.CacheReadInputTokens)
 		case 3:
 			if null {
-				ok = true
-				break
+				return true
 			}
-			var cc api.CacheCreation
-			if cc, ok = walkCacheCreation(val); ok {
+			cc, ok := walkCacheCreation(val)
+			if ok {
 				u.CacheCreation = &cc
 			}
+			return ok
+		case 4:
+			return null || readInt(val, &u.OutputTokens)
 		case 5:
-			ok = null || readString(val, &u.ServiceTier)
+			return null || readString(val, &u.ServiceTier)
 		case 6:
-			ok = null || readString(val, &u.InferenceGeo)
+			return null || readString(val, &u.InferenceGeo)
 		case 7:
-			u.ServerToolUse, ok = bytes.Clone(val), true // null included, as json.RawMessage keeps it
+			u.ServerToolUse = bytes.Clone(val) // null included, as json.RawMessage keeps it
 		case 8:
-			u.OutputTokensDetails, ok = bytes.Clone(val), true
+			u.OutputTokensDetails = bytes.Clone(val)
 		}
-		if !ok {
-			return u, false
-		}
-	}
-	return u, true
+		return true
+	})
+	return u, ok
 }
 
 // cacheCreationKeys are api.CacheCreation's JSON names, in its fields'
@@ -94,32 +79,45 @@ var cacheCreationKeys = [...]string{"ephemeral_5m_input_tokens", "ephemeral_1h_i
 // walkCacheCreation reads usage.cache_creation as walkUsage reads usage.
 func walkCacheCreation(v []byte) (api.CacheCreation, bool) {
 	var cc api.CacheCreation
-	if v[0] != '{' {
-		return cc, false
+	ok := walkKnown(v, cacheCreationKeys[:], func(k int, val []byte) bool {
+		dst := [...]*int64{&cc.Ephemeral5m, &cc.Ephemeral1h}[k]
+		return string(val) == "null" || readInt(val, dst)
+	})
+	return cc, ok
+}
+
+// walkKnown calls read with the index in names and the value of each
+// member of the object v whose key is spelled as one of names, ignoring
+// the others as encoding/json does. false — v is left to json.Unmarshal —
+// when v is not an object, when a key repeats (encoding/json keeps the
+// last), when a key matches one of names only case-insensitively
+// (encoding/json folds with strings.EqualFold's simple folding, the
+// Kelvin sign included), or when read returns false. names has at most
+// 64 entries.
+func walkKnown(v []byte, names []string, read func(k int, val []byte) bool) bool {
+	if len(v) == 0 || v[0] != '{' {
+		return false
 	}
-	var seen uint
+	var seen uint64
 	for m := range rawjson.All(v) {
-		k, ok := keyIndex(m, cacheCreationKeys[:])
+		k, ok := keyIndex(m, names)
 		if !ok || k >= 0 && seen&(1<<k) != 0 {
-			return cc, false
+			return false
 		}
 		if k < 0 {
 			continue
 		}
 		seen |= 1 << k
-		dst := [...]*int64{&cc.Ephemeral5m, &cc.Ephemeral1h}[k]
-		if string(m.Val) != "null" && !readInt(m.Val, dst) {
-			return cc, false
+		if !read(k, m.Val) {
+			return false
 		}
 	}
-	return cc, true
+	return true
 }
 
 // keyIndex is the index in names of m's key, spelled exactly, or -1 when
-// encoding/json would match it to none of them. false: encoding/json
-// would match it to one case-insensitively (it folds with
-// strings.EqualFold's simple folding, the Kelvin sign included), so the
-// walk leaves the object to encoding/json.
+// encoding/json would match it to none of them; false when it would match
+// one only case-insensitively.
 func keyIndex(m rawjson.Member, names []string) (int, bool) {
 	for i, name := range names {
 		if m.Is(name) {
