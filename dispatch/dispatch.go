@@ -625,7 +625,17 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *lane
 		}
 		none = false
 	}
-	sort.SliceStable(c, func(i, j int) bool { return c[i].h > c[j].h })
+	// Not sort.SliceStable: its reflection allocated a dozen times an
+	// admission and moved c to the heap.
+	slices.SortStableFunc(c, func(a, b cand) int {
+		switch { // most headroom first
+		case a.h > b.h:
+			return -1
+		case a.h < b.h:
+			return 1
+		}
+		return 0
+	})
 	nHeld := 0
 	for _, x := range c {
 		if x.ls.prefixHeld(it) {
