@@ -54,7 +54,12 @@ type Unit struct {
 // own — and whether the request already has a cache_control breakpoint of
 // its own (then sluice leaves it as written).
 func Units(params []byte) (units []Unit, own bool) {
-	pm := rawjson.Members(params)
+	// Each object and array read into an array on the stack
+	// (rawjson.AppendMembers), reused from one message to the next: the
+	// survey reads every request of a job this way.
+	var pmBuf, mmBuf [16]rawjson.Member
+	var elBuf, blockBuf [16][]byte
+	pm := rawjson.AppendMembers(pmBuf[:0], params)
 	// A breakpoint of the request's own: a cache_control member at the top
 	// (automatic caching) or on a tool, a system block or a content block
 	// — by decoded key, so an escaped key counts and a tool's schema
@@ -77,7 +82,8 @@ func Units(params []byte) (units []Unit, own bool) {
 		if b[0] != '{' {
 			return 0, false
 		}
-		bm := rawjson.Members(b)
+		var bmBuf [8]rawjson.Member
+		bm := rawjson.AppendMembers(bmBuf[:0], b)
 		if rawjson.Lookup(bm, "cache_control") != nil {
 			own = true
 		}
@@ -94,9 +100,9 @@ func Units(params []byte) (units []Unit, own bool) {
 		return 0, true
 	}
 	if tools := rawjson.Lookup(pm, "tools"); tools != nil && tools[0] == '[' {
-		if els := rawjson.Elements(tools); len(els) > 0 {
+		if els := rawjson.AppendElements(blockBuf[:0], tools); len(els) > 0 {
 			for _, t := range els {
-				if t[0] == '{' && rawjson.Lookup(rawjson.Members(t), "cache_control") != nil {
+				if t[0] == '{' && rawjson.Lookup(rawjson.AppendMembers(mmBuf[:0], t), "cache_control") != nil {
 					own = true
 				}
 			}
@@ -109,16 +115,16 @@ func Units(params []byte) (units []Unit, own bool) {
 			n := rawjson.StringLen(sys)
 			add(sys, n, Place{Kind: System}, n > 0)
 		case '[':
-			for i, b := range rawjson.Elements(sys) {
+			for i, b := range rawjson.AppendElements(blockBuf[:0], sys) {
 				n, marks := block(b)
 				add(b, n, Place{Kind: System, Block: i}, marks)
 			}
 		}
 	}
 	if list := rawjson.Lookup(pm, "messages"); list != nil && list[0] == '[' {
-		for i, m := range rawjson.Elements(list) {
+		for i, m := range rawjson.AppendElements(elBuf[:0], list) {
 			msgs++
-			mm := rawjson.Members(m)
+			mm := rawjson.AppendMembers(mmBuf[:0], m)
 			h.Write(rawjson.Lookup(mm, "role"))
 			content := rawjson.Lookup(mm, "content")
 			switch {
@@ -127,7 +133,7 @@ func Units(params []byte) (units []Unit, own bool) {
 				n := rawjson.StringLen(content)
 				add(content, n, Place{Kind: Message, Msg: i}, n > 0)
 			case content[0] == '[':
-				for j, b := range rawjson.Elements(content) {
+				for j, b := range rawjson.AppendElements(blockBuf[:0], content) {
 					n, marks := block(b)
 					add(b, n, Place{Kind: Message, Msg: i, Block: j}, marks)
 				}

@@ -132,7 +132,8 @@ func readMessage(b []byte) (api.Usage, string, error) {
 	if b[0] != '{' {
 		return u, "", errors.New("the answer is not a JSON object")
 	}
-	ms := rawjson.Members(b)
+	var msBuf [16]rawjson.Member // on the stack (rawjson.AppendMembers)
+	ms := rawjson.AppendMembers(msBuf[:0], b)
 	var stop string
 	if v := rawjson.Lookup(ms, "stop_reason"); v != nil && v[0] == '"' {
 		stop = rawjson.String(v)

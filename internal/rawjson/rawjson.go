@@ -39,11 +39,19 @@ func (m Member) Is(name string) bool {
 
 // Members returns the members of the object b, in order, duplicates kept.
 func Members(b []byte) []Member {
-	out := make([]Member, 0, 8) // one allocation for the objects a request or an answer has
+	return AppendMembers(make([]Member, 0, 8), b) // one allocation for the objects a request or an answer has
+}
+
+// AppendMembers appends the members of the object b to dst, as Members
+// returns them. A caller on a hot path passes an array of its own
+// (var buf [16]Member; AppendMembers(buf[:0], b)), which stays on its
+// stack: Members' slice was a heap allocation per object read, several
+// per request.
+func AppendMembers(dst []Member, b []byte) []Member {
 	for m := range All(b) {
-		out = append(out, m)
+		dst = append(dst, m)
 	}
-	return out
+	return dst
 }
 
 // All yields the members of the object b, in order, duplicates kept, as
@@ -85,18 +93,21 @@ func Lookup(ms []Member, key string) []byte {
 }
 
 // Elements returns the elements of the array b.
-func Elements(b []byte) [][]byte {
-	var out [][]byte
+func Elements(b []byte) [][]byte { return AppendElements(nil, b) }
+
+// AppendElements appends the elements of the array b to dst, as
+// AppendMembers does members.
+func AppendElements(dst [][]byte, b []byte) [][]byte {
 	i := skipSpace(b, 1)
 	for b[i] != ']' {
 		end := skipValue(b, i)
-		out = append(out, b[i:end])
+		dst = append(dst, b[i:end])
 		i = skipSpace(b, end)
 		if b[i] == ',' {
 			i = skipSpace(b, i+1)
 		}
 	}
-	return out
+	return dst
 }
 
 // skipValue returns the index just past the value starting at b[i].
