@@ -107,23 +107,40 @@ func validate(line []byte, copyParams, accepted bool) (Info, error) {
 	if line[0] != '{' {
 		return fail("a line must be a JSON object, got %s", kindName(line))
 	}
-	top := rawjson.Members(line)
+	var topBuf [8]rawjson.Member // on the stack (rawjson.AppendMembers)
+	top := rawjson.AppendMembers(topBuf[:0], line)
 	idRaw := rawjson.Lookup(top, "custom_id")
 	if idRaw != nil && idRaw[0] == '"' {
 		if id := rawjson.String(idRaw); api.ValidCustomID(id) {
 			info.CustomID = id
 		}
 	}
-	seen := make(map[string]bool, len(top))
+	// Each key once, and none but these two. They are matched in place;
+	// only a line with another key, which fails anyway, pays for a map of
+	// decoded keys (a map and two key strings a line were 3 % of the
+	// engine's allocations).
+	var haveID, haveParams bool
+	var others map[string]bool
 	var unknown []string
 	for _, m := range top {
-		k := m.Key()
-		if seen[k] {
-			return fail("key %q appears twice", k)
+		var dup bool
+		switch {
+		case m.Is("custom_id"):
+			dup, haveID = haveID, true
+		case m.Is("params"):
+			dup, haveParams = haveParams, true
+		default:
+			k := m.Key()
+			if others == nil {
+				others = map[string]bool{}
+			}
+			dup, others[k] = others[k], true
+			if !dup {
+				unknown = append(unknown, strconv.Quote(k))
+			}
 		}
-		seen[k] = true
-		if k != "custom_id" && k != "params" {
-			unknown = append(unknown, strconv.Quote(k))
+		if dup {
+			return fail("key %q appears twice", m.Key())
 		}
 	}
 	if len(unknown) > 0 {
@@ -164,7 +181,11 @@ func validate(line []byte, copyParams, accepted bool) (Info, error) {
 // stream is false.
 func readParams(params []byte, info *Info, allowStream bool) (reason string) {
 	fail := func(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-	pm := rawjson.Members(params)
+	// Each object and array read into an array on the stack
+	// (rawjson.AppendMembers), reused from one message to the next.
+	var pmBuf, mmBuf [16]rawjson.Member
+	var elBuf, blockBuf [16][]byte
+	pm := rawjson.AppendMembers(pmBuf[:0], params)
 
 	model := rawjson.Lookup(pm, "model")
 	if model == nil {
@@ -204,7 +225,7 @@ func readParams(params []byte, info *Info, allowStream bool) (reason string) {
 		case '"':
 			chars += rawjson.StringLen(sys)
 		case '[':
-			for i, b := range rawjson.Elements(sys) {
+			for i, b := range rawjson.AppendElements(blockBuf[:0], sys) {
 				if b[0] != '{' {
 					return fail("params.system[%d] must be a content block object, got %s", i, kindName(b))
 				}
@@ -222,7 +243,7 @@ func readParams(params []byte, info *Info, allowStream bool) (reason string) {
 	if msgs[0] != '[' {
 		return fail("params.messages must be a non-empty array, got %s", kindName(msgs))
 	}
-	list := rawjson.Elements(msgs)
+	list := rawjson.AppendElements(elBuf[:0], msgs)
 	if len(list) == 0 {
 		return fail("params.messages must be a non-empty array, got []")
 	}
@@ -230,7 +251,7 @@ func readParams(params []byte, info *Info, allowStream bool) (reason string) {
 		if m[0] != '{' {
 			return fail("params.messages[%d] must be an object, got %s", i, kindName(m))
 		}
-		mm := rawjson.Members(m)
+		mm := rawjson.AppendMembers(mmBuf[:0], m)
 		role := rawjson.Lookup(mm, "role")
 		switch {
 		case role == nil:
@@ -249,7 +270,7 @@ func readParams(params []byte, info *Info, allowStream bool) (reason string) {
 		case '"':
 			chars += rawjson.StringLen(content)
 		case '[':
-			blocks := rawjson.Elements(content)
+			blocks := rawjson.AppendElements(blockBuf[:0], content)
 			if len(blocks) == 0 {
 				return fail("params.messages[%d].content must be a string or a non-empty array, got []", i)
 			}
@@ -303,7 +324,8 @@ func describeParams(body []byte) (Info, error) {
 // textLen returns the length of the text of block when it is a text block
 // with a string text, else 0.
 func textLen(block []byte) int {
-	bm := rawjson.Members(block)
+	var bmBuf [8]rawjson.Member
+	bm := rawjson.AppendMembers(bmBuf[:0], block)
 	if !bytes.Equal(rawjson.Lookup(bm, "type"), []byte(`"text"`)) {
 		return 0
 	}
