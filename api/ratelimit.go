@@ -25,17 +25,21 @@ const (
 // Limiters lists every dimension in header order.
 var Limiters = [...]Limiter{LimiterRequests, LimiterTokens, LimiterInputTokens, LimiterOutputTokens}
 
-// Header names other than the rate-limit family.
+// Header names other than the rate-limit family, in net/http's canonical
+// form (HTTP header names are case-insensitive; the docs spell them in
+// lower case): http.Header's Get and Set canonicalize a name on every
+// call, which builds a new string for a lower-case one — seven of them a
+// request on the client's path alone.
 const (
-	HeaderRequestID      = "request-id"
-	HeaderOrganizationID = "anthropic-organization-id"
-	HeaderWorkspaceID    = "anthropic-workspace-id"
-	HeaderRetryAfter     = "retry-after"
-	HeaderRetryAfterMs   = "retry-after-ms"
-	HeaderShouldRetry    = "x-should-retry"
-	HeaderVersion        = "anthropic-version"
-	HeaderAPIKey         = "x-api-key"
-	HeaderBeta           = "anthropic-beta"
+	HeaderRequestID      = "Request-Id"
+	HeaderOrganizationID = "Anthropic-Organization-Id"
+	HeaderWorkspaceID    = "Anthropic-Workspace-Id"
+	HeaderRetryAfter     = "Retry-After"
+	HeaderRetryAfterMs   = "Retry-After-Ms"
+	HeaderShouldRetry    = "X-Should-Retry"
+	HeaderVersion        = "Anthropic-Version"
+	HeaderAPIKey         = "X-Api-Key"
+	HeaderBeta           = "Anthropic-Beta"
 )
 
 // API versions the simulator accepts. VersionDefault is what sluice sends

@@ -24,3 +24,19 @@ func TestParseRateLimitHeadersAbsentIsFree(t *testing.T) {
 		t.Errorf("parsing one limiter's headers and skipping the rest allocated %.0f times", n)
 	}
 }
+
+// TestHeaderNamesAreCanonical: every header name constant is in
+// net/http's canonical form, so Get and Set on an http.Header use it as
+// is instead of building the name again on every call.
+func TestHeaderNamesAreCanonical(t *testing.T) {
+	for _, n := range []string{HeaderRequestID, HeaderOrganizationID, HeaderWorkspaceID, HeaderRetryAfter,
+		HeaderRetryAfterMs, HeaderShouldRetry, HeaderVersion, HeaderAPIKey, HeaderBeta} {
+		if c := http.CanonicalHeaderKey(n); c != n {
+			t.Errorf("header name %q is not canonical (%q)", n, c)
+		}
+		h := http.Header{n: {"v"}}
+		if a := testing.AllocsPerRun(100, func() { _ = h.Get(n) }); a != 0 {
+			t.Errorf("Get(%q) allocated %.0f times", n, a)
+		}
+	}
+}
