@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"math"
 	"net/http"
@@ -179,5 +180,26 @@ func TestParseBatchCreate(t *testing.T) {
 	reqs, err := ParseBatchCreate([]byte(`{"requests":[{"custom_id":"a","params":{"x":1}},{"custom_id":"b","params":{}}]}`))
 	if err != nil || len(reqs) != 2 || reqs[0].CustomID != "a" || string(reqs[0].Params) != `{"x":1}` || reqs[1].CustomID != "b" {
 		t.Errorf("a valid body: %+v, %v", reqs, err)
+	}
+}
+
+// TestResultObjects: the raw result objects are Batch results' own shape,
+// the message or error kept byte for byte, in one allocation.
+func TestResultObjects(t *testing.T) {
+	msg := []byte(`{"id":"msg_1","type":"message","role":"assistant","content":[],"usage":{"input_tokens":1,"output_tokens":2}}`)
+	var r BatchResult
+	if err := json.Unmarshal(SucceededResult(msg), &r); err != nil || r.Type != ResultSucceeded || r.Message == nil || r.Message.Usage.OutputTokens != 2 {
+		t.Fatalf("succeeded: %+v, %v", r, err)
+	}
+	if got := string(SucceededResult(msg)); got != `{"type":"succeeded","message":`+string(msg)+`}` {
+		t.Fatalf("succeeded result %s: the message is not kept byte for byte", got)
+	}
+	e := []byte(`{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`)
+	r = BatchResult{}
+	if err := json.Unmarshal(ErroredResult(e), &r); err != nil || r.Type != ResultErrored || r.Error == nil || r.Error.Err.Type != ErrOverloaded {
+		t.Fatalf("errored: %+v, %v", r, err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = SucceededResult(msg) }); n != 1 {
+		t.Errorf("SucceededResult allocated %.0f times, want 1", n)
 	}
 }

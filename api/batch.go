@@ -139,6 +139,26 @@ const (
 	ResultExpired   = "expired"
 )
 
+// SucceededResult is the raw "result" object of a line whose request
+// succeeded with message (a Message, valid JSON, written byte for byte).
+func SucceededResult(message []byte) json.RawMessage {
+	return wrapResult(`{"type":"succeeded","message":`, message)
+}
+
+// ErroredResult is the raw "result" object of a line whose request ended
+// with the error body errBody (valid JSON).
+func ErroredResult(errBody []byte) json.RawMessage {
+	return wrapResult(`{"type":"errored","error":`, errBody)
+}
+
+// wrapResult is head, v and the closing brace in one buffer of that size
+// (appending to the head grew it twice: an answer is written for every
+// request).
+func wrapResult(head string, v []byte) json.RawMessage {
+	b := make([]byte, 0, len(head)+len(v)+1)
+	return append(append(append(b, head...), v...), '}')
+}
+
 // BatchResult is the "result" object of a result line.
 type BatchResult struct {
 	Type    string     `json:"type"`

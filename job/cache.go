@@ -63,7 +63,7 @@ func (cs *cacheSide) serve(req *dispatch.Request) (bool, error) {
 		}
 		cs.saved.Add("cache", model, m.Usage, false)
 	}
-	res := append(append([]byte(`{"type":"succeeded","message":`), msg...), '}')
+	res := api.SucceededResult(msg)
 	rec := api.ResultRecord{CustomID: req.ID, Result: res, Sluice: &api.RunMeta{
 		ParamsHash: req.ParamsHash, Class: api.ClassOK, Route: route.Cache,
 	}}

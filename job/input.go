@@ -247,7 +247,7 @@ func recordableInvalid(le jsonl.LineError) string {
 func toRecord(r dispatch.Result, redact func(string) string) api.ResultRecord {
 	var res []byte
 	if r.Class == api.ClassOK {
-		res = append(append([]byte(`{"type":"succeeded","message":`), r.Body...), '}')
+		res = api.SucceededResult(r.Body)
 	} else {
 		body := r.Body
 		if !json.Valid(body) || len(body) == 0 {
@@ -260,7 +260,7 @@ func toRecord(r dispatch.Result, redact func(string) string) api.ResultRecord {
 		if redact != nil {
 			body = []byte(redact(string(body)))
 		}
-		res = append(append([]byte(`{"type":"errored","error":`), body...), '}')
+		res = api.ErroredResult(body)
 	}
 	return api.ResultRecord{CustomID: r.Request.ID, Result: res, Sluice: &api.RunMeta{
 		ParamsHash: r.Request.ParamsHash, Class: r.Class, Route: route.Sync, Org: r.Org, Key: r.Key,
@@ -271,7 +271,7 @@ func toRecord(r dispatch.Result, redact func(string) string) api.ResultRecord {
 // invalidRecord is the errored result of a line that failed validation.
 func invalidRecord(id string, line int, err error) api.ResultRecord {
 	body, _ := json.Marshal(api.NewErrorBody(api.ErrInvalidRequest, "", "sluice: input line %d: %v", line, err))
-	res := append(append([]byte(`{"type":"errored","error":`), body...), '}')
+	res := api.ErroredResult(body)
 	return api.ResultRecord{CustomID: id, Result: res, Sluice: &api.RunMeta{Class: api.ClassInvalidInput, Route: "none"}}
 }
 

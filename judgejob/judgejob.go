@@ -296,7 +296,7 @@ func run(ctx context.Context, source string, items func(func(int, judge.Item, er
 		// A cached answer that reads as a class being re-asked would be
 		// handed back on every resume: it is a miss.
 		o.Redrive.AcceptCached = func(message []byte) bool {
-			res := append(append([]byte(`{"type":"succeeded","message":`), message...), '}')
+			res := api.SucceededResult(message)
 			v := judge.Classify(api.ResultRecord{Result: res}, cfg.Rubric, false)
 			return !slices.Contains(cfg.Redrive, v.Class)
 		}

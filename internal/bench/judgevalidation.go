@@ -763,7 +763,7 @@ func (o oldSync) run(ctx context.Context, reqs []request) syncStats {
 					if out.Status == 200 {
 						ledger.Add(o.key.Label(), judge.DefaultModel, out.Usage, false)
 						line, _ := json.Marshal(api.ResultRecord{CustomID: reqs[i].id,
-							Result: append(append([]byte(`{"type":"succeeded","message":`), out.Body...), '}')})
+							Result: api.SucceededResult(out.Body)})
 						o.out.write(line)
 						o.tl.add(1)
 						break
