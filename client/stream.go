@@ -52,9 +52,9 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 		cancel()
 		return Outcome{Class: Invalid, ShouldRetry: -1, Err: fmt.Errorf("client: %w", err)}, nil
 	}
-	if body != nil {
-		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-	}
+	// A *bytes.Reader body: NewRequestWithContext has set GetBody (a
+	// replay from the start, for the transport's retry on a reused
+	// connection that closed) and ContentLength already.
 	h := req.Header
 	h.Set(api.HeaderVersion, c.cfg.Version)
 	h.Set("Content-Type", "application/json")
