@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -17,7 +18,8 @@ import (
 // TestAnswersOfEveryFramingAreReadWhole: an answer's body is read whole
 // whether it says its length or is chunked, one that ends short of its
 // length is a failed attempt, not a truncated answer, and answers one
-// after another share one keep-alive connection.
+// after another share one keep-alive connection; a declared length is
+// not allocated before the bytes arrive.
 func TestAnswersOfEveryFramingAreReadWhole(t *testing.T) {
 	answer := []byte(`{"type":"message","content":[{"type":"text","text":"` + string(bytes.Repeat([]byte("x"), 3000)) + `"}],"stop_reason":"end_turn","usage":{"input_tokens":3,"output_tokens":5}}`)
 	var conns atomic.Int32
@@ -33,6 +35,12 @@ func TestAnswersOfEveryFramingAreReadWhole(t *testing.T) {
 			w.Write(answer[100:])
 		case "/empty":
 			w.Header().Set("Content-Length", "0")
+		case "/huge": // declares 200 MB, sends 16 bytes, hangs up
+			w.Header().Set("Content-Length", "200000000")
+			w.Write([]byte(`{"type":"message`)) // 16 bytes
+			w.(http.Flusher).Flush()
+			c, _, _ := w.(http.Hijacker).Hijack()
+			c.Close()
 		case "/short": // says more than it sends, then hangs up
 			w.Header().Set("Content-Length", strconv.Itoa(len(answer)+10))
 			w.Write(answer)
@@ -66,6 +74,15 @@ func TestAnswersOfEveryFramingAreReadWhole(t *testing.T) {
 	}
 	if o := c.Do(context.Background(), p.Keys()[0], "POST", "/empty", []byte(`{}`)); o.Body == nil || len(o.Body) != 0 || o.Class == client.OK {
 		t.Errorf("empty 200: class %v, body %q (nil %v): want an empty body that is not an answer", o.Class, o.Body, o.Body == nil)
+	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
+	if o := c.Do(context.Background(), p.Keys()[0], "POST", "/huge", []byte(`{}`)); o.Class != client.Transport {
+		t.Errorf("declared 200 MB, sent 16 bytes: class %v, want a transport failure", o.Class)
+	}
+	runtime.ReadMemStats(&m1)
+	if a := m1.TotalAlloc - m0.TotalAlloc; a > 16<<20 {
+		t.Errorf("an answer declaring 200 MB and sending 16 bytes cost %d MB of allocation", a>>20)
 	}
 	if o := c.Do(context.Background(), p.Keys()[0], "POST", "/short", []byte(`{}`)); o.Class != client.Transport || o.Err == nil || o.Body != nil || o.Status != 200 {
 		t.Errorf("short body: class %v, status %d, %d bytes, err %v: want a transport failure with no body", o.Class, o.Status, len(o.Body), o.Err)

@@ -118,13 +118,18 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	return o, nil
 }
 
+// presizeMax bounds the buffer readBody allocates on the answer's word
+// alone, before a byte has arrived: an upstream that declares 200 MB and
+// sends 16 bytes must not cost 200 MB an attempt. Messages are far below it.
+const presizeMax = 1 << 20
+
 // readBody reads an answer's body, at most maxBody bytes of it. When the
-// answer says its length, into one buffer of that size: io.ReadAll grew
+// answer says its length (up to presizeMax), into one buffer of that size: io.ReadAll grew
 // its buffer from 512 bytes, three allocations and copies for a small
 // answer. The last read of a sized body returns io.EOF with the data, so
 // the connection goes back to the pool as it did.
 func readBody(resp *http.Response) ([]byte, error) {
-	if n := resp.ContentLength; n >= 0 && n <= maxBody {
+	if n := resp.ContentLength; n >= 0 && n <= presizeMax {
 		b := make([]byte, n)
 		_, err := io.ReadFull(resp.Body, b)
 		return b, err

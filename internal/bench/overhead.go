@@ -53,7 +53,7 @@ type OverheadRun struct {
 // LoadResult is one phase of an overhead run.
 type LoadResult struct {
 	Name     string
-	Requests int // answered 200 within the measured window (the rate's count)
+	Requests int // sent and answered 200 within the measured window (the rate's count)
 	// Sent is how many 200s were sent within the window: the latencies'
 	// count, at least Requests (one in flight as the window closes is
 	// waited for and its latency counted, so the slowest are not dropped).
