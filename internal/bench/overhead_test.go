@@ -152,16 +152,21 @@ func TestOverheadRunRefusesMeaninglessFlags(t *testing.T) {
 			t.Errorf("rate %v: %v, want --rate refused", rate, err)
 		}
 	}
-	for _, bad := range []func(*OverheadRun){
-		func(o *OverheadRun) { o.Connections = 0 },
-		func(o *OverheadRun) { o.BodyBytes = 0 },
-		func(o *OverheadRun) { o.Duration = 0 },
-		func(o *OverheadRun) { o.Warmup = -time.Second },
+	for flag, bad := range map[string]func(*OverheadRun){
+		"--connections": func(o *OverheadRun) { o.Connections = 0 },
+		"--body":        func(o *OverheadRun) { o.BodyBytes = 0 },
+		"--duration":    func(o *OverheadRun) { o.Duration = 0 },
+		"--warmup":      func(o *OverheadRun) { o.Warmup = -time.Second },
 	} {
 		o := good
 		bad(&o)
-		if _, err := o.Run(t.Context()); err == nil {
-			t.Errorf("%+v ran", o)
+		if err := o.check(); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s out of range: %v, want it refused by name", flag, err)
+		}
+		// Run refuses it before starting anything (no binary is set: a
+		// start would fail differently).
+		if _, err := o.Run(t.Context()); err == nil || !strings.Contains(err.Error(), flag) {
+			t.Errorf("%s out of range: Run returned %v, want the flag refused", flag, err)
 		}
 	}
 }
