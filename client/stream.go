@@ -124,10 +124,10 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 const presizeMax = 1 << 20
 
 // readBody reads an answer's body, at most maxBody bytes of it. When the
-// answer says its length (up to presizeMax), into one buffer of that size: io.ReadAll grew
-// its buffer from 512 bytes, three allocations and copies for a small
-// answer. The last read of a sized body returns io.EOF with the data, so
-// the connection goes back to the pool as it did.
+// answer says its length (up to presizeMax), into one buffer of that
+// size: io.ReadAll grew its buffer from 512 bytes, three allocations and
+// copies for a small answer. The last read of a sized body returns io.EOF
+// with the data, so the connection goes back to the pool as it did.
 func readBody(resp *http.Response) ([]byte, error) {
 	if n := resp.ContentLength; n >= 0 && n <= presizeMax {
 		b := make([]byte, n)
