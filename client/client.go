@@ -135,6 +135,10 @@ type Outcome struct {
 	Date time.Time
 	// Named is the limit a RateLimited answer's message names, if it does.
 	Named api.NamedLimit
+	// Sent reports that the whole request was written: an attempt that
+	// failed or was canceled after that may have been done (and billed)
+	// by the API.
+	Sent bool
 }
 
 // Scope returns the scope of the outcome.
@@ -154,8 +158,12 @@ type Config struct {
 	MaxConns int
 	// AttemptTimeout bounds one attempt (default 10 minutes, like the SDKs).
 	AttemptTimeout time.Duration
-	// Transport replaces the tuned transport (tests: an in-memory dialer).
+	// Transport replaces the tuned transports with net/http over this
+	// round tripper (tests that wrap a transport).
 	Transport http.RoundTripper
+	// Dial opens connections in place of a net.Dialer (tests: an
+	// in-memory network).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// UserAgent is sent on every request.
 	UserAgent string
 }
@@ -164,11 +172,19 @@ type Config struct {
 type Client struct {
 	cfg  Config
 	http *http.Client
+	// wire sends the attempts of Do and Send: internal/h1 where the base
+	// URL allows it (docs/h1.md), net/http otherwise.
+	wire wire
 }
 
-// New returns a Client with its own tuned transport: idle connections per
-// host sized to MaxConns (the default keeps 2, which churns thousands of
-// connections under load), HTTP/2 attempted over TLS, TCP keep-alive.
+// New returns a Client with its own tuned transports. Attempts go over
+// internal/h1's connections, written and read on the attempt's own
+// goroutine (docs/h1.md), unless a proxy from the environment applies to
+// the base URL, the base URL carries user information, or cfg.Transport
+// is set: then over net/http, with idle connections per host sized to
+// MaxConns (the default keeps 2, which churns thousands of connections
+// under load), HTTP/2 attempted over TLS, TCP keep-alive. Stream's
+// downloads always go over net/http.
 func New(cfg Config) *Client {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = "https://api.anthropic.com"
@@ -186,11 +202,15 @@ func New(cfg Config) *Client {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "sluice/0"
 	}
+	dial := cfg.Dial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
 	rt := cfg.Transport
 	if rt == nil {
 		rt = &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext:           dial,
 			ForceAttemptHTTP2:     true,
 			MaxIdleConns:          cfg.MaxConns,
 			MaxIdleConnsPerHost:   cfg.MaxConns,
@@ -199,7 +219,21 @@ func New(cfg Config) *Client {
 			ResponseHeaderTimeout: cfg.AttemptTimeout,
 		}
 	}
-	return &Client{cfg: cfg, http: &http.Client{Transport: rt, CheckRedirect: refuseRedirect}}
+	c := &Client{cfg: cfg, http: &http.Client{Transport: rt, CheckRedirect: refuseRedirect}}
+	c.wire = &netWire{c: c}
+	if cfg.Transport == nil {
+		if w := newH1Wire(cfg, dial); w != nil {
+			c.wire = w
+		}
+	}
+	return c
+}
+
+// CloseIdle closes the connections no attempt is using. The client stays
+// usable: the next attempt opens a new one.
+func (c *Client) CloseIdle() {
+	c.wire.closeIdle()
+	c.http.CloseIdleConnections()
 }
 
 // refuseRedirect keeps every redirect as the answer: net/http strips only

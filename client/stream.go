@@ -29,33 +29,15 @@ import (
 //     caller reads and must close; closing it ends the attempt. Every other
 //     answer is read and classified as Do classifies it, and resp is nil.
 //
-// A streamed attempt is bounded by the transport's response-header timeout
-// only, not by AttemptTimeout: a long answer streams as long as it takes.
+// A streamed attempt is bounded by AttemptTimeout only until the answer's
+// head arrives: a long answer streams as long as it takes.
 // A stream that goes silent must be cut by its reader, through ctx:
 // dispatch.StreamSender cuts one that sends no event for
 // dispatch.Config.StreamIdle (a stalled stream would otherwise hold its
 // lane slot forever).
 func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, body []byte, extra http.Header, stream bool) (Outcome, *http.Response) {
 	start := time.Now()
-	var cancel context.CancelFunc
-	if stream {
-		ctx, cancel = context.WithCancel(ctx)
-	} else {
-		ctx, cancel = context.WithTimeout(ctx, c.cfg.AttemptTimeout)
-	}
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, c.cfg.BaseURL+path, rd)
-	if err != nil {
-		cancel()
-		return Outcome{Class: Invalid, ShouldRetry: -1, Err: fmt.Errorf("client: %w", err)}, nil
-	}
-	// A *bytes.Reader body: NewRequestWithContext has set GetBody (a
-	// replay from the start, for the transport's retry on a reused
-	// connection that closed) and ContentLength already.
-	h := req.Header
+	h := make(http.Header, 8)
 	h.Set(api.HeaderVersion, c.cfg.Version)
 	h.Set("Content-Type", "application/json")
 	h.Set("Accept", "application/json")
@@ -70,35 +52,33 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 			continue
 		}
 		if len(vs) > 0 {
-			// Shared, not copied: the transport only reads a request's
-			// header, and every attempt sets its own map's entries.
+			// Shared, not copied: the wire only reads a request's header,
+			// and every attempt sets its own map's entries.
 			h[name] = vs
 		}
 	}
 	key.Apply(h, c.cfg.Auth)
 
-	resp, err := c.http.Do(req)
+	resp, wrote, err := c.wire.send(ctx, method, path, h, body, stream)
 	if err != nil {
 		o := failed(ctx, err, start)
-		cancel()
+		o.Sent = wrote()
 		return o, nil
 	}
 	if stream && resp.StatusCode/100 == 2 && isEventStream(resp.Header) {
-		o := Outcome{Class: OK, Status: resp.StatusCode, Header: resp.Header, Latency: time.Since(start), ShouldRetry: -1}
+		o := Outcome{Class: OK, Status: resp.StatusCode, Header: resp.Header, Latency: time.Since(start), ShouldRetry: -1, Sent: wrote()}
 		readHeaders(&o, resp.Header)
-		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 		return o, resp
 	}
-	defer cancel()
-	defer resp.Body.Close()
 	b, err := readBody(resp)
+	resp.Body.Close()
 	if err != nil {
 		// The status arrived but the body did not: no usable answer.
 		o := failed(ctx, err, start)
-		o.Status, o.Header = resp.StatusCode, resp.Header
+		o.Status, o.Header, o.Sent = resp.StatusCode, resp.Header, wrote()
 		return o, nil
 	}
-	o := Outcome{Status: resp.StatusCode, Body: b, Header: resp.Header, Latency: time.Since(start), ShouldRetry: -1}
+	o := Outcome{Status: resp.StatusCode, Body: b, Header: resp.Header, Latency: time.Since(start), ShouldRetry: -1, Sent: wrote()}
 	readHeaders(&o, resp.Header)
 	o.Class = Classify(resp.StatusCode, resp.Header, b)
 	if o.Class != OK {
@@ -190,16 +170,4 @@ func readHeaders(o *Outcome, h http.Header) {
 func isEventStream(h http.Header) bool {
 	mt, _, err := mime.ParseMediaType(h.Get("Content-Type"))
 	return err == nil && mt == "text/event-stream"
-}
-
-// cancelOnClose ends the attempt's context when the stream is closed.
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (c *cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
-	return err
 }

@@ -70,15 +70,15 @@ func TestDiscoverReprobesARefusal(t *testing.T) {
 		srv := &http.Server{Handler: h}
 		go srv.Serve(ln)
 		defer srv.Close()
-		tr := &http.Transport{DialContext: ln.DialContext}
-		defer tr.CloseIdleConnections()
+		c := client.New(client.Config{BaseURL: "http://fake", Dial: ln.DialContext})
+		defer c.CloseIdle()
 		p, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(map[string]string{
 			keys.EnvAPIKey: blip, keys.EnvBatch: revoked, keys.EnvLowPrio: forbidden}), NoDotEnv: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		start := time.Now()
-		if _, err := dispatch.Discover(t.Context(), client.New(client.Config{BaseURL: "http://fake", Transport: tr}), p.Keys(), "claude-sonnet-4-5"); err != nil {
+		if _, err := dispatch.Discover(t.Context(), c, p.Keys(), "claude-sonnet-4-5"); err != nil {
 			t.Fatal(err)
 		}
 		if took := time.Since(start); took != keys.DefaultHealth.ProbeAfter {

@@ -209,10 +209,10 @@ type attempt struct {
 	ls     *laneState
 	key    *keys.Key
 	ticket lane.Ticket
-	out    client.Outcome
-	// sent: the request was written to the server whole, so the API may
-	// have done (and billed) the work even if the attempt was canceled.
-	sent bool
+	// out is the attempt's outcome; out.Sent: the request was written to
+	// the server whole, so the API may have done (and billed) the work
+	// even if the attempt was canceled.
+	out client.Outcome
 	// sentAt is when the attempt was launched: a refusal is new evidence
 	// against a suspect key only from an attempt sent after it fell under
 	// suspicion.
@@ -774,7 +774,7 @@ func laneResult(a *attempt, o *client.Outcome) lane.Result {
 	// whole (or answered): the API may have done the work, so its budget
 	// is not refunded.
 	lr := lane.Result{Limits: o.Limits, Date: o.Date, Latency: o.Latency,
-		Reached:  o.Class != client.Canceled || a.sent || o.Status != 0,
+		Reached:  o.Class != client.Canceled || o.Sent || o.Status != 0,
 		Answered: o.Status != 0}
 	switch o.Class {
 	case client.OK:

@@ -60,12 +60,12 @@ func pipeWorld(t *testing.T, mutate func(*sim.Config)) *world {
 	}
 	ln := pipenet.Listen()
 	go s.Serve(ln)
-	tr := &http.Transport{DialContext: ln.DialContext, MaxIdleConnsPerHost: 1024}
+	c := client.New(client.Config{BaseURL: "http://sim", Dial: ln.DialContext, MaxConns: 1024})
 	t.Cleanup(func() {
-		tr.CloseIdleConnections()
+		c.CloseIdle()
 		s.Shutdown(context.Background())
 	})
-	return &world{sim: s, client: client.New(client.Config{BaseURL: "http://sim", Transport: tr}), pool: threeKeys(t)}
+	return &world{sim: s, client: c, pool: threeKeys(t)}
 }
 
 func (w *world) dispatcher(t *testing.T, cfg dispatch.Config) *dispatch.Dispatcher {

@@ -40,7 +40,6 @@ func pipeDispatcherCtx(t *testing.T, parent context.Context, h http.Handler, cfg
 	ln := pipenet.Listen()
 	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
-	tr := &http.Transport{DialContext: ln.DialContext, MaxIdleConnsPerHost: 64}
 	env := map[string]string{}
 	for i, v := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio} {
 		if _, ok := orgs[[]string{"high_prio", "batch", "low_prio"}[i]]; ok {
@@ -58,7 +57,7 @@ func pipeDispatcherCtx(t *testing.T, parent context.Context, h http.Handler, cfg
 		}
 		k.SetOrg(org)
 	}
-	cfg.Client, cfg.Keys = client.New(client.Config{BaseURL: "http://fake", Transport: tr}), p.Keys()
+	cfg.Client, cfg.Keys = client.New(client.Config{BaseURL: "http://fake", Dial: ln.DialContext, MaxConns: 64}), p.Keys()
 	if cfg.Retry.BaseBackoff == 0 {
 		cfg.Retry = dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
 	}
@@ -74,7 +73,7 @@ func pipeDispatcherCtx(t *testing.T, parent context.Context, h http.Handler, cfg
 		d.Abort()
 		<-d.Done()
 		srv.Close()
-		tr.CloseIdleConnections()
+		cfg.Client.CloseIdle()
 		ln.Close()
 	})
 	return d, cfg.Client, p

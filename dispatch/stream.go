@@ -16,8 +16,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptrace"
-	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
@@ -117,22 +115,14 @@ func (d *Dispatcher) withdrawItem(it *item) {
 	it.cb(Result{Request: it.req, Aborted: true, Err: err, Attempts: it.attempts})
 }
 
-// send runs one attempt of it on key, and reports whether the request was
-// written to the server whole. Runs on the attempt's goroutine; it reads
-// only the item's fields that never change.
-func (d *Dispatcher) send(it *item, key *keys.Key) (client.Outcome, bool) {
-	var wrote atomic.Bool
-	ctx := httptrace.WithClientTrace(d.attemptCtx, &httptrace.ClientTrace{
-		WroteRequest: func(i httptrace.WroteRequestInfo) {
-			if i.Err == nil {
-				wrote.Store(true)
-			}
-		},
-	})
+// send runs one attempt of it on key; the Outcome says whether the
+// request was written to the server whole (Sent). Runs on the attempt's
+// goroutine; it reads only the item's fields that never change.
+func (d *Dispatcher) send(it *item, key *keys.Key) client.Outcome {
 	if it.send == nil {
-		return d.cfg.Client.Do(ctx, key, "POST", d.cfg.Path, it.req.Body()), wrote.Load()
+		return d.cfg.Client.Do(d.attemptCtx, key, "POST", d.cfg.Path, it.req.Body())
 	}
-	o := it.send(ctx, key)
+	o := it.send(d.attemptCtx, key)
 	if o.Class == client.Canceled && d.attemptCtx.Err() == nil {
 		cause := o.Err
 		if cause == nil {
@@ -140,7 +130,7 @@ func (d *Dispatcher) send(it *item, key *keys.Key) (client.Outcome, bool) {
 		}
 		it.cancel(cause)
 	}
-	return o, wrote.Load()
+	return o
 }
 
 // withdrawn returns why it was withdrawn, or nil.
@@ -220,7 +210,7 @@ func (d *Dispatcher) StreamSender(body []byte, extra http.Header, sink StreamSin
 		begun = true
 		o.ShouldRetry = 0
 		if err := sink.Begin(resp.StatusCode, resp.Header); err != nil {
-			return client.Outcome{Class: client.Canceled, Status: o.Status, Header: o.Header, ShouldRetry: 0, Err: fmt.Errorf("dispatch: stream reader: %w", err)}
+			return client.Outcome{Class: client.Canceled, Status: o.Status, Header: o.Header, ShouldRetry: 0, Sent: o.Sent, Err: fmt.Errorf("dispatch: stream reader: %w", err)}
 		}
 		rs := streamReader{idle: d.cfg.StreamIdle, cut: func() { scancel(errStreamIdle) }}
 		err := rs.copy(resp.Body, sink)

@@ -45,7 +45,7 @@ func (d *Dispatcher) run(a *attempt) {
 // After sending an attempt to the loop it never touches it again.
 func (d *Dispatcher) work(w *worker, a *attempt) {
 	for ; a != nil; a = <-w.next {
-		a.out, a.sent = d.send(a.it, a.key)
+		a.out = d.send(a.it, a.key)
 		d.done <- a
 	}
 }
