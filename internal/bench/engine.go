@@ -16,7 +16,9 @@ import (
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/internal/zeroapi"
 	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
 
@@ -28,6 +30,10 @@ type EngineRun struct {
 	Workload workload.Judge
 	// Caps per family; nil keeps the defaults.
 	Caps map[api.Family]int
+	// Zero runs against internal/zeroapi (no latency, no limits, as
+	// little CPU as an upstream can spend) instead of the simulator;
+	// Sim then only names the organizations (their number).
+	Zero bool
 	// KeepFiles keeps the work directory.
 	Dir string
 	Log io.Writer
@@ -55,7 +61,12 @@ type EngineResult struct {
 	// per request, 0 where not measured.
 	AllocsPerRequest, AllocBytesPerRequest float64
 	CPUPerRequest                          time.Duration
-	Report                                 *job.Report
+	// UpstreamCPUPerRequest is the upstream process's CPU time per
+	// request over the job, 0 where not measured.
+	UpstreamCPUPerRequest time.Duration
+	// Upstream names what the engine ran against.
+	Upstream string
+	Report   *job.Report
 }
 
 // steadyWindow measures throughput between 10 % and 90 % of a job's
@@ -128,7 +139,18 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 		return res, err
 	}
 	os.Remove(out)
-	sp, pool, err := StartSimPool(ctx, e.Binary, e.Sim, dir)
+	var (
+		sp   *SimProcess
+		pool *keys.Pool
+		err  error
+	)
+	res.Upstream = "simulator"
+	if e.Zero {
+		res.Upstream = "zero-latency upstream"
+		sp, pool, err = startZeroPool(ctx, e.Binary, len(e.Sim.Orgs))
+	} else {
+		sp, pool, err = StartSimPool(ctx, e.Binary, e.Sim, dir)
+	}
 	if err != nil {
 		return res, err
 	}
@@ -145,7 +167,7 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 	steady := newSteadyWindow(e.Workload.N)
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
-	cpu0 := procCPU(os.Getpid())
+	cpu0, up0 := procCPU(os.Getpid()), procCPU(sp.PID())
 	start := time.Now()
 	opts := job.Options{
 		Input: in, Output: out, Logger: slog.New(slog.NewTextHandler(logw, nil)),
@@ -154,7 +176,7 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 	}
 	rep, err := job.Run(ctx, opts)
 	res.Wall = time.Since(start)
-	cpu := procCPU(os.Getpid()) - cpu0
+	cpu, up := procCPU(os.Getpid())-cpu0, procCPU(sp.PID())-up0
 	runtime.ReadMemStats(&m1)
 	res.Report = rep
 	if err != nil {
@@ -166,20 +188,31 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 		if cpu > 0 {
 			res.CPUPerRequest = cpu / time.Duration(n)
 		}
+		if up > 0 {
+			res.UpstreamCPUPerRequest = up / time.Duration(n)
+		}
 	}
 	res.Throughput = float64(rep.Requests.Written) / res.Wall.Seconds()
 	res.Steady = steady.rate()
-	st, err := sp.Stats()
-	if err != nil {
-		return res, err
-	}
-	for _, o := range st.Orgs {
-		for _, p := range o.Pools {
-			res.Admitted += p.Admitted
-			res.Limited += p.RateLimited
+	if e.Zero {
+		st, err := sp.ZeroStats()
+		if err != nil {
+			return res, err
 		}
+		res.Admitted, res.Extra = st.Messages, st.Extra
+	} else {
+		st, err := sp.Stats()
+		if err != nil {
+			return res, err
+		}
+		for _, o := range st.Orgs {
+			for _, p := range o.Pools {
+				res.Admitted += p.Admitted
+				res.Limited += p.RateLimited
+			}
+		}
+		res.Extra = st.Bodies.ExtraAnswers
 	}
-	res.Extra = st.Bodies.ExtraAnswers
 	res.PeakRSSMB = peakRSSMB()
 	meanIn, meanOut := 0.0, 0.0
 	if t := rep.Cost.Total; t.Requests > 0 {
@@ -188,6 +221,26 @@ func (e EngineRun) Run(ctx context.Context) (EngineResult, error) {
 	}
 	res.Predicted, res.Binding = BindingLimit(e.Sim, e.capsOrDefault(), api.PoolOf(e.Workload.Model), e.Workload.MaxTokens, meanIn, meanOut)
 	return res, nil
+}
+
+// startZeroPool starts a zero-latency upstream of orgs organizations and
+// returns the key pool its organizations answer to, loaded as `sluice
+// run` loads keys (the standard variables, never a .env).
+func startZeroPool(ctx context.Context, binary string, orgs int) (*SimProcess, *keys.Pool, error) {
+	sp, err := StartZeroAPI(ctx, binary, orgs)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := map[string]string{}
+	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio}[:min(orgs, 3)] {
+		env[name] = zeroapi.Key(i)
+	}
+	pool, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(env), NoDotEnv: true})
+	if err != nil {
+		sp.Stop()
+		return nil, nil, err
+	}
+	return sp, pool, nil
 }
 
 func (e EngineRun) capsOrDefault() map[api.Family]int {
@@ -294,12 +347,19 @@ func (r EngineResult) Print(w io.Writer) {
 	if r.PeakRSSMB > 0 {
 		rss = fmt.Sprintf("%.0f MB", r.PeakRSSMB)
 	}
-	fmt.Fprintf(w, "  simulator: %d admitted, %d × 429 (%.2f%%), %d extra answers; peak RSS of this process %s\n",
-		r.Admitted, r.Limited, r.Pct429(), r.Extra, rss)
+	upstream := r.Upstream
+	if upstream == "" {
+		upstream = "simulator"
+	}
+	fmt.Fprintf(w, "  %s: %d admitted, %d × 429 (%.2f%%), %d extra answers; peak RSS of this process %s\n",
+		upstream, r.Admitted, r.Limited, r.Pct429(), r.Extra, rss)
 	if r.AllocsPerRequest > 0 {
 		cpu := ""
 		if r.CPUPerRequest > 0 {
 			cpu = fmt.Sprintf("; CPU %.0f µs", float64(r.CPUPerRequest)/1e3)
+		}
+		if r.UpstreamCPUPerRequest > 0 {
+			cpu += fmt.Sprintf(" (the %s's: %.0f µs)", upstream, float64(r.UpstreamCPUPerRequest)/1e3)
 		}
 		fmt.Fprintf(w, "  engine per request: %.0f allocations, %.1f KiB allocated%s\n", r.AllocsPerRequest, r.AllocBytesPerRequest/1024, cpu)
 	}

@@ -7,7 +7,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,12 +17,14 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/internal/zeroapi"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
 
-// SimProcess is a `sluice sim` child process: the simulator in its own
-// process, so its CPU and memory are not charged to the engine measured.
+// SimProcess is a `sluice sim` child process (or another upstream the
+// engine is measured against, StartZeroAPI): in its own process, so its
+// CPU and memory are not charged to the engine measured.
 type SimProcess struct {
 	cmd  *exec.Cmd
 	Base string // http://127.0.0.1:PORT
@@ -58,8 +59,21 @@ func StartSim(ctx context.Context, binary string, cfg sim.Config, dir string) (*
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, binary, "sim", "--config", path, "--addr", "127.0.0.1:0",
+	return startChild(ctx, binary, "the simulator", "sim", "--config", path, "--addr", "127.0.0.1:0",
 		"--time-scale", fmt.Sprint(cfg.TimeScale))
+}
+
+// StartZeroAPI runs `binary bench zeroapi --addr 127.0.0.1:0` (the
+// stand-in upstream of internal/zeroapi, with orgs organizations) and
+// waits until it says where it serves.
+func StartZeroAPI(ctx context.Context, binary string, orgs int) (*SimProcess, error) {
+	return startChild(ctx, binary, "the zero-latency upstream", "bench", "zeroapi", "--addr", "127.0.0.1:0", "--orgs", fmt.Sprint(orgs))
+}
+
+// startChild runs binary with args and waits until it writes "serving on
+// URL" to its standard error.
+func startChild(ctx context.Context, binary, what string, args ...string) (*SimProcess, error) {
+	cmd := exec.CommandContext(ctx, binary, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		return nil, err
@@ -85,8 +99,25 @@ func StartSim(ctx context.Context, binary string, cfg sim.Config, dir string) (*
 	case <-time.After(30 * time.Second):
 		cmd.Process.Kill()
 		cmd.Wait()
-		return nil, errors.New("bench: the simulator did not start within 30 s")
+		return nil, fmt.Errorf("bench: %s did not start within 30 s", what)
 	}
+}
+
+// PID is the child's process id.
+func (p *SimProcess) PID() int { return p.cmd.Process.Pid }
+
+// ZeroStats fetches a zero-latency upstream's statistics.
+func (p *SimProcess) ZeroStats() (zeroapi.Stats, error) {
+	var st zeroapi.Stats
+	resp, err := http.Get(p.Base + "/_zero/stats")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return st, fmt.Errorf("bench: zero-latency upstream stats: HTTP %d", resp.StatusCode)
+	}
+	return st, json.NewDecoder(resp.Body).Decode(&st)
 }
 
 // Stats fetches the simulator's statistics.
