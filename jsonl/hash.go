@@ -3,7 +3,8 @@ package jsonl
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
+
+	"github.com/sluice-dev/sluice/internal/rawjson"
 )
 
 // ParamsHash returns a fingerprint of a request's params: the hex form (32
@@ -17,7 +18,7 @@ import (
 // hash of an input line equals the one in its result line exactly when the
 // request is unchanged but for whitespace.
 func ParamsHash(params []byte) string {
-	if !json.Valid(params) {
+	if !rawjson.Valid(params) {
 		return hashOf(params)
 	}
 	return validParamsHash(params)
@@ -32,19 +33,16 @@ func ParamsHash(params []byte) string {
 func validParamsHash(params []byte) string {
 	sum := sha256.New()
 	run := 0 // the start of the current run of bytes to keep
-	for i := 0; i < len(params); i++ {
+	for i := 0; i < len(params); {
 		switch params[i] {
 		case '"':
-			i++
-			for params[i] != '"' {
-				if params[i] == '\\' {
-					i++
-				}
-				i++
-			}
+			i = rawjson.SkipString(params, i) // quote to quote, not byte by byte
 		case ' ', '\t', '\n', '\r':
 			sum.Write(params[run:i])
-			run = i + 1
+			i++
+			run = i
+		default:
+			i++
 		}
 	}
 	sum.Write(params[run:])

@@ -96,7 +96,7 @@ func validate(line []byte, copyParams, accepted bool) (Info, error) {
 		return info, LineError{CustomID: info.CustomID, Reason: fmt.Sprintf(format, args...)}
 	}
 	if !accepted {
-		if !json.Valid(line) {
+		if !rawjson.Valid(line) {
 			return fail("%s", syntaxReason(line))
 		}
 		if !utf8.Valid(line) {
@@ -307,7 +307,7 @@ func DescribeParams(body []byte) (Info, error) {
 
 func describeParams(body []byte) (Info, error) {
 	var info Info
-	if !json.Valid(body) {
+	if !rawjson.Valid(body) {
 		return info, LineError{Reason: syntaxReason(body)}
 	}
 	body = bytes.TrimSpace(body)

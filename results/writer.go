@@ -2,8 +2,6 @@ package results
 
 import (
 	"bufio"
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -211,31 +209,4 @@ func (w *Writer) commit(bw *bufio.Writer, ids []string) {
 	if w.opts.OnDurable != nil {
 		w.opts.OnDurable(ids)
 	}
-}
-
-// encoders pools the buffers encode uses.
-var encoders = sync.Pool{New: func() any { return new(encoder) }}
-
-type encoder struct {
-	buf bytes.Buffer
-	enc *json.Encoder
-}
-
-// encode returns rec as one JSON line ending in '\n'.
-func encode(rec api.ResultRecord) ([]byte, error) {
-	e := encoders.Get().(*encoder)
-	if e.enc == nil {
-		e.enc = json.NewEncoder(&e.buf)
-		e.enc.SetEscapeHTML(false)
-	}
-	e.buf.Reset()
-	var line []byte
-	err := e.enc.Encode(rec)
-	if err == nil {
-		line = bytes.Clone(e.buf.Bytes())
-	}
-	if e.buf.Cap() <= 1<<20 {
-		encoders.Put(e)
-	}
-	return line, err
 }

@@ -164,7 +164,7 @@ func TestWriteRejects(t *testing.T) {
 		err  string
 	}{
 		{"no custom_id", api.ResultRecord{Result: json.RawMessage(`{}`)}, "results: record without a custom_id"},
-		{"invalid result JSON", api.ResultRecord{CustomID: "a", Result: json.RawMessage(`{"type":`)}, `results: record "a": json:`},
+		{"invalid result JSON", api.ResultRecord{CustomID: "a", Result: json.RawMessage(`{"type":`)}, `results: record "a": the result is not valid JSON: unexpected end of JSON input`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
