@@ -161,6 +161,11 @@ type Config struct {
 	// Transport replaces the tuned transports with net/http over this
 	// round tripper (tests that wrap a transport).
 	Transport http.RoundTripper
+	// HTTP2 sends attempts over net/http, with HTTP/2 over TLS where the
+	// server offers it (many requests multiplexed on few connections),
+	// instead of internal/h1's HTTP/1.1 connections, one per request in
+	// flight (docs/h1.md): for thousands of requests in flight at once.
+	HTTP2 bool
 	// Dial opens connections in place of a net.Dialer (tests: an
 	// in-memory network).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -179,9 +184,9 @@ type Client struct {
 
 // New returns a Client with its own tuned transports. Attempts go over
 // internal/h1's connections, written and read on the attempt's own
-// goroutine (docs/h1.md), unless a proxy from the environment applies to
-// the base URL, the base URL carries user information, or cfg.Transport
-// is set: then over net/http, with idle connections per host sized to
+// goroutine (docs/h1.md), unless cfg.HTTP2 is set, a proxy from the
+// environment applies to the base URL, the base URL carries user
+// information, or cfg.Transport is set: then over net/http, with idle connections per host sized to
 // MaxConns (the default keeps 2, which churns thousands of connections
 // under load), HTTP/2 attempted over TLS, TCP keep-alive. Stream's
 // downloads always go over net/http.
@@ -221,7 +226,7 @@ func New(cfg Config) *Client {
 	}
 	c := &Client{cfg: cfg, http: &http.Client{Transport: rt, CheckRedirect: refuseRedirect}}
 	c.wire = &netWire{c: c}
-	if cfg.Transport == nil {
+	if cfg.Transport == nil && !cfg.HTTP2 {
 		if w := newH1Wire(cfg, dial); w != nil {
 			c.wire = w
 		}

@@ -463,7 +463,17 @@ func (s *streamSink) close() {
 // readBody reads a request body of at most limit bytes; over it the
 // caller gets the API's 413.
 func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
-	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	var b []byte
+	var err error
+	if n := r.ContentLength; n >= 0 && n <= min(limit, presizeMax) {
+		// A body that says its length (net/http holds it to it) is read
+		// into one buffer of that size: io.ReadAll grew from 512 bytes,
+		// several allocations and copies for a judge-sized body.
+		b = make([]byte, n)
+		_, err = io.ReadFull(r.Body, b)
+	} else {
+		b, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
+	}
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
@@ -475,6 +485,10 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([
 	}
 	return b, true
 }
+
+// presizeMax bounds what readBody allocates on a caller's word alone,
+// before the bytes arrive.
+const presizeMax = 1 << 20
 
 func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")

@@ -24,6 +24,7 @@ import (
 // environment, .env or --keys-file.
 type engineFlags struct {
 	baseURL      string
+	http2        bool
 	keysFile     string
 	noDotEnv     bool
 	auth         string
@@ -66,6 +67,7 @@ func (f *engineFlags) registerAPI(fl *pflag.FlagSet) {
 	fl.BoolVar(&f.noDotEnv, "no-dotenv", false, "do not read ./.env")
 	fl.StringVar(&f.auth, "auth", "x-api-key", "auth header style: x-api-key or bearer")
 	fl.StringVar(&f.version, "anthropic-version", api.VersionDefault, "anthropic-version header to send")
+	fl.BoolVar(&f.http2, "http2", false, "send over HTTP/2 where the API offers it (many requests on few connections) instead of one kept-alive HTTP/1.1 connection per request in flight: for thousands in flight at once (docs/h1.md)")
 }
 
 // loadKeys reads the key pool and logs its warnings.
@@ -102,9 +104,14 @@ func (f *engineFlags) keysAndClient(log *slog.Logger) (*keys.Pool, *client.Clien
 	if err != nil {
 		return nil, nil, err
 	}
-	c, err := f.client(f.totalConns(len(pool.Keys())))
+	conns := f.totalConns(len(pool.Keys()))
+	c, err := f.client(conns)
 	if err != nil {
 		return nil, nil, err
+	}
+	if lim := openFilesLimit(); !f.http2 && lim > 0 && uint64(conns)+256 > lim {
+		log.Warn("the caps allow more requests in flight than this process may open connections (one each over HTTP/1.1): raise the open-files limit (ulimit -n) or pass --http2",
+			"in_flight_at_caps", conns, "open_files_limit", lim)
 	}
 	return pool, c, nil
 }
@@ -119,7 +126,7 @@ func (f *engineFlags) client(maxConns int) (*client.Client, error) {
 	if base == "" {
 		base = os.Getenv("ANTHROPIC_BASE_URL")
 	}
-	return client.New(client.Config{BaseURL: base, Version: f.version, Auth: style, MaxConns: maxConns}), nil
+	return client.New(client.Config{BaseURL: base, Version: f.version, Auth: style, MaxConns: maxConns, HTTP2: f.http2}), nil
 }
 
 // dispatchConfig builds the engine configuration for pool p.

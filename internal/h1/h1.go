@@ -22,6 +22,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -52,7 +53,8 @@ type Config struct {
 type Request struct {
 	Method string
 	// Target is the request target as sent: an absolute path, with a
-	// query if any ("/v1/messages"). It must be visible ASCII.
+	// query if any ("/v1/messages"), without spaces or control
+	// characters.
 	Target string
 	Header http.Header
 	// Body is sent with a Content-Length; nil sends none for GET, HEAD,
@@ -81,6 +83,10 @@ type Transport struct {
 	mu     sync.Mutex
 	idle   []*conn // a stack: idle[len-1] went idle last
 	closed bool
+	// sweep closes connections idle for IdleTimeout when no request
+	// comes to do it; armed while the pool holds any.
+	sweep *time.Timer
+	armed bool
 }
 
 // New returns a Transport for cfg.Origin.
@@ -157,13 +163,16 @@ func (t *Transport) Do(ctx context.Context, r *Request) (resp *http.Response, wr
 	if err := ctx.Err(); err != nil {
 		return nil, false, err
 	}
-	c, err := t.get(ctx)
-	if err != nil {
-		return nil, false, err
-	}
 	var deadline time.Time
 	if r.Timeout > 0 {
 		deadline = time.Now().Add(r.Timeout)
+	}
+	c, err := t.get(ctx, deadline)
+	if err != nil {
+		if !deadline.IsZero() && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			err = &timeoutError{after: r.Timeout, cause: err}
+		}
+		return nil, false, err
 	}
 	if err := c.nc.SetDeadline(deadline); err != nil {
 		c.close()
@@ -225,7 +234,10 @@ func (t *Transport) Do(ctx context.Context, r *Request) (resp *http.Response, wr
 			c.nc.SetDeadline(aLongTimeAgo)
 		}
 	}
-	b := &body{rc: resp.Body, c: c, keep: !resp.Close}
+	b := &body{rc: resp.Body, c: c, ctx: ctx, timeout: r.Timeout, keep: !resp.Close}
+	if r.Stream {
+		b.timeout = 0 // the deadline was cleared
+	}
 	resp.Body = b
 	if resp.ContentLength == 0 || noBody(resp.StatusCode) || r.Method == "HEAD" {
 		// Nothing to read: ReadResponse's body is at EOF already.
@@ -261,12 +273,16 @@ func (t *Transport) CloseIdle() {
 func (t *Transport) Close() {
 	t.mu.Lock()
 	t.closed = true
+	if t.sweep != nil {
+		t.sweep.Stop()
+	}
 	t.mu.Unlock()
 	t.CloseIdle()
 }
 
-// get returns a live idle connection, or a new one.
-func (t *Transport) get(ctx context.Context) (*conn, error) {
+// get returns a live idle connection, or a new one dialled by deadline
+// (zero: no bound but ctx's).
+func (t *Transport) get(ctx context.Context, deadline time.Time) (*conn, error) {
 	now := t.now()
 	for {
 		t.mu.Lock()
@@ -284,10 +300,15 @@ func (t *Transport) get(ctx context.Context) (*conn, error) {
 		t.idle[n-1] = nil
 		t.idle = t.idle[:n-1]
 		t.mu.Unlock()
-		if c.br.Buffered() == 0 && c.alive() {
+		if c.br.Buffered() == 0 && c.alive() && c.tlsQuiet() {
 			return c, nil
 		}
 		c.nc.Close()
+	}
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
 	}
 	return t.dial(ctx)
 }
@@ -317,7 +338,51 @@ func (t *Transport) put(c *conn) {
 	c.since = now
 	t.idle = append(t.idle, c)
 	t.expire(now)
+	if !t.armed {
+		t.arm(t.cfg.IdleTimeout)
+	}
 	t.mu.Unlock()
+}
+
+// arm schedules the idle sweep in d. t.mu held.
+func (t *Transport) arm(d time.Duration) {
+	t.armed = true
+	if t.sweep == nil {
+		t.sweep = time.AfterFunc(d, t.sweepIdle)
+		return
+	}
+	t.sweep.Reset(d)
+}
+
+// sweepIdle closes the connections idle for IdleTimeout, and comes back
+// when the oldest left will be.
+func (t *Transport) sweepIdle() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.armed = false
+	if t.closed {
+		return
+	}
+	now := t.now()
+	t.expire(now)
+	if len(t.idle) > 0 {
+		t.arm(t.idle[0].since.Add(t.cfg.IdleTimeout).Sub(now))
+	}
+}
+
+// tlsQuiet reports whether a TLS connection holds no record crypto/tls
+// has read off the socket but nobody has asked for: alive sees only the
+// socket, and a server's unasked answer read together with the last one
+// would be the next request's answer. The read under a deadline already
+// past takes what is held and asks the socket nothing; crypto/tls does
+// not keep a timeout as its connection's error.
+func (c *conn) tlsQuiet() bool {
+	if _, ok := c.nc.(*tls.Conn); !ok {
+		return true
+	}
+	c.nc.SetReadDeadline(aLongTimeAgo)
+	_, err := c.br.Peek(1)
+	return errors.Is(err, os.ErrDeadlineExceeded) && c.br.Buffered() == 0
 }
 
 // dial opens a connection, with TLS for https.
@@ -436,58 +501,103 @@ func (c *conn) fail(ctx context.Context, r *Request, err error) error {
 		c.cut = nil
 	}
 	c.close()
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		if ctx.Err() != nil {
-			return fmt.Errorf("h1: %w", context.Cause(ctx))
-		}
-		if r.Timeout > 0 {
-			return fmt.Errorf("h1: no answer within %v: %w", r.Timeout, err)
-		}
+	return cutError(ctx, r.Timeout, err)
+}
+
+// cutError is the error to give for err, which ended a read or write: the
+// context's cause when its end cut the attempt (as net/http gives), a
+// timeoutError when the attempt's own deadline did, err otherwise.
+func cutError(ctx context.Context, timeout time.Duration, err error) error {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("h1: %w", context.Cause(ctx))
+	}
+	if timeout > 0 {
+		return &timeoutError{after: timeout, cause: err}
 	}
 	return err
 }
 
+// timeoutError is an attempt cut by Request.Timeout. Like net/http's for
+// a context deadline, it is a timeout (Timeout, for url.Error's) and is
+// context.DeadlineExceeded (errors.Is).
+type timeoutError struct {
+	after time.Duration
+	cause error
+}
+
+func (e *timeoutError) Error() string {
+	return fmt.Sprintf("h1: no answer within %v: %v", e.after, e.cause)
+}
+func (e *timeoutError) Timeout() bool        { return true }
+func (e *timeoutError) Is(target error) bool { return target == context.DeadlineExceeded }
+func (e *timeoutError) Unwrap() error        { return e.cause }
+
 func (c *conn) close() { c.nc.Close() }
 
 // body is an answer's body: reading it to the end gives its connection
-// back to the pool.
+// back to the pool. Close may come while a Read is blocked (a caller
+// ending a stream): the first of them to end the body owns the
+// connection's fate, the other leaves it alone.
 type body struct {
-	rc   io.ReadCloser // ReadResponse's
-	c    *conn
-	keep bool // the answer allows the connection's reuse
-	done bool
+	rc      io.ReadCloser // ReadResponse's
+	c       *conn
+	ctx     context.Context
+	timeout time.Duration // the request's, for the error of a read it cut
+	keep    bool          // the answer allows the connection's reuse
+	state   atomic.Int32
 }
 
+// The states of a body.
+const (
+	bodyOpen   int32 = iota
+	bodyDone         // read to its end
+	bodyClosed       // closed first, or its read failed
+)
+
+// errBodyClosed is a Read after Close, as net/http words it.
+var errBodyClosed = errors.New("h1: read on closed response body")
+
 func (b *body) Read(p []byte) (int, error) {
-	if b.done {
+	switch b.state.Load() {
+	case bodyDone:
 		return 0, io.EOF
+	case bodyClosed:
+		return 0, errBodyClosed
 	}
 	n, err := b.rc.Read(p)
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		b.release(true)
-	} else if err != nil {
+	case err != nil:
 		b.release(false)
+		err = cutError(b.ctx, b.timeout, err)
 	}
 	return n, err
 }
 
 // Close ends the answer: a body not read to its end closes the connection
-// (draining an unknown rest could take as long as the body).
+// (draining an unknown rest could take as long as the body), which also
+// ends a Read blocked on it.
 func (b *body) Close() error {
 	b.release(false)
 	return nil
 }
 
-// release ends b's hold on its connection: back to the pool if the body
-// was read whole, the answer allows it, nothing follows the answer and
-// the context's hook never fired; closed otherwise.
+// release ends b's hold on its connection, once: back to the pool if the
+// body was read whole, the answer allows it, nothing follows the answer
+// and the context's hook never fired; closed otherwise.
 func (b *body) release(whole bool) {
-	if b.done {
+	to := bodyClosed
+	if whole {
+		to = bodyDone
+	}
+	if !b.state.CompareAndSwap(bodyOpen, to) {
 		return
 	}
-	b.done = true
 	c := b.c
-	b.c = nil
 	hooked := c.cut == nil || c.cut()
 	c.cut = nil
 	if whole && b.keep && hooked && c.br.Buffered() == 0 {
@@ -508,8 +618,10 @@ func checkRequest(r *Request) error {
 		return fmt.Errorf("h1: target %q is not an absolute path", r.Target)
 	}
 	for i := 0; i < len(r.Target); i++ {
-		if b := r.Target[i]; b <= ' ' || b >= 0x7f {
-			return fmt.Errorf("h1: target %q has a byte that is not visible ASCII", r.Target)
+		// A space or a control character would break the request line;
+		// other bytes go as they are, as net/http sends a raw query.
+		if b := r.Target[i]; b <= ' ' || b == 0x7f {
+			return fmt.Errorf("h1: target %q has a space or a control character", r.Target)
 		}
 	}
 	for name, vs := range r.Header {

@@ -536,3 +536,198 @@ func TestPoolBounds(t *testing.T) {
 		t.Errorf("Do after Close: %v", err)
 	}
 }
+
+// heldConn holds what is written to it while hold is set, so two TLS
+// records leave in one TCP write.
+type heldConn struct {
+	net.Conn
+	mu   sync.Mutex
+	hold bool
+	buf  []byte
+}
+
+func (c *heldConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.hold {
+		c.buf = append(c.buf, p...)
+		return len(p), nil
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *heldConn) flush() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.hold = false
+	c.Conn.Write(c.buf)
+	c.buf = nil
+}
+
+// TestTLSUnaskedRecordIsNotTheNextAnswer: an answer nobody asked for that
+// arrives in a TLS record together with the last answer (crypto/tls holds
+// it, the socket looks empty) never becomes the next request's answer.
+func TestTLSUnaskedRecordIsNotTheNextAnswer(t *testing.T) {
+	srv := httptest.NewUnstartedServer(nil) // for its certificate
+	srv.StartTLS()
+	cert := srv.TLS.Certificates[0]
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	srv.Close()
+	var n atomic.Int32
+	raw := newRawServer(t, func(c net.Conn, _ *bufio.Reader) {
+		hc := &heldConn{Conn: c}
+		tc := tls.Server(hc, &tls.Config{Certificates: []tls.Certificate{cert}})
+		br := bufio.NewReader(tc)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			i := n.Add(1)
+			hc.mu.Lock()
+			hc.hold = true
+			hc.mu.Unlock()
+			io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nreq-"+strconv.Itoa(int(i)))
+			io.WriteString(tc, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nSTALE")
+			hc.flush()
+		}
+	})
+	tr := newTransport(t, "https://"+raw.ln.Addr().String(), func(c *Config) {
+		c.TLS = &tls.Config{RootCAs: roots, ServerName: "example.com"}
+	})
+	for i := range 3 {
+		resp, _, err := tr.Do(context.Background(), post("{}"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b := readAll(t, resp); b == "STALE" {
+			t.Fatalf("request %d was answered with the answer nobody asked for", i)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestTimeoutCoversConnecting: Timeout bounds the whole attempt, the TLS
+// handshake of a server that never answers it included, and the error is
+// a timeout as net/http's is (context.DeadlineExceeded, Timeout()).
+func TestTimeoutCoversConnecting(t *testing.T) {
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) { io.Copy(io.Discard, br) })
+	tr := newTransport(t, "https://"+srv.ln.Addr().String(), nil)
+	start := time.Now()
+	r := post("{}")
+	r.Timeout = 200 * time.Millisecond
+	_, wrote, err := tr.Do(context.Background(), r)
+	var te interface{ Timeout() bool }
+	if err == nil || wrote || !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &te) || !te.Timeout() {
+		t.Errorf("a handshake never answered: wrote %v, err %v; want a timeout", wrote, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the 200 ms attempt took %v", d)
+	}
+}
+
+// TestStreamCanceledOrClosedMidBody: a streamed body cut by its context
+// reads as the context's cause, and a Close racing a blocked Read ends it
+// (run with -race: the two do not race on the connection).
+func TestStreamCanceledOrClosedMidBody(t *testing.T) {
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nevent\r\n")
+		io.Copy(io.Discard, br) // then silence until the client hangs up
+	})
+	tr := srv.transport(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := post("{}")
+	r.Stream, r.Timeout = true, time.Minute
+	resp, _, err := tr.Do(ctx, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 5)
+	if _, err := io.ReadFull(resp.Body, buf); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, err := resp.Body.Read(buf); !errors.Is(err, context.Canceled) {
+		t.Errorf("a stream cut by its context: %v, want context.Canceled", err)
+	}
+	resp.Body.Close()
+
+	resp, _, err = tr.Do(context.Background(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadFull(resp.Body, buf)
+	done := make(chan error, 1)
+	go func() {
+		_, err := resp.Body.Read(buf)
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	resp.Body.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("a Read blocked when the body was closed returned no error")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close did not end a blocked Read")
+	}
+	if _, err := resp.Body.Read(buf); err == nil || err == io.EOF {
+		t.Errorf("Read after Close: %v", err)
+	}
+}
+
+// TestIdleConnectionsAreClosedWithoutTraffic: a connection idle for
+// IdleTimeout is closed though no request comes to notice it.
+func TestIdleConnectionsAreClosedWithoutTraffic(t *testing.T) {
+	closed := make(chan struct{})
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		if _, err := br.ReadByte(); err == io.EOF {
+			close(closed)
+		}
+	})
+	tr := srv.transport(t, func(c *Config) { c.IdleTimeout = 50 * time.Millisecond })
+	resp, _, err := tr.Do(context.Background(), post("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("an idle connection was still open 5 s after a 50 ms idle timeout")
+	}
+}
+
+// TestTargetBytesNetHTTPSends: a query with bytes beyond ASCII (a caller's
+// raw query the proxy forwards) goes as net/http sends it.
+func TestTargetBytesNetHTTPSends(t *testing.T) {
+	got := make(chan string, 1)
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		line, _ := br.ReadString('\n')
+		got <- line
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	})
+	tr := srv.transport(t, nil)
+	resp, _, err := tr.Do(context.Background(), &Request{Method: "GET", Target: "/v1/models?after_id=café"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, resp)
+	if l := <-got; l != "GET /v1/models?after_id=café HTTP/1.1\r\n" {
+		t.Errorf("request line %q", l)
+	}
+}
