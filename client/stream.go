@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/h1"
 	"github.com/sluice-dev/sluice/internal/rawjson"
 	"github.com/sluice-dev/sluice/keys"
 )
@@ -60,6 +61,10 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	key.Apply(h, c.cfg.Auth)
 
 	resp, wrote, err := c.wire.send(ctx, method, path, h, body, stream)
+	if errors.Is(err, h1.ErrRequest) {
+		// Refused before a byte left: no key or retry can send it.
+		return Outcome{Class: Invalid, ShouldRetry: -1, Err: fmt.Errorf("client: %w", err)}, nil
+	}
 	if err != nil {
 		o := failed(ctx, err, start)
 		o.Sent = wrote()

@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,7 +16,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/h1"
 )
 
-// wire sends one attempt and returns its answer with the body unread:
+// wire sends one attempt and returns its answer with the body unread
+// (an error that is h1.ErrRequest: the request cannot be sent at all):
 // closing the body ends the attempt (reading it to the end first lets its
 // connection be reused). wrote reports, once the attempt has ended,
 // whether the whole request was written. A non-stream attempt is bounded
@@ -89,6 +91,11 @@ type netWire struct{ c *Client }
 func (w *netWire) closeIdle() {} // the http.Client's, which CloseIdle closes
 
 func (w *netWire) send(ctx context.Context, method, path string, h http.Header, body []byte, stream bool) (*http.Response, func() bool, error) {
+	if err := h1.CheckHeader(h); err != nil {
+		// net/http refuses the same, but with an error nothing can tell
+		// from a failed attempt.
+		return nil, wroteNo, err
+	}
 	var cancel context.CancelFunc
 	if stream {
 		ctx, cancel = context.WithCancel(ctx)
@@ -111,7 +118,7 @@ func (w *netWire) send(ctx context.Context, method, path string, h http.Header, 
 	req, err := http.NewRequestWithContext(ctx, method, w.c.cfg.BaseURL+path, rd)
 	if err != nil {
 		cancel()
-		return nil, wrote, err
+		return nil, wrote, fmt.Errorf("%w: %w", h1.ErrRequest, err)
 	}
 	// A *bytes.Reader body: NewRequestWithContext has set GetBody (a
 	// replay from the start, for the transport's retry on a reused

@@ -1,8 +1,15 @@
 package client
 
 import (
+	"context"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
 	"testing"
+
+	"github.com/sluice-dev/sluice/keys"
 )
 
 // TestWireChoice: attempts go over internal/h1 unless the caller asks for
@@ -36,3 +43,37 @@ func TestWireChoice(t *testing.T) {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestUnsendableRequestsAreInvalid: a request that cannot be written (a
+// header value with a line break, a method that is not a token) is a
+// final Invalid outcome sent nowhere, on either wire, and its error does
+// not carry the header's value.
+func TestUnsendableRequestsAreInvalid(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	defer srv.Close()
+	p, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(map[string]string{keys.EnvAPIKey: "sk-ant-test-unsendable-0001"}), NoDotEnv: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, http2 := range []bool{false, true} {
+		c := New(Config{BaseURL: srv.URL, HTTP2: http2})
+		o, _ := c.Send(context.Background(), p.Keys()[0], "POST", "/v1/messages", []byte(`{}`),
+			http.Header{"Anthropic-Beta": {"secret-value\r\nX-Injected: 1"}}, false)
+		if o.Class != Invalid || o.Sent || strings.Contains(o.Err.Error(), "secret-value") {
+			t.Errorf("http2 %v: header injection: class %v, sent %v, err %v", http2, o.Class, o.Sent, o.Err)
+		}
+		if o := c.Do(context.Background(), p.Keys()[0], "PO ST", "/v1/messages", nil); o.Class != Invalid {
+			t.Errorf("http2 %v: a method with a space: class %v, err %v", http2, o.Class, o.Err)
+		}
+	}
+	if n := conns.Load(); n != 0 {
+		t.Errorf("unsendable requests opened %d connections", n)
+	}
+}

@@ -143,7 +143,11 @@ func New(cfg Config) (*Transport, error) {
 
 // Errors Do returns before anything is sent.
 var (
-	ErrClosed        = errors.New("h1: transport closed")
+	ErrClosed = errors.New("h1: transport closed")
+	// ErrRequest: the request cannot be written as HTTP/1.1 (a method,
+	// target or header refused by checkRequest); sending it again cannot
+	// help.
+	ErrRequest       = errors.New("h1: request cannot be sent")
 	errHeaderTooLong = errors.New("h1: answer's head exceeds the limit")
 )
 
@@ -612,30 +616,39 @@ func (b *body) release(whole bool) {
 // target that is not visible ASCII.
 func checkRequest(r *Request) error {
 	if !validToken(r.Method) {
-		return fmt.Errorf("h1: invalid method %q", r.Method)
+		return fmt.Errorf("%w: invalid method %q", ErrRequest, r.Method)
 	}
 	if r.Target == "" || r.Target[0] != '/' {
-		return fmt.Errorf("h1: target %q is not an absolute path", r.Target)
+		return fmt.Errorf("%w: target %q is not an absolute path", ErrRequest, r.Target)
 	}
 	for i := 0; i < len(r.Target); i++ {
 		// A space or a control character would break the request line;
 		// other bytes go as they are, as net/http sends a raw query.
 		if b := r.Target[i]; b <= ' ' || b == 0x7f {
-			return fmt.Errorf("h1: target %q has a space or a control character", r.Target)
+			return fmt.Errorf("%w: target %q has a space or a control character", ErrRequest, r.Target)
 		}
 	}
-	for name, vs := range r.Header {
+	return CheckHeader(r.Header)
+}
+
+// CheckHeader refuses a header that cannot be written as HTTP/1.1 (as
+// net/http does): a name that is not a token, one the transport owns
+// (Host, Content-Length, Transfer-Encoding, Connection), a value with a
+// control character other than a tab. The error is ErrRequest and never
+// quotes a value (it could be a credential).
+func CheckHeader(h http.Header) error {
+	for name, vs := range h {
 		if !validToken(name) {
-			return fmt.Errorf("h1: invalid header name %q", name)
+			return fmt.Errorf("%w: invalid header name %q", ErrRequest, name)
 		}
 		switch http.CanonicalHeaderKey(name) {
 		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
-			return fmt.Errorf("h1: header %s is the transport's", name)
+			return fmt.Errorf("%w: header %s is the transport's", ErrRequest, name)
 		}
 		for _, v := range vs {
 			if !validHeaderValue(v) {
 				// The value is not quoted: it could be a credential.
-				return fmt.Errorf("h1: invalid value for header %s", name)
+				return fmt.Errorf("%w: invalid value for header %s", ErrRequest, name)
 			}
 		}
 	}
