@@ -79,6 +79,17 @@ func newTransport(t *testing.T, origin string, mutate func(*Config)) *Transport 
 	return tr
 }
 
+// nextRequest reads the next request on a server's connection, its body
+// read and dropped; false at the connection's end.
+func nextRequest(br *bufio.Reader) (*http.Request, bool) {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, false
+	}
+	io.Copy(io.Discard, req.Body)
+	return req, true
+}
+
 // readAll reads an answer's body to its end and closes it.
 func readAll(t *testing.T, resp *http.Response) string {
 	t.Helper()
@@ -171,11 +182,10 @@ func TestFramings(t *testing.T) {
 			// body ends with it): reuse is the client's decision alone.
 			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
+					_, ok := nextRequest(br)
+					if !ok {
 						return
 					}
-					io.Copy(io.Discard, req.Body)
 					io.WriteString(c, tc.answer)
 					if tc.name == "read to close" {
 						return
@@ -222,11 +232,10 @@ func TestConnectionsNotReadToTheEndAreNotReused(t *testing.T) {
 			wrote := make(chan struct{}, 4)
 			srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 				for {
-					req, err := http.ReadRequest(br)
-					if err != nil {
+					_, ok := nextRequest(br)
+					if !ok {
 						return
 					}
-					io.Copy(io.Discard, req.Body)
 					answer := "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789"
 					if tc.name == "unsolicited bytes read with the answer" {
 						answer += "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra" // one write: one read
@@ -271,11 +280,10 @@ func TestConnectionsNotReadToTheEndAreNotReused(t *testing.T) {
 func TestCancelEndsABlockedAttempt(t *testing.T) {
 	release := make(chan struct{})
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		_, ok := nextRequest(br)
+		if !ok {
 			return
 		}
-		io.Copy(io.Discard, req.Body)
 		<-release
 	})
 	t.Cleanup(func() { close(release) })
@@ -305,11 +313,10 @@ func TestCancelEndsABlockedAttempt(t *testing.T) {
 func TestTimeoutBoundsTheHeadAndTheBody(t *testing.T) {
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
+			req, ok := nextRequest(br)
+			if !ok {
 				return
 			}
-			io.Copy(io.Discard, req.Body)
 			switch req.URL.Path {
 			case "/silent":
 				time.Sleep(400 * time.Millisecond)
@@ -484,11 +491,10 @@ func TestTLS(t *testing.T) {
 func TestPoolBounds(t *testing.T) {
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
 		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
+			_, ok := nextRequest(br)
+			if !ok {
 				return
 			}
-			io.Copy(io.Discard, req.Body)
 			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		}
 	})
@@ -580,11 +586,10 @@ func TestTLSUnaskedRecordIsNotTheNextAnswer(t *testing.T) {
 		tc := tls.Server(hc, &tls.Config{Certificates: []tls.Certificate{cert}})
 		br := bufio.NewReader(tc)
 		for {
-			req, err := http.ReadRequest(br)
-			if err != nil {
+			_, ok := nextRequest(br)
+			if !ok {
 				return
 			}
-			io.Copy(io.Discard, req.Body)
 			i := n.Add(1)
 			hc.mu.Lock()
 			hc.hold = true
@@ -633,11 +638,10 @@ func TestTimeoutCoversConnecting(t *testing.T) {
 // (run with -race: the two do not race on the connection).
 func TestStreamCanceledOrClosedMidBody(t *testing.T) {
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		_, ok := nextRequest(br)
+		if !ok {
 			return
 		}
-		io.Copy(io.Discard, req.Body)
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nevent\r\n")
 		io.Copy(io.Discard, br) // then silence until the client hangs up
 	})
@@ -689,11 +693,10 @@ func TestStreamCanceledOrClosedMidBody(t *testing.T) {
 func TestIdleConnectionsAreClosedWithoutTraffic(t *testing.T) {
 	closed := make(chan struct{})
 	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
-		req, err := http.ReadRequest(br)
-		if err != nil {
+		_, ok := nextRequest(br)
+		if !ok {
 			return
 		}
-		io.Copy(io.Discard, req.Body)
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 		if _, err := br.ReadByte(); err == io.EOF {
 			close(closed)
