@@ -23,7 +23,8 @@ import (
 //   - extra headers are added to the request (the caller's anthropic-version
 //     replaces the client's, anthropic-beta is passed on). Credentials in
 //     extra (x-api-key, Authorization) are ignored: the request is always
-//     authenticated by key.
+//     authenticated by key; so are the headers the wire owns
+//     (Content-Length, Content-Type, Host, Connection, Transfer-Encoding).
 //   - when stream is true and the answer is a 2xx text/event-stream, the
 //     body is not read: Send returns the Outcome of the headers (class OK,
 //     status, limits, org, request id) and the response, whose Body the
@@ -49,7 +50,9 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	for name, vs := range extra {
 		name = http.CanonicalHeaderKey(name) // no allocation when it already is
 		switch name {
-		case "X-Api-Key", "Authorization", "Content-Type", "Content-Length", "Host":
+		case "X-Api-Key", "Authorization", "Content-Type", "Content-Length", "Host", "Connection", "Transfer-Encoding":
+			// The key's and the transport's: net/http dropped or
+			// replaced these too.
 			continue
 		}
 		if len(vs) > 0 {

@@ -28,7 +28,10 @@ import (
 // lane's concurrency and the request's charge to the lane's budget), and
 // must return once ctx ends (Abort). Its Outcome is handled like that of a
 // plain call: completed, retried or moved to another key by class;
-// ShouldRetry 0 forbids a retry.
+// ShouldRetry 0 forbids a retry. Its Outcome's Sent must say whether the
+// request was written whole (client.Send's Outcome does): a canceled
+// attempt that was keeps its charge to the budget, since the API may
+// have done the work; one that was not gives it back.
 //
 // A Sender that returns client.Canceled withdraws its request: it is not
 // sent again and its Result is Aborted, with the Outcome's Err (or

@@ -466,9 +466,10 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([
 	var b []byte
 	var err error
 	if n := r.ContentLength; n >= 0 && n <= min(limit, presizeMax) {
-		// A body that says its length (net/http holds it to it) is read
-		// into one buffer of that size: io.ReadAll grew from 512 bytes,
-		// several allocations and copies for a judge-sized body.
+		// A body that says its length (net/http holds it to it), up to
+		// 64 KiB, is read into one buffer of that size: io.ReadAll grew
+		// from 512 bytes, several allocations and copies for a
+		// judge-sized body.
 		b = make([]byte, n)
 		_, err = io.ReadFull(r.Body, b)
 	} else {
@@ -487,8 +488,9 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([
 }
 
 // presizeMax bounds what readBody allocates on a caller's word alone,
-// before the bytes arrive.
-const presizeMax = 1 << 20
+// before the bytes arrive: a caller that declares a large body and stalls
+// must not pin a megabyte a connection. A judge-sized body is below it.
+const presizeMax = 64 << 10
 
 func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")

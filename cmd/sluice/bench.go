@@ -132,8 +132,11 @@ request of its own).`,
 	return cmd
 }
 
-// unlimited is the three-org world with no latency and no limits: only
-// the engine's own speed shows.
+// unlimited is the three-org world with no latency and limits far above
+// anything one process reaches: only the engine's own speed shows. The
+// limits are stated, not absent: the API sends its rate-limit headers with
+// every answer, and the engine reads them and learns from them then too
+// (before 2026-12-07 this world had no limits, so no headers).
 func unlimited(scale float64, outMin, outMax int) sim.Config {
 	c := sim.Default()
 	c.TimeScale = scale
@@ -142,7 +145,7 @@ func unlimited(scale float64, outMin, outMax int) sim.Config {
 	}
 	for i := range c.Orgs {
 		c.Orgs[i].Limits = nil
-		c.Orgs[i].DefaultLimits = nil
+		c.Orgs[i].DefaultLimits = &sim.Limits{RPM: 10_000_000, ITPM: 10_000_000_000, OTPM: 2_000_000_000}
 	}
 	c.Output = sim.OutputModel{Min: outMin, Max: outMax}
 	return c

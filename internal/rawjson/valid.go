@@ -7,11 +7,11 @@ import "encoding/binary"
 const maxDepth = 10000
 
 // Valid reports whether b is one valid JSON value, with whitespace around
-// it allowed: exactly json.Valid (FuzzValid checks it), at several times
-// its speed. json.Valid steps a state machine through a function call per
-// byte; most of a request or an answer is the text of its strings, which
-// Valid crosses eight bytes at a time. Like json.Valid it does not check
-// that strings are UTF-8.
+// it allowed: exactly json.Valid (FuzzValid checks it; TestValidDepth the
+// nesting limit), about ten times faster. json.Valid steps a state machine
+// through a function call per byte; most of a request or an answer is the
+// text of its strings, which Valid crosses eight bytes at a time. Like
+// json.Valid it does not check that strings are UTF-8.
 func Valid(b []byte) bool {
 	var buf [64]byte
 	stack := buf[:0] // the open containers, '{' or '['

@@ -9,8 +9,12 @@
 //
 //   - POST /v1/messages: a Message whose usage says the body's length ÷ 4
 //     input tokens and OutputMin–OutputMax output tokens (by a counter);
-//     with the answer's org id, request id and Date headers; 401 for a key
-//     it does not know. A body answered before counts as an extra answer.
+//     with the answer's org id, request id and Date headers and, as the
+//     API sends with every answer, the twelve anthropic-ratelimit-*
+//     headers, of limits far above anything one process reaches and
+//     buckets always full (so the engine reads and learns from them as
+//     from the API's); 401 for a key it does not know. A body answered
+//     before counts as an extra answer.
 //   - POST /v1/messages/count_tokens: the key probe, {"input_tokens": n}.
 //   - GET /_zero/stats: what it answered (Stats).
 //
@@ -32,6 +36,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluice-dev/sluice/api"
 )
 
 // Config configures a Server.
@@ -84,8 +90,16 @@ type seenShard struct {
 
 type dateLine struct {
 	sec  int64
-	line []byte // "Date: …\r\n"
+	line []byte // "Date: …\r\n" and the rate-limit headers of that second
 }
+
+// The limits the rate-limit headers state, per minute: far above what one
+// process sends (24k requests a second is 1.4M a minute over every org).
+const (
+	limitRPM  = 10_000_000
+	limitITPM = 10_000_000_000
+	limitOTPM = 2_000_000_000
+)
 
 // New returns a Server.
 func New(cfg Config) *Server {
@@ -394,13 +408,31 @@ func (s *Server) headStart(out []byte, status int, orgID string, id int64) []byt
 	return append(out, s.dateLine()...)
 }
 
-// dateLine is the Date header of this second, made once a second.
+// dateLine is the Date header of this second and the rate-limit headers
+// of an always-full bucket (remaining one below the limit, reset this
+// second), made once a second.
 func (s *Server) dateLine() []byte {
 	now := time.Now()
 	if d := s.date.Load(); d != nil && d.sec == now.Unix() {
 		return d.line
 	}
-	d := &dateLine{sec: now.Unix(), line: []byte("Date: " + now.UTC().Format(http.TimeFormat) + "\r\n")}
+	b := []byte("Date: " + now.UTC().Format(http.TimeFormat) + "\r\n")
+	reset := now.UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339)
+	for _, l := range []struct {
+		name       api.Limiter
+		limit, rem int64
+	}{
+		{api.LimiterRequests, limitRPM, limitRPM - 1},
+		{api.LimiterInputTokens, limitITPM, limitITPM - 1000},
+		{api.LimiterOutputTokens, limitOTPM, limitOTPM - 1000},
+		{api.LimiterTokens, limitITPM + limitOTPM, limitITPM + limitOTPM - 1000},
+	} {
+		b = fmt.Appendf(b, "%s: %d\r\n%s: %d\r\n%s: %s\r\n",
+			api.LimitHeaderName(l.name, "limit"), l.limit,
+			api.LimitHeaderName(l.name, "remaining"), l.rem,
+			api.LimitHeaderName(l.name, "reset"), reset)
+	}
+	d := &dateLine{sec: now.Unix(), line: b}
 	s.date.Store(d)
 	return d.line
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
@@ -61,6 +62,14 @@ func TestAnswersAreMessagesTheClientReads(t *testing.T) {
 		}
 		if o.Date.IsZero() {
 			t.Errorf("no Date header")
+		}
+		// Every limiter's three headers, as the API sends them: a full
+		// bucket of a limit no run reaches, refilled by the next second.
+		for _, l := range api.Limiters {
+			st := o.Limits.Get(l)
+			if !st.Present || st.Limit < 1_000_000 || st.Remaining < st.Limit-1000 || st.Reset.Before(o.Date) || st.Reset.After(o.Date.Add(2*time.Second)) {
+				t.Errorf("%s headers: %+v (Date %v)", l, *st, o.Date)
+			}
 		}
 	}
 	if o := c.Do(context.Background(), pool.Keys()[0], "POST", "/v1/messages/count_tokens", body); o.Class != client.OK || !strings.Contains(string(o.Body), `"input_tokens":`) {
