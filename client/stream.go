@@ -40,13 +40,21 @@ import (
 func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, body []byte, extra http.Header, stream bool) (Outcome, *http.Response) {
 	start := time.Now()
 	h := make(http.Header, 8)
-	h.Set(api.HeaderVersion, c.cfg.Version)
-	h.Set("Content-Type", "application/json")
-	h.Set("Accept", "application/json")
-	if stream {
-		h.Set("Accept", "text/event-stream")
+	// One backing array for the values set here, instead of one per
+	// Set: the names are canonical already.
+	vals := make([]string, 0, 4)
+	put := func(name, v string) {
+		vals = append(vals, v)
+		h[name] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
-	h.Set("User-Agent", c.cfg.UserAgent)
+	put(api.HeaderVersion, c.cfg.Version)
+	put("Content-Type", "application/json")
+	if stream {
+		put("Accept", "text/event-stream")
+	} else {
+		put("Accept", "application/json")
+	}
+	put("User-Agent", c.cfg.UserAgent)
 	for name, vs := range extra {
 		name = http.CanonicalHeaderKey(name) // no allocation when it already is
 		switch name {

@@ -13,11 +13,16 @@ func (c *conn) alive() bool {
 	if c.raw == nil {
 		return true
 	}
-	ok := false
-	err := c.raw.Control(func(fd uintptr) {
-		var b [1]byte
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ok = n <= 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
-	})
-	return err == nil && ok
+	if c.peek == nil {
+		// Made once a connection: a closure made per call was an
+		// allocation an attempt.
+		c.peek = func(fd uintptr) {
+			var b [1]byte
+			n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+			c.peekOK = n <= 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
+		}
+	}
+	c.peekOK = false
+	err := c.raw.Control(c.peek)
+	return err == nil && c.peekOK
 }

@@ -411,19 +411,25 @@ func (t *Transport) dial(ctx context.Context) (*conn, error) {
 		c.nc = tc
 	}
 	c.br = bufio.NewReaderSize(c, 16<<10)
+	c.keys = make(map[string]string)
 	return c, nil
 }
 
 // conn is one connection and what is reused with it.
 type conn struct {
 	t     *Transport
-	nc    net.Conn        // the connection requests go over (TLS or not)
-	raw   syscall.RawConn // the socket under it, for alive; nil if none
-	br    *bufio.Reader   // reads through conn.Read
+	nc    net.Conn          // the connection requests go over (TLS or not)
+	raw   syscall.RawConn   // the socket under it, for alive; nil if none
+	br    *bufio.Reader     // reads through conn.Read
+	keys  map[string]string // header names seen, canonical (quickHead)
 	wbuf  []byte
 	limit int64 // what conn.Read may still read
 	since time.Time
 	cut   func() bool // stops the context's hook; nil without one
+	// peek asks the socket whether it is alive (alive_unix.go), peekOK
+	// its answer.
+	peek   func(fd uintptr)
+	peekOK bool
 }
 
 // Read reads from the connection, at most limit bytes: the answer's head
@@ -482,9 +488,15 @@ func (c *conn) readHead(method string) (*http.Response, error) {
 	}
 	c.limit = c.t.cfg.MaxHeaderBytes
 	for {
-		resp, err := http.ReadResponse(c.br, req)
-		if err != nil {
-			return nil, err
+		var resp *http.Response
+		if req == nil {
+			resp = quickHead(c.br, c.keys) // head.go
+		}
+		if resp == nil {
+			var err error
+			if resp, err = http.ReadResponse(c.br, req); err != nil {
+				return nil, err
+			}
 		}
 		if resp.StatusCode == http.StatusSwitchingProtocols {
 			return nil, errors.New("h1: the server switched protocols, which no request asked")
