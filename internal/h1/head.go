@@ -40,6 +40,18 @@ func quickHead(br *bufio.Reader, keys map[string]string) *http.Response {
 			head = b[:i+4]
 			break
 		}
+		// A bare LF in what has come means a head parseHead declines
+		// (and which may never hold a CRLF CRLF): ReadResponse's, now.
+		for j := bytes.IndexByte(b, '\n'); j >= 0; {
+			if j == 0 || b[j-1] != '\r' {
+				return nil
+			}
+			k := bytes.IndexByte(b[j+1:], '\n')
+			if k < 0 {
+				break
+			}
+			j += 1 + k
+		}
 		if br.Buffered() >= br.Size() {
 			return nil // a head longer than the buffer
 		}
@@ -107,7 +119,13 @@ func parseHead(head string, keys map[string]string) (*http.Response, int64) {
 			}
 			key = textproto.CanonicalMIMEHeaderKey(name)
 			if len(keys) < maxKeys {
-				keys[strings.Clone(name)] = key
+				// Neither the name nor its canonical form (name itself
+				// when it is canonical already) may hold on to head.
+				n := strings.Clone(name)
+				if key == name {
+					key = n
+				}
+				keys[n] = key
 			}
 		}
 		switch key {
@@ -126,10 +144,10 @@ func parseHead(head string, keys map[string]string) (*http.Response, int64) {
 			}
 			sawConnection = true
 			switch {
-			case strings.EqualFold(value, "close"):
+			case len(value) == len("close") && strings.EqualFold(value, "close"): // ASCII only, as httpguts
 				closing = true
 				continue // ReadResponse drops it once read
-			case !strings.EqualFold(value, "keep-alive"):
+			case len(value) != len("keep-alive") || !strings.EqualFold(value, "keep-alive"):
 				return nil, 0
 			}
 		case "Transfer-Encoding", "Trailer", "Pragma":

@@ -3,11 +3,17 @@ package h1
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"io"
+	"net"
 	"net/http"
 	"reflect"
 	"strings"
 	"testing"
+	"testing/iotest"
+	"time"
+	"unsafe"
 )
 
 // apiHead is an answer's head as the API writes one: lower-case names,
@@ -75,91 +81,195 @@ var headCases = []string{
 	"HTTP/1.1 999 Whatever\r\nContent-Length: 5\r\n\r\n",
 	"HTTP/1.1 200 OK\r\nContent-Length: 99999999999999999999\r\n\r\n",
 	"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775807\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: 9223372036854775808\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: 0x5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: 5_0\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: \xef\xbc\x95\r\n\r\n",
+	"HTTP/1.1 200 OK\r\ncontent-LENGTH: 5\r\nCONTENT-length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nConnection: CLOSE\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nConnection: close \r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nConnection: close,\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nConnection: clo\u017fe\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nConnection: \u212aeep-alive\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nX-A:\t v \t\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nCache-Control: no-cache\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\ntransfer-encoding: identity\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nHost: x\r\n\r\n",
+	"HTTP/1.1 200 OK \t\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\n",
 }
 
-// readWith reads head+body with quick (or, quick false, ReadResponse) and
-// returns the answer with its body read (up to 5 bytes), or nil when the
-// reader refused it.
-func readWith(t *testing.T, raw string, quick bool) (*http.Response, string, error, bool) {
-	t.Helper()
-	br := bufio.NewReaderSize(strings.NewReader(raw), 16<<10)
-	var resp *http.Response
-	var err error
-	if quick {
-		if resp = quickHead(br, map[string]string{}); resp == nil {
-			return nil, "", nil, false
+// warmKeys is one connection's memory of names, shared by every check:
+// a name known must give the same canonical form as a name new.
+var warmKeys = map[string]string{}
+
+// read is everything a reader made of an answer: its fields, its body
+// read to the end three bytes at a time, and what it left in the reader.
+type read struct {
+	status, proto   string
+	code, maj, min  int
+	header, trailer http.Header
+	length          int64
+	close           bool
+	te              []string
+	body, rest      string
+	bodyErr         error
+}
+
+func readAllOf(resp *http.Response, br *bufio.Reader) read {
+	r := read{status: resp.Status, proto: resp.Proto, code: resp.StatusCode, maj: resp.ProtoMajor, min: resp.ProtoMinor,
+		header: resp.Header, trailer: resp.Trailer, length: resp.ContentLength, close: resp.Close, te: resp.TransferEncoding}
+	var sb strings.Builder
+	buf := make([]byte, 3)
+	for {
+		n, err := resp.Body.Read(buf)
+		sb.Write(buf[:n])
+		if err != nil {
+			r.bodyErr = err
+			break
 		}
-	} else if resp, err = http.ReadResponse(br, nil); err != nil {
-		return nil, "", err, true
 	}
-	b, berr := io.ReadAll(io.LimitReader(resp.Body, 5))
-	if berr != nil {
-		return resp, string(b), berr, true
-	}
-	return resp, string(b), nil, true
+	r.body = sb.String()
+	rest, _ := io.ReadAll(br)
+	r.rest = string(rest)
+	return r
 }
 
 // checkHead fails when quickHead accepts raw and does not read it exactly
-// as ReadResponse does.
-func checkHead(t *testing.T, raw string) {
+// as ReadResponse does — fields, body, body error, what is left in the
+// reader — or when it declines raw but took bytes from the reader. slow
+// feeds the reader a byte at a time.
+func checkHead(t *testing.T, raw string, slow bool) {
 	t.Helper()
-	q, qb, qerr, ok := readWith(t, raw, true)
-	if !ok {
-		return // ReadResponse's to read
+	reader := func() *bufio.Reader {
+		var rd io.Reader = strings.NewReader(raw)
+		if slow {
+			rd = iotest.OneByteReader(rd)
+		}
+		return bufio.NewReaderSize(rd, 16<<10)
 	}
-	r, rb, rerr, _ := readWith(t, raw, false)
-	if r == nil {
-		t.Fatalf("quickHead read %q, which ReadResponse refuses (%v)", raw, rerr)
+	qbr := reader()
+	q := quickHead(qbr, warmKeys)
+	if q == nil {
+		if left, _ := io.ReadAll(qbr); string(left) != raw {
+			t.Fatalf("quickHead declined %q but took bytes from the reader", raw)
+		}
+		return
 	}
-	if q.Status != r.Status || q.StatusCode != r.StatusCode || q.Proto != r.Proto || q.ProtoMajor != r.ProtoMajor || q.ProtoMinor != r.ProtoMinor ||
-		q.ContentLength != r.ContentLength || q.Close != r.Close || !reflect.DeepEqual(q.TransferEncoding, r.TransferEncoding) ||
-		!reflect.DeepEqual(q.Trailer, r.Trailer) || qb != rb || (qerr == nil) != (rerr == nil) {
-		t.Fatalf("%q:\nquick %q %d %s len %d close %v body %q (%v)\n  std %q %d %s len %d close %v body %q (%v)", raw,
-			q.Status, q.StatusCode, q.Proto, q.ContentLength, q.Close, qb, qerr,
-			r.Status, r.StatusCode, r.Proto, r.ContentLength, r.Close, rb, rerr)
+	sbr := reader()
+	s, err := http.ReadResponse(sbr, nil)
+	if err != nil {
+		t.Fatalf("quickHead read %q, which ReadResponse refuses (%v)", raw, err)
 	}
-	if !reflect.DeepEqual(q.Header, r.Header) {
-		t.Fatalf("%q: headers\nquick %v\n  std %v", raw, q.Header, r.Header)
+	qr, sr := readAllOf(q, qbr), readAllOf(s, sbr)
+	if !errors.Is(qr.bodyErr, sr.bodyErr) {
+		t.Fatalf("%q: body error %v, ReadResponse's %v", raw, qr.bodyErr, sr.bodyErr)
+	}
+	qr.bodyErr, sr.bodyErr = nil, nil
+	if !reflect.DeepEqual(qr, sr) {
+		t.Fatalf("%q:\nquickHead    %+v\nReadResponse %+v", raw, qr, sr)
+	}
+	// The values share one backing array: appending to one must not
+	// change another.
+	for k := range q.Header {
+		q.Header[k] = append(q.Header[k], "appended")
+	}
+	for k, vs := range q.Header {
+		if len(vs) != 2 || vs[1] != "appended" {
+			t.Fatalf("%q: %s = %q after appending to every value", raw, k, vs)
+		}
 	}
 }
 
 // TestQuickHeadIsReadResponse: every head quickHead reads, it reads as
-// ReadResponse does (status, protocol, headers, length, close, body);
-// and it does read the API's own.
+// ReadResponse does, whole or arriving a byte at a time, with a body whole
+// or cut short; and it does read the API's own.
 func TestQuickHeadIsReadResponse(t *testing.T) {
-	for _, h := range headCases {
-		for _, body := range []string{"hello world", "hel"} { // whole, and cut short
-			checkHead(t, h+body)
+	for _, slow := range []bool{false, true} {
+		for _, h := range headCases {
+			for _, body := range []string{"hello world", "hel", "hello worldHTTP/1.1 200 OK\r\n"} {
+				checkHead(t, h+body, slow)
+			}
 		}
 	}
-	if _, _, _, ok := readWith(t, apiHead+"hello world", true); !ok {
+	if quickHead(bufio.NewReader(strings.NewReader(apiHead+"hello world")), map[string]string{}) == nil {
 		t.Errorf("quickHead handed the API's own head to ReadResponse")
 	}
 }
 
-// TestQuickHeadLeavesWhatItRefuses: a head quickHead hands on is still
-// whole in the reader for ReadResponse.
-func TestQuickHeadLeavesWhatItRefuses(t *testing.T) {
-	raw := "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
-	br := bufio.NewReader(strings.NewReader(raw))
-	if quickHead(br, map[string]string{}) != nil {
-		t.Fatal("quickHead read a chunked answer")
+// TestQuickHeadLastReadIsEOF: the read that returns a body's last byte
+// returns io.EOF with it, as ReadResponse's body does (h1's body gives its
+// connection back on it).
+func TestQuickHeadLastReadIsEOF(t *testing.T) {
+	raw := "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello"
+	q := quickHead(bufio.NewReader(strings.NewReader(raw)), map[string]string{})
+	p := make([]byte, 5)
+	if n, err := q.Body.Read(p); n != 5 || err != io.EOF {
+		t.Errorf("last read: %d, %v; want 5 bytes and io.EOF", n, err)
 	}
-	resp, err := http.ReadResponse(br, nil)
+}
+
+// TestQuickHeadForgetsTheHead: a connection's memory of names holds none
+// of the heads it parsed (a name sent canonical is its own canonical
+// form, and would otherwise pin the whole head).
+func TestQuickHeadForgetsTheHead(t *testing.T) {
+	keys := map[string]string{}
+	head := strings.Clone("HTTP/1.1 200 OK\r\nX-Request-Id: 1\r\nx-lower: 2\r\nContent-Length: 0\r\n\r\n")
+	if resp, _ := parseHead(head, keys); resp == nil {
+		t.Fatal("parseHead declined a plain head")
+	}
+	start := uintptr(unsafe.Pointer(unsafe.StringData(head)))
+	inHead := func(s string) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		return p >= start && p < start+uintptr(len(head))
+	}
+	if len(keys) != 3 {
+		t.Errorf("keys %v: want the three names", keys)
+	}
+	for name, key := range keys {
+		if inHead(name) || inHead(key) {
+			t.Errorf("keys[%q] = %q holds on to the head", name, key)
+		}
+	}
+}
+
+// TestBareLFIsNotWaitedFor: an answer whose head ends lines with a bare
+// LF is read at once (by ReadResponse), not after the attempt's timeout on
+// a connection the server keeps open.
+func TestBareLFIsNotWaitedFor(t *testing.T) {
+	srv := newRawServer(t, func(c net.Conn, br *bufio.Reader) {
+		for {
+			if _, ok := nextRequest(br); !ok {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\nContent-Length: 5\n\nhello")
+		}
+	})
+	tr := srv.transport(t, nil)
+	r := post("{}")
+	r.Timeout = 5 * time.Second
+	start := time.Now()
+	resp, _, err := tr.Do(context.Background(), r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := io.ReadAll(resp.Body); string(b) != "hello" {
-		t.Errorf("body %q after quickHead refused it", b)
+	if b := readAll(t, resp); b != "hello" {
+		t.Errorf("body %q", b)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("a bare-LF answer took %v", d)
 	}
 }
 
 func FuzzQuickHead(f *testing.F) {
 	for _, h := range headCases {
-		f.Add(h + "hello world")
+		f.Add(h+"hello world", false)
+		f.Add(h+"hel", true)
 	}
-	f.Fuzz(func(t *testing.T, raw string) {
-		checkHead(t, raw)
+	f.Fuzz(func(t *testing.T, raw string, slow bool) {
+		checkHead(t, raw, slow)
 	})
 }
 
