@@ -5,7 +5,8 @@
 // It exists because net/http's transport hands every request and answer
 // between the caller and two goroutines per connection; on a zero-latency
 // upstream that cost more than the rest of an attempt. Parsing an answer
-// is net/http's own http.ReadResponse.
+// is net/http's own http.ReadResponse, but for the common head, which
+// quickHead reads into the same *http.Response (head.go).
 package h1
 
 import (
@@ -74,9 +75,8 @@ type Request struct {
 type Transport struct {
 	cfg      Config
 	addr     string // host:port to dial
-	host     string // the Host header
 	tls      *tls.Config
-	hostHead []byte // " HTTP/1.1\r\nHost: " + host + "\r\n"
+	hostHead []byte // " HTTP/1.1\r\nHost: " + the origin's host + "\r\n"
 
 	now func() time.Time // the clock of idleness (tests set it)
 
@@ -95,7 +95,7 @@ func New(cfg Config) (*Transport, error) {
 	if u == nil || u.Host == "" {
 		return nil, errors.New("h1: no origin host")
 	}
-	t := &Transport{cfg: cfg, host: u.Host, now: time.Now}
+	t := &Transport{cfg: cfg, now: time.Now}
 	port := u.Port()
 	switch u.Scheme {
 	case "http":
@@ -134,10 +134,10 @@ func New(cfg Config) (*Transport, error) {
 	if t.cfg.MaxHeaderBytes <= 0 {
 		t.cfg.MaxHeaderBytes = 10 << 20
 	}
-	if !validHeaderValue(t.host) {
-		return nil, fmt.Errorf("h1: invalid host %q", t.host)
+	if !validHeaderValue(u.Host) {
+		return nil, fmt.Errorf("h1: invalid host %q", u.Host)
 	}
-	t.hostHead = []byte(" HTTP/1.1\r\nHost: " + t.host + "\r\n")
+	t.hostHead = []byte(" HTTP/1.1\r\nHost: " + u.Host + "\r\n")
 	return t, nil
 }
 
@@ -173,10 +173,7 @@ func (t *Transport) Do(ctx context.Context, r *Request) (resp *http.Response, wr
 	}
 	c, err := t.get(ctx, deadline)
 	if err != nil {
-		if !deadline.IsZero() && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			err = &timeoutError{after: r.Timeout, cause: err}
-		}
-		return nil, false, err
+		return nil, false, cutError(ctx, r.Timeout, err)
 	}
 	if err := c.nc.SetDeadline(deadline); err != nil {
 		c.close()
@@ -238,9 +235,9 @@ func (t *Transport) Do(ctx context.Context, r *Request) (resp *http.Response, wr
 			c.nc.SetDeadline(aLongTimeAgo)
 		}
 	}
-	b := &body{rc: resp.Body, c: c, ctx: ctx, timeout: r.Timeout, keep: !resp.Close}
-	if r.Stream {
-		b.timeout = 0 // the deadline was cleared
+	b := &body{rc: resp.Body, c: c, ctx: ctx, keep: !resp.Close}
+	if !r.Stream {
+		b.timeout = r.Timeout // a streamed body's deadline was cleared
 	}
 	resp.Body = b
 	if resp.ContentLength == 0 || noBody(resp.StatusCode) || r.Method == "HEAD" {
@@ -520,11 +517,12 @@ func (c *conn) fail(ctx context.Context, r *Request, err error) error {
 	return cutError(ctx, r.Timeout, err)
 }
 
-// cutError is the error to give for err, which ended a read or write: the
-// context's cause when its end cut the attempt (as net/http gives), a
-// timeoutError when the attempt's own deadline did, err otherwise.
+// cutError is the error to give for err, which ended a dial, a read or a
+// write: the context's cause when its end cut the attempt (as net/http
+// gives), a timeoutError when the attempt's own deadline did (a
+// connection's deadline, or the dial's context deadline), err otherwise.
 func cutError(ctx context.Context, timeout time.Duration, err error) error {
-	if !errors.Is(err, os.ErrDeadlineExceeded) {
+	if !errors.Is(err, os.ErrDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	if ctx.Err() != nil {
@@ -558,7 +556,7 @@ func (c *conn) close() { c.nc.Close() }
 // ending a stream): the first of them to end the body owns the
 // connection's fate, the other leaves it alone.
 type body struct {
-	rc      io.ReadCloser // ReadResponse's
+	rc      io.ReadCloser // ReadResponse's or quickHead's
 	c       *conn
 	ctx     context.Context
 	timeout time.Duration // the request's, for the error of a read it cut
@@ -625,7 +623,8 @@ func (b *body) release(whole bool) {
 
 // checkRequest refuses what cannot be written as HTTP/1.1: a method or
 // header name that is not a token, a value with a control character, a
-// target that is not visible ASCII.
+// target that is not an absolute path or holds a space or a control
+// character.
 func checkRequest(r *Request) error {
 	if !validToken(r.Method) {
 		return fmt.Errorf("%w: invalid method %q", ErrRequest, r.Method)

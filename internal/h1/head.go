@@ -87,8 +87,8 @@ func parseHead(head string, keys map[string]string) (*http.Response, int64) {
 		}
 		code = code*10 + int(c-'0')
 	}
-	if code < 200 || code == 204 || code == 304 {
-		return nil, 0
+	if noBody(code) {
+		return nil, 0 // interim or bodiless: ReadResponse's
 	}
 	n := strings.Count(rest, "\n") - 1 // header lines
 	h := make(http.Header, n)
@@ -109,12 +109,12 @@ func parseHead(head string, keys map[string]string) (*http.Response, int64) {
 			return nil, 0
 		}
 		value = trimSpace(value)
-		if !plainValue(value) {
+		if !validHeaderValue(value) { // textproto's value bytes too
 			return nil, 0
 		}
 		key, ok := keys[name] // a name known is a plain one
 		if !ok {
-			if !plainName(name) {
+			if !validToken(name) {
 				return nil, 0
 			}
 			key = textproto.CanonicalMIMEHeaderKey(name)
@@ -189,31 +189,6 @@ func trimSpace(v string) string {
 		v = v[:len(v)-1]
 	}
 	return v
-}
-
-// plainName reports whether name is a non-empty token (textproto
-// canonicalises those; anything else is ReadResponse's to judge).
-func plainName(name string) bool {
-	if name == "" {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		if !isTokenByte[name[i]] {
-			return false
-		}
-	}
-	return true
-}
-
-// plainValue reports whether v has only the bytes textproto accepts in a
-// value: visible ASCII, space, tab, and bytes from 0x80.
-func plainValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // sizedBody is a body of a known length: like net/http's, it returns

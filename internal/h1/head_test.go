@@ -69,6 +69,8 @@ var headCases = []string{
 	"HTTP/1.1 304 Not Modified\r\nContent-Length: 5\r\n\r\n",
 	"HTTP/1.1 100 Continue\r\n\r\n",
 	"HTTP/1.1 199 Odd\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 099 Odd\r\nContent-Length: 5\r\n\r\n",
+	"HTTP/1.1 000 Odd\r\nContent-Length: 5\r\n\r\n",
 	"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\n",
 	"HTTP/2.0 200 OK\r\nContent-Length: 5\r\n\r\n",
 	"HTTP/1.1  200 OK\r\nContent-Length: 5\r\n\r\n",
