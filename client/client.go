@@ -186,10 +186,10 @@ type Client struct {
 // internal/h1's connections, written and read on the attempt's own
 // goroutine (docs/h1.md), unless cfg.HTTP2 is set, a proxy from the
 // environment applies to the base URL, the base URL carries user
-// information, or cfg.Transport is set: then over net/http, with idle connections per host sized to
-// MaxConns (the default keeps 2, which churns thousands of connections
-// under load), HTTP/2 attempted over TLS, TCP keep-alive. Stream's
-// downloads always go over net/http.
+// information or a query, or cfg.Transport is set: then over net/http,
+// with idle connections per host sized to MaxConns (the default keeps 2,
+// which churns thousands of connections under load), HTTP/2 attempted
+// over TLS, TCP keep-alive. Stream's downloads always go over net/http.
 func New(cfg Config) *Client {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = "https://api.anthropic.com"
@@ -219,7 +219,7 @@ func New(cfg Config) *Client {
 			ForceAttemptHTTP2:     true,
 			MaxIdleConns:          cfg.MaxConns,
 			MaxIdleConnsPerHost:   cfg.MaxConns,
-			IdleConnTimeout:       90 * time.Second,
+			IdleConnTimeout:       idleTimeout,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ResponseHeaderTimeout: cfg.AttemptTimeout,
 		}
@@ -240,6 +240,9 @@ func (c *Client) CloseIdle() {
 	c.wire.closeIdle()
 	c.http.CloseIdleConnections()
 }
+
+// idleTimeout closes a connection idle that long, on either wire.
+const idleTimeout = 90 * time.Second
 
 // refuseRedirect keeps every redirect as the answer: net/http strips only
 // Authorization and cookies on a cross-host redirect, so following one

@@ -57,10 +57,10 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	put("User-Agent", c.cfg.UserAgent)
 	for name, vs := range extra {
 		name = http.CanonicalHeaderKey(name) // no allocation when it already is
-		switch name {
-		case "X-Api-Key", "Authorization", "Content-Type", "Content-Length", "Host", "Connection", "Transfer-Encoding":
-			// The key's and the transport's: net/http dropped or
-			// replaced these too.
+		switch {
+		case name == "X-Api-Key", name == "Authorization", name == "Content-Type", h1.Owned(name):
+			// The key's, the body's and the transport's: net/http
+			// dropped or replaced these too.
 			continue
 		}
 		if len(vs) > 0 {

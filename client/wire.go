@@ -57,7 +57,7 @@ func newH1Wire(cfg Config, dial func(ctx context.Context, network, addr string) 
 	if p, err := http.ProxyFromEnvironment(&http.Request{URL: u}); err != nil || p != nil {
 		return nil
 	}
-	t, err := h1.New(h1.Config{Origin: u, Dial: dial, MaxIdle: cfg.MaxConns, IdleTimeout: 90 * time.Second})
+	t, err := h1.New(h1.Config{Origin: u, Dial: dial, MaxIdle: cfg.MaxConns, IdleTimeout: idleTimeout})
 	if err != nil {
 		return nil
 	}

@@ -652,8 +652,7 @@ func CheckHeader(h http.Header) error {
 		if !validToken(name) {
 			return fmt.Errorf("%w: invalid header name %q", ErrRequest, name)
 		}
-		switch http.CanonicalHeaderKey(name) {
-		case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+		if Owned(http.CanonicalHeaderKey(name)) {
 			return fmt.Errorf("%w: header %s is the transport's", ErrRequest, name)
 		}
 		for _, v := range vs {
@@ -664,6 +663,16 @@ func CheckHeader(h http.Header) error {
 		}
 	}
 	return nil
+}
+
+// Owned reports whether the header of canonical name is the transport's
+// to write (the framing and the connection), never a request's.
+func Owned(name string) bool {
+	switch name {
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection":
+		return true
+	}
+	return false
 }
 
 // validToken reports whether s is an RFC 9110 token.
