@@ -170,10 +170,6 @@ func skipString(b []byte, i int) int {
 	}
 }
 
-// SkipString returns the index just past the string literal starting at
-// b[i] (a quote), in valid JSON.
-func SkipString(b []byte, i int) int { return skipString(b, i) }
-
 func skipSpace(b []byte, i int) int {
 	for i < len(b) && (b[i] == ' ' || b[i] == '\t' || b[i] == '\r' || b[i] == '\n') {
 		i++

@@ -1,6 +1,9 @@
 package rawjson
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+	"iter"
+)
 
 // maxDepth is encoding/json's nesting limit: 10,000 open objects and
 // arrays are valid, 10,001 are not.
@@ -222,28 +225,40 @@ func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
 }
 
+// Runs yields the runs of b, which Valid accepts, between its
+// insignificant whitespace, in order: together they are what json.Compact
+// writes. Strings are crossed quote to quote and yielded with their
+// escapes untouched. AppendCompact appends the runs; jsonl's params hash
+// hashes them as they come, with no copy.
+func Runs(b []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		run := 0 // the start of the current run
+		for i := 0; i < len(b); {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+			case ' ', '\t', '\r', '\n':
+				if i > run && !yield(b[run:i]) {
+					return
+				}
+				i++
+				run = i
+			default:
+				i++
+			}
+		}
+		if run < len(b) {
+			yield(b[run:])
+		}
+	}
+}
+
 // AppendCompact appends b, which Valid accepts, to dst without its
 // insignificant whitespace: what json.Compact writes, without its second
-// validation pass. Strings are copied whole, escapes untouched.
+// validation pass.
 func AppendCompact(dst, b []byte) []byte {
-	for i := 0; i < len(b); {
-		switch c := b[i]; c {
-		case '"':
-			j := skipString(b, i)
-			dst = append(dst, b[i:j]...)
-			i = j
-		case ' ', '\t', '\r', '\n':
-			i++
-		default:
-			// A run of structure, digits and literals up to the next
-			// string or space.
-			j := i + 1
-			for j < len(b) && b[j] != '"' && b[j] != ' ' && b[j] != '\t' && b[j] != '\r' && b[j] != '\n' {
-				j++
-			}
-			dst = append(dst, b[i:j]...)
-			i = j
-		}
+	for run := range Runs(b) {
+		dst = append(dst, run...)
 	}
 	return dst
 }
