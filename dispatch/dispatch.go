@@ -402,8 +402,7 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 		case it := <-submit:
 			d.enqueue(it, now)
 		case a := <-d.done:
-			d.rest(a.w, d.now()) // not now, read before the select waited: perhaps through the whole attempt
-			d.finish(a)
+			d.ended(a)
 			d.finishReady()
 		case it := <-d.withdraw:
 			d.withdrawItem(it)
@@ -428,12 +427,18 @@ func (d *Dispatcher) finishReady() {
 	for range maxReady {
 		select {
 		case a := <-d.done:
-			d.rest(a.w, d.now())
-			d.finish(a)
+			d.ended(a)
 		default:
 			return
 		}
 	}
+}
+
+// ended takes in a, an attempt its worker has just handed back: the
+// worker rests, the attempt is finished. Loop-owned.
+func (d *Dispatcher) ended(a *attempt) {
+	d.rest(a.w, d.now()) // not the loop's now, read before the select waited: perhaps through the whole attempt
+	d.finish(a)
 }
 
 // maxReady bounds finishReady, so a flood of answers cannot keep the loop
