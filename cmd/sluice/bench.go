@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/internal/bench"
 	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/internal/zeroapi"
 	"github.com/sluice-dev/sluice/sim"
 )
 
@@ -81,8 +82,8 @@ CPU and allocations per request of the engine and the upstream.
 --upstream zero (the default) is internal/zeroapi, an upstream that spends as
 little CPU as it can (it checks only keys and framing), so that on a small
 machine the engine, not the upstream, is what is measured; --upstream sim is the
-simulator with no latency and no limits (a faithful world, 60–80 µs of CPU a
-request of its own).`,
+simulator with no latency and the same limits far out of reach (a faithful
+world, 100–160 µs of CPU a request of its own on a two-core machine).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			bin, err := self()
 			if err != nil {
@@ -145,7 +146,8 @@ func unlimited(scale float64, outMin, outMax int) sim.Config {
 	}
 	for i := range c.Orgs {
 		c.Orgs[i].Limits = nil
-		c.Orgs[i].DefaultLimits = &sim.Limits{RPM: 10_000_000, ITPM: 10_000_000_000, OTPM: 2_000_000_000}
+		limits := zeroapi.Limits // the stand-in upstream's: one world for both
+		c.Orgs[i].DefaultLimits = &limits
 	}
 	c.Output = sim.OutputModel{Min: outMin, Max: outMax}
 	return c

@@ -30,8 +30,8 @@ type EngineRun struct {
 	Workload workload.Judge
 	// Caps per family; nil keeps the defaults.
 	Caps map[api.Family]int
-	// Zero runs against internal/zeroapi (no latency, no limits, as
-	// little CPU as an upstream can spend) instead of the simulator;
+	// Zero runs against internal/zeroapi (no latency, limits out of reach,
+	// as little CPU as an upstream can spend) instead of the simulator;
 	// Sim then only names the organizations (their number).
 	Zero bool
 	// KeepFiles keeps the work directory.
@@ -347,10 +347,7 @@ func (r EngineResult) Print(w io.Writer) {
 	if r.PeakRSSMB > 0 {
 		rss = fmt.Sprintf("%.0f MB", r.PeakRSSMB)
 	}
-	upstream := r.Upstream
-	if upstream == "" {
-		upstream = "simulator"
-	}
+	upstream := r.Upstream // Run sets it before anything can fail
 	fmt.Fprintf(w, "  %s: %d admitted, %d × 429 (%.2f%%), %d extra answers; peak RSS of this process %s\n",
 		upstream, r.Admitted, r.Limited, r.Pct429(), r.Extra, rss)
 	if r.AllocsPerRequest > 0 {

@@ -109,26 +109,26 @@ func (p *SimProcess) PID() int { return p.cmd.Process.Pid }
 // ZeroStats fetches a zero-latency upstream's statistics.
 func (p *SimProcess) ZeroStats() (zeroapi.Stats, error) {
 	var st zeroapi.Stats
-	resp, err := http.Get(p.Base + "/_zero/stats")
-	if err != nil {
-		return st, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return st, fmt.Errorf("bench: zero-latency upstream stats: HTTP %d", resp.StatusCode)
-	}
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	return st, p.getJSON("/_zero/stats", &st)
 }
 
 // Stats fetches the simulator's statistics.
 func (p *SimProcess) Stats() (sim.Stats, error) {
 	var st sim.Stats
-	resp, err := http.Get(p.Base + "/_sim/stats")
+	return st, p.getJSON("/_sim/stats", &st)
+}
+
+// getJSON decodes the child's answer to GET path into v.
+func (p *SimProcess) getJSON(path string, v any) error {
+	resp, err := http.Get(p.Base + path)
 	if err != nil {
-		return st, err
+		return err
 	}
 	defer resp.Body.Close()
-	return st, json.NewDecoder(resp.Body).Decode(&st)
+	if resp.StatusCode != 200 {
+		return fmt.Errorf("bench: GET %s: HTTP %d", path, resp.StatusCode)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // Stop ends the child process.

@@ -1,9 +1,10 @@
 // Package zeroapi is a stand-in for the Messages API with no latency and
 // no limits that costs its host as little as it can: the upstream `sluice
 // bench capacity` measures the engine against. The simulator (sim) models
-// the API's world — buckets, faults, caching, batches — and spends 60–80
-// µs of CPU a request doing it; on a machine of two cores that would be
-// most of what the engine is measured against (docs/overhead.md).
+// the API's world — buckets, faults, caching, batches — and spent 57–160
+// µs of CPU a request doing it on this project's two-core machine (by
+// line size and the host's state); there that was most of what the engine
+// was measured against (BENCHMARKS.md, "(b) Capacity").
 //
 // It speaks HTTP/1.1 itself, one goroutine per connection, and answers:
 //
@@ -38,6 +39,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/apimodel"
 )
 
 // Config configures a Server.
@@ -74,7 +76,7 @@ type Server struct {
 	messages, extra, countTokens, refused, ids atomic.Int64
 	seed                                       maphash.Seed
 	seen                                       [64]seenShard
-	date                                       atomic.Pointer[dateLine]
+	stamp                                      atomic.Pointer[stamp]
 
 	mu    sync.Mutex
 	ln    net.Listener
@@ -88,18 +90,18 @@ type seenShard struct {
 	_  [40]byte // its own cache line
 }
 
-type dateLine struct {
-	sec  int64
-	line []byte // "Date: …\r\n" and the rate-limit headers of that second
+// stamp is the headers that change once a second: Date and the
+// rate-limit headers.
+type stamp struct {
+	sec     int64
+	headers []byte // each line ending in CRLF
 }
 
-// The limits the rate-limit headers state, per minute: far above what one
-// process sends (24k requests a second is 1.4M a minute over every org).
-const (
-	limitRPM  = 10_000_000
-	limitITPM = 10_000_000_000
-	limitOTPM = 2_000_000_000
-)
+// Limits are the per-minute limits the rate-limit headers state: far
+// above what one process sends (24k requests a second is 1.4M a minute
+// over every org). The benchmarks' simulator states the same (`unlimited`
+// in cmd/sluice/bench.go), so the two upstreams are one world.
+var Limits = apimodel.Limits{RPM: 10_000_000, ITPM: 10_000_000_000, OTPM: 2_000_000_000}
 
 // New returns a Server.
 func New(cfg Config) *Server {
@@ -280,6 +282,8 @@ func readHead(br *bufio.Reader, r *request) error {
 	}
 }
 
+// equalFold reports whether b is s, a lower-case ASCII name, in any case:
+// ASCII only, as HTTP's names are (bytes.EqualFold folds Unicode too).
 func equalFold(b []byte, s string) bool {
 	if len(b) != len(s) {
 		return false
@@ -306,14 +310,14 @@ func (s *Server) answer(out, msg []byte, r *request) ([]byte, []byte) {
 	org, known := s.orgs[string(r.key)]
 	if !known {
 		s.refused.Add(1)
-		return s.head(out, 401, "", errorBody("authentication_error", "invalid x-api-key")), msg
+		return s.head(out, 401, "", api.NewErrorBody(api.ErrAuthentication, "", "invalid x-api-key").Marshal()), msg
 	}
 	orgID := s.orgIDs[org]
 	switch {
 	case string(r.method) == "POST" && string(r.target) == "/v1/messages":
 		if bytes.Contains(r.body, []byte(`"stream":true`)) {
 			s.refused.Add(1)
-			return s.head(out, 400, orgID, errorBody("invalid_request_error", "zeroapi does not stream")), msg
+			return s.head(out, 400, orgID, api.NewErrorBody(api.ErrInvalidRequest, "", "zeroapi does not stream").Marshal()), msg
 		}
 		if s.seenBefore(r.body) {
 			s.extra.Add(1)
@@ -328,7 +332,7 @@ func (s *Server) answer(out, msg []byte, r *request) ([]byte, []byte) {
 		return s.head(out, 200, orgID, msg), msg
 	}
 	s.refused.Add(1)
-	return s.head(out, 404, orgID, errorBody("not_found_error", "zeroapi answers POST /v1/messages and /v1/messages/count_tokens")), msg
+	return s.head(out, 404, orgID, api.NewErrorBody(api.ErrNotFound, "", "zeroapi answers POST /v1/messages and /v1/messages/count_tokens").Marshal()), msg
 }
 
 // seenBefore records body and reports whether it had been answered.
@@ -377,11 +381,6 @@ func appendModel(out, body []byte) []byte {
 	return append(out, `"unknown"`...)
 }
 
-func errorBody(typ, msg string) []byte {
-	b, _ := json.Marshal(map[string]any{"type": "error", "error": map[string]string{"type": typ, "message": msg}})
-	return b
-}
-
 // head appends an answer of status with body to out.
 func (s *Server) head(out []byte, status int, orgID string, body []byte) []byte {
 	out = s.headStart(out, status, orgID, s.ids.Add(1))
@@ -405,16 +404,16 @@ func (s *Server) headStart(out []byte, status int, orgID string, id int64) []byt
 		out = append(out, orgID...)
 		out = append(out, "\r\n"...)
 	}
-	return append(out, s.dateLine()...)
+	return append(out, s.secondHeaders()...)
 }
 
-// dateLine is the Date header of this second and the rate-limit headers
-// of an always-full bucket (remaining one below the limit, reset this
-// second), made once a second.
-func (s *Server) dateLine() []byte {
+// secondHeaders is the Date header of this second and the rate-limit
+// headers of an always-full bucket (remaining one below the limit, reset
+// by the next second), made once a second.
+func (s *Server) secondHeaders() []byte {
 	now := time.Now()
-	if d := s.date.Load(); d != nil && d.sec == now.Unix() {
-		return d.line
+	if st := s.stamp.Load(); st != nil && st.sec == now.Unix() {
+		return st.headers
 	}
 	b := []byte("Date: " + now.UTC().Format(http.TimeFormat) + "\r\n")
 	reset := now.UTC().Truncate(time.Second).Add(time.Second).Format(time.RFC3339)
@@ -422,17 +421,16 @@ func (s *Server) dateLine() []byte {
 		name       api.Limiter
 		limit, rem int64
 	}{
-		{api.LimiterRequests, limitRPM, limitRPM - 1},
-		{api.LimiterInputTokens, limitITPM, limitITPM - 1000},
-		{api.LimiterOutputTokens, limitOTPM, limitOTPM - 1000},
-		{api.LimiterTokens, limitITPM + limitOTPM, limitITPM + limitOTPM - 1000},
+		{api.LimiterRequests, Limits.RPM, Limits.RPM - 1},
+		{api.LimiterInputTokens, Limits.ITPM, Limits.ITPM - 1000},
+		{api.LimiterOutputTokens, Limits.OTPM, Limits.OTPM - 1000},
+		{api.LimiterTokens, Limits.ITPM + Limits.OTPM, Limits.ITPM + Limits.OTPM - 1000},
 	} {
 		b = fmt.Appendf(b, "%s: %d\r\n%s: %d\r\n%s: %s\r\n",
 			api.LimitHeaderName(l.name, "limit"), l.limit,
 			api.LimitHeaderName(l.name, "remaining"), l.rem,
 			api.LimitHeaderName(l.name, "reset"), reset)
 	}
-	d := &dateLine{sec: now.Unix(), line: b}
-	s.date.Store(d)
-	return d.line
+	s.stamp.Store(&stamp{sec: now.Unix(), headers: b})
+	return b
 }
