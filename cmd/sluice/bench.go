@@ -97,7 +97,7 @@ world, 100–160 µs of CPU a request of its own on a two-core machine).`,
 			default:
 				return fmt.Errorf("bench capacity: --upstream %q: zero or sim", capUpstream)
 			}
-			r, err := bench.EngineRun{Name: "capacity (zero latency, no limits, " + capUpstream + ")", Binary: bin, Sim: unlimited(ck.scale, 8, 32),
+			r, err := bench.EngineRun{Name: "capacity (zero latency, limits out of reach, " + capUpstream + ")", Binary: bin, Sim: unlimited(ck.scale, 8, 32),
 				Workload: workload.Judge{N: ck.n, Seed: 12, MaxTokens: 64}, Zero: zero}.Run(cmd.Context())
 			if err != nil {
 				return err

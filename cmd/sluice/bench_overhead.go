@@ -20,7 +20,7 @@ func benchOverheadCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "overhead",
 		Short: "What `sluice proxy` adds to one request: the same load straight to a zero-latency simulator and through the proxy",
-		Long: `overhead starts 'sluice sim' (three orgs, zero latency, no limits) as a child
+		Long: `overhead starts 'sluice sim' (three orgs, zero latency, limits out of reach) as a child
 process and drives a closed loop from --connections keep-alive connections
 (each sends its next request when the last is answered, as wrk does) with
 --body-byte Messages bodies, first straight to the simulator and then through

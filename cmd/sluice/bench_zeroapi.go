@@ -18,10 +18,10 @@ func benchZeroAPICmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "zeroapi",
-		Short: "Serve a zero-latency, unlimited stand-in for the Messages API that spends as little CPU as it can (bench capacity's upstream)",
+		Short: "Serve a zero-latency stand-in for the Messages API, limits out of reach, that spends as little CPU as it can (bench capacity's upstream)",
 		Long: `zeroapi answers POST /v1/messages and /v1/messages/count_tokens at once,
-with no limits, for the keys it prints, and GET /_zero/stats with what it
-answered. It is a measuring instrument: it checks only the key and the framing.
+with limits out of reach stated in the API's rate-limit headers, for the keys
+it prints, and GET /_zero/stats with what it answered. It is a measuring instrument: it checks only the key and the framing.
 sluice bench capacity starts it as a child process.`,
 		Hidden: true,
 		Args:   cobra.NoArgs,

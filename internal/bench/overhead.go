@@ -29,7 +29,7 @@ import (
 // processes, so each one's CPU is its own.
 type OverheadRun struct {
 	Binary      string
-	Sim         sim.Config // zero latency, no limits
+	Sim         sim.Config // zero latency, limits out of reach
 	Connections int
 	BodyBytes   int // size of each request body, bytes (at least the JSON frame)
 	Duration    time.Duration
