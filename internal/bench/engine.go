@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/internal/zeroapi"
 	"github.com/sluice-dev/sluice/job"
@@ -231,11 +232,11 @@ func startZeroPool(ctx context.Context, binary string, orgs int) (*SimProcess, *
 	if err != nil {
 		return nil, nil, err
 	}
-	env := map[string]string{}
-	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio}[:min(orgs, 3)] {
-		env[name] = zeroapi.Key(i)
+	var ks []string
+	for i := range orgs {
+		ks = append(ks, zeroapi.Key(i))
 	}
-	pool, err := keys.Load(keys.LoadOptions{Env: keys.EnvMap(env), NoDotEnv: true})
+	pool, err := simtest.PoolOf(simtest.EnvOf(ks))
 	if err != nil {
 		sp.Stop()
 		return nil, nil, err

@@ -14,19 +14,32 @@ import (
 // ANTHROPIC_BATCH_KEY, ANTHROPIC_API_KEY_LOW_PRIO) to the first key of the
 // world's first three organizations: the environment a user would set.
 func KeyEnv(cfg sim.Config) map[string]string {
+	var first []string
+	for _, o := range cfg.Orgs {
+		first = append(first, o.Keys[0].Key)
+	}
+	return EnvOf(first)
+}
+
+// EnvOf maps the standard key variables, in that order, to the first
+// three of ks (one key an organization): how a benchmark's upstream,
+// the simulator or another, hands its keys to the engine.
+func EnvOf(ks []string) map[string]string {
 	env := map[string]string{}
-	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio} {
-		if i < len(cfg.Orgs) {
-			env[name] = cfg.Orgs[i].Keys[0].Key
-		}
+	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio}[:min(len(ks), 3)] {
+		env[name] = ks[i]
 	}
 	return env
 }
 
-// Pool loads the world's keys as `sluice run` would (never from a .env).
-func Pool(cfg sim.Config) (*keys.Pool, error) {
-	return keys.Load(keys.LoadOptions{Env: keys.EnvMap(KeyEnv(cfg)), NoDotEnv: true})
+// PoolOf loads the keys env names as `sluice run` would (never from a
+// .env).
+func PoolOf(env map[string]string) (*keys.Pool, error) {
+	return keys.Load(keys.LoadOptions{Env: keys.EnvMap(env), NoDotEnv: true})
 }
+
+// Pool loads the world's keys as `sluice run` would (never from a .env).
+func Pool(cfg sim.Config) (*keys.Pool, error) { return PoolOf(KeyEnv(cfg)) }
 
 // Loopback serves a simulator of the three-org preset, changed by mutate,
 // on real loopback TCP until the test ends. It returns the server and its

@@ -109,7 +109,7 @@ func TestFraming(t *testing.T) {
 	defer conn.Close()
 	req := func(body, extra string) string {
 		return "POST /v1/messages HTTP/1.1\r\nHost: x\r\nX-Api-Key: " + zeroapi.Key(0) + "\r\n" + extra +
-			"Content-Length: " + itoa(len(body)) + "\r\n\r\n" + body
+			"Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 	}
 	io.WriteString(conn, req(`{"model":"a"}`, "")+req(`{"model":"b"}`, "Connection: close\r\n"))
 	br := bufio.NewReader(conn)
@@ -141,5 +141,3 @@ func TestFraming(t *testing.T) {
 		t.Errorf("after refusing a chunked request the connection stayed open (%v)", err)
 	}
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
