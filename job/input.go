@@ -140,7 +140,7 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 			}
 			continue
 		}
-		p.accepted.Add(n, line)
+		p.accepted.Add(n, line, info)
 		if p.firstModel == "" {
 			p.firstModel = info.Model
 		}

@@ -1,44 +1,146 @@
 package jsonl
 
-import "hash/maphash"
+import (
+	"encoding/hex"
+	"hash/maphash"
+	"math"
+)
 
 // Accepted remembers, per line number, a 64-bit fingerprint of each line a
-// Validator accepted, so a later pass over the same file can tell a line it
-// reads again is byte for byte one already checked and skip the syntax pass
-// (json.Valid and utf8.Valid were a fifth of the engine's CPU, once in the
-// survey and again in each feed: docs/overhead.md). A line that changed
-// since, or one not accepted, is simply checked in full: the fingerprint
-// decides only whether the syntax pass can be skipped, never whether a
-// line is valid. Memory: 8 bytes per line of the file. The zero value is
-// ready to use; an Accepted is not safe for concurrent writes, and may be
-// read concurrently once the pass that fills it has ended.
+// Validator accepted and what validating it found (the params hash, the
+// model, max_tokens and the input estimate), so a later pass over the same
+// file can tell that a line it reads again is byte for byte one already
+// checked and take those facts instead of working them out again: it only
+// reads custom_id and copies params.
+//
+// Why: the feed is one goroutine that every request passes through, and
+// what it spends on a line delays every request behind it (docs/overhead.md,
+// item 20). A line that changed since, or one not accepted, is checked in
+// full: the fingerprint decides only whether the first pass's work can be
+// reused, never whether a changed line is valid.
+//
+// Memory: 34 bytes per line of the file, in pages of 16,384 lines that are
+// never copied (a slice grown by append holds up to a quarter more, and
+// both copies while it grows). The zero value is ready to use; an Accepted
+// is not safe for concurrent writes, and may be read concurrently once the
+// pass that fills it has ended.
 type Accepted struct {
-	seed maphash.Seed
-	sums []uint64 // line number − 1 → fingerprint; 0: not accepted
+	seed   maphash.Seed
+	pages  []*acceptedPage // (line number − 1) / pageLines → its page
+	models []string
+	index  map[string]uint16 // model → its index in models
 }
 
-// Add records line lineNo (1-based) as accepted.
-func (a *Accepted) Add(lineNo int, line []byte) {
+const pageLines = 1 << 14
+
+// acceptedPage holds pageLines lines, indexed by (line number − 1) %
+// pageLines.
+type acceptedPage struct {
+	sums  [pageLines]uint64 // fingerprint; 0: not accepted
+	facts [pageLines]facts  // what validating it found
+	model [pageLines]uint16 // index in models; noFacts: none kept
+}
+
+// facts is what validating an accepted line found, beyond its custom_id
+// and params (which are read again: they are the line's own bytes).
+type facts struct {
+	paramsHash [16]byte
+	est, max   uint32
+}
+
+// at returns line lineNo's page and its index there, or nil when no line
+// of that page was added.
+func (a *Accepted) at(lineNo int) (*acceptedPage, int) {
+	i := lineNo - 1
+	if a == nil || i < 0 || i/pageLines >= len(a.pages) {
+		return nil, 0
+	}
+	return a.pages[i/pageLines], i % pageLines
+}
+
+// noFacts marks an accepted line whose facts did not fit (an estimate or
+// max_tokens over 2³²−1, more than 65,535 models): it is checked again in
+// full but for the syntax pass.
+const noFacts = math.MaxUint16
+
+// Add records line lineNo (1-based) as accepted, with info as a Validator
+// returned it for these bytes without an error.
+func (a *Accepted) Add(lineNo int, line []byte, info Info) {
 	if lineNo < 1 {
 		return
 	}
-	if a.sums == nil {
+	if a.index == nil {
 		a.seed = maphash.MakeSeed()
+		a.index = make(map[string]uint16)
 	}
-	for len(a.sums) < lineNo {
-		a.sums = append(a.sums, 0)
+	for len(a.pages) <= (lineNo-1)/pageLines {
+		a.pages = append(a.pages, nil)
 	}
-	a.sums[lineNo-1] = a.fingerprint(line)
+	if a.pages[(lineNo-1)/pageLines] == nil {
+		a.pages[(lineNo-1)/pageLines] = new(acceptedPage)
+	}
+	p, i := a.at(lineNo)
+	p.sums[i] = a.fingerprint(line)
+	p.model[i] = noFacts
+	f, ok := factsOf(info)
+	if !ok {
+		return
+	}
+	m, known := a.index[info.Model]
+	if !known {
+		if len(a.models) >= noFacts {
+			return
+		}
+		m = uint16(len(a.models))
+		a.models = append(a.models, info.Model)
+		a.index[info.Model] = m
+	}
+	p.facts[i], p.model[i] = f, m
+}
+
+// factsOf packs info's facts, or reports that they do not fit.
+func factsOf(info Info) (facts, bool) {
+	var f facts
+	if info.EstInputTokens < 0 || info.EstInputTokens > math.MaxUint32 ||
+		info.MaxTokens < 1 || info.MaxTokens > math.MaxUint32 ||
+		len(info.ParamsHash) != 2*len(f.paramsHash) {
+		return f, false
+	}
+	if _, err := hex.Decode(f.paramsHash[:], []byte(info.ParamsHash)); err != nil {
+		return f, false
+	}
+	f.est, f.max = uint32(info.EstInputTokens), uint32(info.MaxTokens)
+	return f, true
 }
 
 // Has reports whether line lineNo was accepted with exactly these bytes
 // (a false positive needs a 64-bit collision of a per-process random hash).
 func (a *Accepted) Has(lineNo int, line []byte) bool {
-	if a == nil || lineNo < 1 || lineNo > len(a.sums) {
+	p, i := a.at(lineNo)
+	if p == nil {
 		return false
 	}
-	want := a.sums[lineNo-1]
+	want := p.sums[i]
 	return want != 0 && a.fingerprint(line) == want
+}
+
+// recall returns what validating line lineNo found (Model, MaxTokens,
+// EstInputTokens, ParamsHash, a new string) when its facts were kept. The
+// caller has checked that the line is accepted with the bytes it holds
+// (Has).
+func (a *Accepted) recall(lineNo int) (Info, bool) {
+	p, i := a.at(lineNo)
+	m := p.model[i]
+	if m == noFacts {
+		return Info{}, false
+	}
+	f := &p.facts[i]
+	return Info{
+		Model:          a.models[m],
+		MaxTokens:      int64(f.max),
+		EstInputTokens: int64(f.est),
+		ParamsHash:     hex.EncodeToString(f.paramsHash[:]),
+	}, true
 }
 
 func (a *Accepted) fingerprint(line []byte) uint64 {
