@@ -1,6 +1,7 @@
 package jsonl
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -68,23 +69,33 @@ func TestCheckAgainstIsCheck(t *testing.T) {
 }
 
 // BenchmarkCheckAgainst is the feed's check of a judge-sized line with and
-// without the survey's verdict (docs/overhead.md).
+// without the survey's verdict (docs/overhead.md): a pass over 4,096 lines
+// that differ only in custom_id, one Validator a pass.
 func BenchmarkCheckAgainst(b *testing.B) {
 	text := strings.Repeat("judge the answer against the reference ", 300)
-	line := []byte(req("a", params(`[{"role":"user","content":"`+text+`"}]`, "")))
+	const n = 4096
+	lines := make([][]byte, n)
 	var a Accepted
-	accept(b, &a, 1, line)
+	for i := range lines {
+		lines[i] = []byte(req(fmt.Sprint("a", i), params(`[{"role":"user","content":"`+text+`"}]`, "")))
+		accept(b, &a, i+1, lines[i])
+	}
 	for _, tc := range []struct {
 		name string
 		acc  *Accepted
 	}{{"full", nil}, {"accepted", &a}} {
 		b.Run(tc.name, func(b *testing.B) {
-			b.SetBytes(int64(len(line)))
+			b.SetBytes(int64(len(lines[0])))
+			var v *Validator
+			i := 0
 			for b.Loop() {
-				var v Validator
-				if _, err := v.CheckAgainst(1, line, tc.acc); err != nil {
+				if i%n == 0 {
+					v = new(Validator)
+				}
+				if _, err := v.CheckAgainst(i%n+1, lines[i%n], tc.acc); err != nil {
 					b.Fatal(err)
 				}
+				i++
 			}
 		})
 	}
@@ -161,5 +172,91 @@ func TestAcceptedPages(t *testing.T) {
 	}
 	if info, ok := a.recall(3*pageLines + 5); !ok || info.Model != "claude-haiku-4-5" || info.MaxTokens != 64 {
 		t.Errorf("recall of a line on the fourth page: %+v, %v", info, ok)
+	}
+}
+
+// twoPass checks lines as the survey and the feed do: the second pass,
+// through CheckAgainst, returns what Check returns, line by line and in
+// the Summary.
+func twoPass(t *testing.T, lines []string) {
+	t.Helper()
+	var first Validator
+	var a Accepted
+	for i, l := range lines {
+		if info, err := first.CheckShared(i+1, []byte(l)); err == nil {
+			a.Add(i+1, []byte(l), info)
+		}
+	}
+	var full, again Validator
+	for i, l := range lines {
+		want, wantErr := full.Check(i+1, []byte(l))
+		got, err := again.CheckAgainst(i+1, []byte(l), &a)
+		if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(err, wantErr) {
+			t.Fatalf("line %d %q: CheckAgainst = %+v, %v; Check = %+v, %v", i+1, l, got, err, want, wantErr)
+		}
+	}
+	if g, w := again.Summary(), full.Summary(); !reflect.DeepEqual(g, w) {
+		t.Fatalf("Summary %+v, want %+v", g, w)
+	}
+}
+
+// TestCheckAgainstManyModels: past 65,535 models a line's facts are not
+// kept (the index would wrap onto another model), and a model seen again
+// keeps its index.
+func TestCheckAgainstManyModels(t *testing.T) {
+	var lines []string
+	for i := range 70000 {
+		lines = append(lines, req(fmt.Sprint("id", i), fmt.Sprintf(`{"model":"m%d","max_tokens":%d,"messages":%s}`, i, i+1, hi)))
+	}
+	// a model seen again after the table is full keeps its index
+	lines = append(lines, req("again", `{"model":"m5","max_tokens":3,"messages":`+hi+`}`))
+	lines = append(lines, req("late", `{"model":"m69999","max_tokens":3,"messages":`+hi+`}`))
+	twoPass(t, lines)
+}
+
+// TestCheckAgainstOddLines: lines at the edges of the rules (a byte order
+// mark, a CR, escapes, repeated keys, max_tokens at 2³²−1 and 2³², numbers
+// the rules refuse, nulls, lone surrogates, data after the object).
+func TestCheckAgainstOddLines(t *testing.T) {
+	lines := []string{
+		"\xEF\xBB\xBF" + req("bom", params(hi, "")),
+		req("a", params(hi, "")) + "\r",
+		`{"custom_id":"dup","params":{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"params":{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]},"custom_id":"dup"}`,
+		`{"custom_id":"\u0064up","params":{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok1","params":{"model":"m","max_tokens":1,"max_tokens":99,"model":"\u006e","messages":[{"role":"user","content":"x"}],"messages":[{"role":"user","content":"a much longer text here"}]}}`,
+		`{"custom_id":"ok2","params":{"model":"m","max_tokens":4294967295,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok3","params":{"model":"m","max_tokens":4294967296,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok4","params":{"model":"m","max_tokens":0001,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok5","params":{"model":"m","max_tokens":+1,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok6","params":{"model":"m","max_tokens":-0,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok7","params":{"model":"m","max_tokens":9223372036854775807,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok8","params":{"model":"m","max_tokens":1,"stream":false,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok9","params":{"model":"m","max_tokens":1,"stream":null,"system":null,"messages":[{"role":"user","content":"x"}]}}`,
+		`  {  "custom_id" : "ok10" , "params" : { "model" : "m" , "max_tokens" : 1 , "messages" : [ { "role" : "user" , "content" : "x" } ] }  }  `,
+		`{"custom_id":"a","params":{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}}`,
+		`{"custom_id":"ok11","params":{"model":"\ud800","max_tokens":1,"messages":[{"role":"user","content":"\udc00\ud83d\ude00"}]}}`,
+		`{"custom_id":"ok12","params":{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}, "params":{}}`,
+		`{"custom_id":"ok13","params":{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"x"}]}}{"x":1}`,
+	}
+	twoPass(t, lines)
+}
+
+// TestCheckAgainstCopiesParams: the Info of a recalled line does not alias
+// the line, which the reader reuses.
+func TestCheckAgainstCopiesParams(t *testing.T) {
+	line := []byte(req("a", params(hi, "")))
+	var a Accepted
+	accept(t, &a, 1, line)
+	info, err := new(Validator).CheckAgainst(1, line, &a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := string(info.Params)
+	for i := range line {
+		line[i] = 'x'
+	}
+	if string(info.Params) != want {
+		t.Errorf("Params changed with the line: %q", info.Params)
 	}
 }

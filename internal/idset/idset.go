@@ -1,15 +1,19 @@
 // Package idset keeps a set of short strings — an input file's custom_ids —
-// each with a number (the line it was first seen on), in about a third of
-// the memory of a map[string]int.
+// each with a number (the line it was first seen on), in about half the
+// memory of a map[string]int.
 //
 // Why: uniqueness of custom_id is checked over the whole input, twice (the
 // survey, then the feed), so the set holds every id of a million-line file.
-// As a map[string]int it took 68 bytes an id (54 of map, 14 of string),
-// the largest thing a 1,000,000-line run keeps; here an id costs its bytes
-// plus one, in an arena of 1 MiB chunks that are never copied, and 9 bytes
-// of table at a load of at most three quarters (docs/overhead.md, item 21).
+// As a map[string]int it took 53–72 bytes a 12-byte id (map and string),
+// the largest thing a 1,000,000-line run kept; here an id costs its bytes
+// plus one in an arena, and 9 bytes of table at a load between three
+// eighths and three quarters: 25–37 bytes (docs/overhead.md, item 21). The
+// arena's first chunk starts at 4 KiB and doubles up to 1 MiB; later
+// chunks are 1 MiB from the start and a full chunk is never copied.
 //
-// A Set is not safe for concurrent use; the zero value is empty and ready.
+// A Set is not safe for concurrent use, and must not be copied once used
+// (the copies would share a table but not its count); the zero value is
+// empty and ready.
 package idset
 
 import (
@@ -18,8 +22,10 @@ import (
 )
 
 const (
-	chunkBits = 20 // an arena chunk holds 1 MiB
-	chunkSize = 1 << chunkBits
+	chunkBits  = 20 // an arena chunk holds up to 1 MiB
+	chunkSize  = 1 << chunkBits
+	firstChunk = 4 << 10 // the first chunk's first size: a small file's set stays small
+	firstSlots = 16
 	// MaxLen is the longest id the arena holds (custom_ids have at most 64
 	// bytes); a longer one is kept in the overflow map.
 	MaxLen = 255
@@ -29,6 +35,7 @@ const (
 // arena; the table holds, per slot, a tag (0: empty, else 7 bits of the
 // hash with the top bit set) and the id's arena reference and number.
 type Set struct {
+	_      noCopy
 	seed   maphash.Seed
 	tags   []uint8
 	slots  []slot
@@ -69,7 +76,7 @@ func (s *Set) Add(id string, num int) (int, bool) {
 	if first, ok := s.Get(id); ok {
 		return first, false
 	}
-	if len(id) > MaxLen || num < 0 || num > math.MaxUint32 || !s.room(len(id)) {
+	if len(id) > MaxLen || num < 0 || uint64(num) > math.MaxUint32 || !s.room(len(id)) {
 		if s.overflow == nil {
 			s.overflow = make(map[string]int)
 		}
@@ -78,7 +85,7 @@ func (s *Set) Add(id string, num int) (int, bool) {
 	}
 	if s.tags == nil {
 		s.seed = maphash.MakeSeed()
-		s.grow(1024)
+		s.grow(firstSlots)
 	} else if 4*(s.n+1) > 3*len(s.slots) {
 		s.grow(2 * len(s.slots))
 	}
@@ -126,13 +133,24 @@ func (s *Set) room(n int) bool {
 	return len(last)+1+n <= chunkSize || len(s.chunks) < 1<<(32-chunkBits)
 }
 
-// store appends id to the arena and returns its reference.
+// store appends id to the arena and returns its reference. A reference
+// is a chunk's index and an offset in it, so a chunk may be moved to a
+// larger array (the first, while it grows): references stay valid, and
+// the strings id returns are only compared, never kept.
 func (s *Set) store(id string) uint32 {
-	if len(s.chunks) == 0 || len(s.chunks[len(s.chunks)-1])+1+len(id) > chunkSize {
+	switch {
+	case len(s.chunks) == 0:
+		s.chunks = append(s.chunks, make([]byte, 0, firstChunk))
+	case len(s.chunks[len(s.chunks)-1])+1+len(id) > chunkSize:
 		s.chunks = append(s.chunks, make([]byte, 0, chunkSize))
 	}
 	k := len(s.chunks) - 1
 	c := s.chunks[k]
+	if need := len(c) + 1 + len(id); need > cap(c) {
+		grown := make([]byte, len(c), min(chunkSize, max(2*cap(c), need)))
+		copy(grown, c)
+		c = grown
+	}
 	ref := uint32(k)<<chunkBits | uint32(len(c))
 	c = append(c, byte(len(id)))
 	s.chunks[k] = append(c, id...)
@@ -156,3 +174,9 @@ func (s *Set) grow(size int) {
 		s.tags[j], s.slots[j] = tagOf(h), slots[i]
 	}
 }
+
+// noCopy makes go vet's copylocks check report a Set copied by value.
+type noCopy struct{}
+
+func (*noCopy) Lock()   {}
+func (*noCopy) Unlock() {}

@@ -127,3 +127,80 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	})
 }
+
+// fill adds distinct ids until chunk 0 holds exactly n bytes.
+func fill(t *testing.T, s *Set, n int) {
+	t.Helper()
+	k := 0
+	for len(s.chunks) == 0 || len(s.chunks[0]) < n {
+		have := 0
+		if len(s.chunks) > 0 {
+			have = len(s.chunks[0])
+		}
+		rest := n - have // bytes to add, each id costs 1+len
+		l := min(rest-1, MaxLen)
+		if rest-(1+l) == 1 { // would leave 1 byte: only an empty id fits; avoid
+			l--
+		}
+		id := "f" + strconv.Itoa(k) + "_"
+		k++
+		if l < len(id) {
+			// short tail: use distinct short ids
+			id = strconv.Itoa(k)[:0] + string(rune('A'+k%26)) + strconv.Itoa(k)
+			if l < len(id) {
+				if l == 0 {
+					id = ""
+				} else {
+					id = strings.Repeat("z", l)
+				}
+			}
+		}
+		id += strings.Repeat("p", l-len(id))
+		if _, ok := s.Add(id, k); !ok {
+			t.Fatalf("filler %q already there", id)
+		}
+	}
+	if len(s.chunks) != 1 || len(s.chunks[0]) != n {
+		t.Fatalf("fill %d: %d chunks, len %d", n, len(s.chunks), len(s.chunks[0]))
+	}
+}
+
+// TestSetChunkBoundary: an id that fills a chunk to its last byte stays in
+// it, one a byte longer starts the next, and no chunk grows past 1 MiB.
+func TestSetChunkBoundary(t *testing.T) {
+	for _, L := range []int{1, 10, 64, MaxLen} {
+		for _, slack := range []int{0, -1} { // 0: fits exactly; -1: one byte short
+			var s Set
+			fill(t, &s, chunkSize-1-L-slack)
+			id := strings.Repeat("L", L)
+			s.Add(id, 42)
+			for k, c := range s.chunks {
+				if len(c) > chunkSize || cap(c) > chunkSize {
+					t.Fatalf("L=%d slack=%d: chunk %d len %d cap %d", L, slack, k, len(c), cap(c))
+				}
+			}
+			wantChunks := 1
+			if slack < 0 {
+				wantChunks = 2
+			}
+			if len(s.chunks) != wantChunks {
+				t.Fatalf("L=%d slack=%d: %d chunks, want %d", L, slack, len(s.chunks), wantChunks)
+			}
+			if got, ok := s.Get(id); !ok || got != 42 {
+				t.Fatalf("Get = %d %v", got, ok)
+			}
+		}
+	}
+}
+
+// TestSetStartsSmall: a set of a few ids holds a few KiB, not a 1 MiB
+// chunk (a Validator of a one-line file is made per call in places).
+func TestSetStartsSmall(t *testing.T) {
+	var s Set
+	for i := range 10 {
+		s.Add("item-"+strconv.Itoa(i), i)
+	}
+	if c := cap(s.chunks[0]); c > firstChunk || len(s.slots) > firstSlots {
+		t.Errorf("10 ids: a chunk of %d bytes and %d slots", c, len(s.slots))
+	}
+}
