@@ -50,8 +50,9 @@ type surveyed struct {
 	// prefixes counts the prompt prefixes pending requests share (nil:
 	// CachePrefixOff, or none shared: nothing is injected).
 	prefixes *cacheprefix.Survey
-	// accepted fingerprints the lines the survey accepted, so the feeds
-	// skip their syntax pass over lines that did not change since.
+	// accepted holds what the survey found on each line it accepted, so
+	// the feeds take it for lines that did not change since instead of
+	// validating them again (they read custom_id and copy params).
 	accepted jsonl.Accepted
 }
 

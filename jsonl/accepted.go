@@ -19,8 +19,8 @@ import (
 // full: the fingerprint decides only whether the first pass's work can be
 // reused, never whether a changed line is valid.
 //
-// Memory: 34 bytes per line of the file, in pages of 16,384 lines that are
-// never copied (a slice grown by append holds up to a quarter more, and
+// Memory: 34 bytes per line of the file, in pages of 16,384 lines (544
+// KiB, allocated whole on the page's first Add) that are never copied (a slice grown by append holds up to a quarter more, and
 // both copies while it grows). The zero value is ready to use; an Accepted
 // is not safe for concurrent writes, and may be read concurrently once the
 // pass that fills it has ended.

@@ -63,7 +63,8 @@ func mean(sum int64, n int) float64 {
 // ValidateLine, and custom_ids for uniqueness across the file. It keeps the
 // custom_ids seen so far and the line each was first seen on, nothing else
 // per line (idset: an id's bytes plus 13–25). The zero value is ready to
-// use. A Validator is not safe for concurrent use.
+// use. A Validator is not safe for concurrent use, and must not be copied
+// once used (go vet reports a copy).
 type Validator struct {
 	seen idset.Set // custom_id → line first seen on
 	sum  Summary

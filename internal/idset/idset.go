@@ -2,8 +2,9 @@
 // each with a number (the line it was first seen on), in about half the
 // memory of a map[string]int.
 //
-// Why: uniqueness of custom_id is checked over the whole input, twice (the
-// survey, then the feed), so the set holds every id of a million-line file.
+// Why: uniqueness of custom_id is checked over the whole input, by the
+// survey and then by each feeder (sync and batch), so each set holds every
+// id of a million-line file.
 // As a map[string]int it took 53–72 bytes a 12-byte id (map and string),
 // the largest thing a 1,000,000-line run kept; here an id costs its bytes
 // plus one in an arena, and 9 bytes of table at a load between three
@@ -11,9 +12,10 @@
 // arena's first chunk starts at 4 KiB and doubles up to 1 MiB; later
 // chunks are 1 MiB from the start and a full chunk is never copied.
 //
-// A Set is not safe for concurrent use, and must not be copied once used
-// (the copies would share a table but not its count); the zero value is
-// empty and ready.
+// A Set is not safe for concurrent use, and must not be copied once used:
+// the copies would share a table but not its count, and the first chunk's
+// spare room, so each would overwrite the other's ids (go vet reports a
+// copy). The zero value is empty and ready.
 package idset
 
 import (

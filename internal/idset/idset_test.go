@@ -28,8 +28,8 @@ func TestSetIsMap(t *testing.T) {
 	}
 	for step := range 200000 {
 		k, num := id(), rng.IntN(1<<20)
-		if rng.IntN(50) == 0 {
-			num = math.MaxUint32 + 1 + rng.IntN(10) // overflow
+		if strconv.IntSize == 64 && rng.IntN(50) == 0 {
+			num = int(uint64(math.MaxUint32) + 1 + uint64(rng.IntN(10))) // overflow
 		}
 		if rng.IntN(3) == 0 {
 			got, ok := s.Get(k)
