@@ -15,15 +15,17 @@ import (
 //
 // Why: the feed is one goroutine that every request passes through, and
 // what it spends on a line delays every request behind it (docs/overhead.md,
-// item 20). A line that changed since, or one not accepted, is checked in
-// full: the fingerprint decides only whether the first pass's work can be
-// reused, never whether a changed line is valid.
+// item 20). A line that changed since, one not accepted, and one whose
+// facts do not fit (an estimate or max_tokens over 2³²−1, a model past the
+// 65,535th) is checked in full: the fingerprint decides only whether the
+// first pass's work can be reused, never whether a changed line is valid.
 //
-// Memory: 34 bytes per line of the file, in pages of 16,384 lines (544
-// KiB, allocated whole on the page's first Add) that are never copied (a slice grown by append holds up to a quarter more, and
-// both copies while it grows). The zero value is ready to use; an Accepted
-// is not safe for concurrent writes, and may be read concurrently once the
-// pass that fills it has ended.
+// Memory: 34 bytes per line of the file, in pages of 16,384 lines (544 KiB,
+// allocated whole on the page's first Add) that are never copied (a slice
+// grown by append holds up to a quarter more, and both copies while it
+// grows). The zero value is ready to use; an Accepted is not safe for
+// concurrent writes, and may be read concurrently once the pass that fills
+// it has ended.
 type Accepted struct {
 	seed   maphash.Seed
 	pages  []*acceptedPage // (line number − 1) / pageLines → its page
@@ -36,9 +38,9 @@ const pageLines = 1 << 14
 // acceptedPage holds pageLines lines, indexed by (line number − 1) %
 // pageLines.
 type acceptedPage struct {
-	sums  [pageLines]uint64 // fingerprint; 0: not accepted
+	sums  [pageLines]uint64 // fingerprint; 0: not kept
 	facts [pageLines]facts  // what validating it found
-	model [pageLines]uint16 // index in models; noFacts: none kept
+	model [pageLines]uint16 // index in models
 }
 
 // facts is what validating an accepted line found, beyond its custom_id
@@ -58,44 +60,33 @@ func (a *Accepted) at(lineNo int) (*acceptedPage, int) {
 	return a.pages[i/pageLines], i % pageLines
 }
 
-// noFacts marks an accepted line whose facts did not fit (an estimate or
-// max_tokens over 2³²−1, more than 65,535 models): it is checked again in
-// full but for the syntax pass.
-const noFacts = math.MaxUint16
-
 // Add records line lineNo (1-based) as accepted, with info as a Validator
-// returned it for these bytes without an error.
+// returned it for these bytes without an error. A line whose facts do not
+// fit is left out: a later pass checks it in full.
 func (a *Accepted) Add(lineNo int, line []byte, info Info) {
-	if lineNo < 1 {
+	f, ok := factsOf(info)
+	m, known := a.index[info.Model]
+	if lineNo < 1 || !ok || !known && len(a.models) >= math.MaxUint16 {
 		return
 	}
 	if a.index == nil {
 		a.seed = maphash.MakeSeed()
 		a.index = make(map[string]uint16)
 	}
-	for len(a.pages) <= (lineNo-1)/pageLines {
-		a.pages = append(a.pages, nil)
-	}
-	if a.pages[(lineNo-1)/pageLines] == nil {
-		a.pages[(lineNo-1)/pageLines] = new(acceptedPage)
-	}
-	p, i := a.at(lineNo)
-	p.sums[i] = a.fingerprint(line)
-	p.model[i] = noFacts
-	f, ok := factsOf(info)
-	if !ok {
-		return
-	}
-	m, known := a.index[info.Model]
 	if !known {
-		if len(a.models) >= noFacts {
-			return
-		}
 		m = uint16(len(a.models))
 		a.models = append(a.models, info.Model)
 		a.index[info.Model] = m
 	}
-	p.facts[i], p.model[i] = f, m
+	page := (lineNo - 1) / pageLines
+	for len(a.pages) <= page {
+		a.pages = append(a.pages, nil)
+	}
+	if a.pages[page] == nil {
+		a.pages[page] = new(acceptedPage)
+	}
+	p, i := a.at(lineNo)
+	p.sums[i], p.facts[i], p.model[i] = a.fingerprint(line), f, m
 }
 
 // factsOf packs info's facts, or reports that they do not fit.
@@ -113,30 +104,18 @@ func factsOf(info Info) (facts, bool) {
 	return f, true
 }
 
-// Has reports whether line lineNo was accepted with exactly these bytes
-// (a false positive needs a 64-bit collision of a per-process random hash).
-func (a *Accepted) Has(lineNo int, line []byte) bool {
-	p, i := a.at(lineNo)
-	if p == nil {
-		return false
-	}
-	want := p.sums[i]
-	return want != 0 && a.fingerprint(line) == want
-}
-
 // recall returns what validating line lineNo found (Model, MaxTokens,
-// EstInputTokens, ParamsHash, a new string) when its facts were kept. The
-// caller has checked that the line is accepted with the bytes it holds
-// (Has).
-func (a *Accepted) recall(lineNo int) (Info, bool) {
+// EstInputTokens, ParamsHash, a new string) when it was kept with exactly
+// these bytes (a false positive needs a 64-bit collision of a per-process
+// random hash).
+func (a *Accepted) recall(lineNo int, line []byte) (Info, bool) {
 	p, i := a.at(lineNo)
-	m := p.model[i]
-	if m == noFacts {
+	if p == nil || p.sums[i] == 0 || a.fingerprint(line) != p.sums[i] {
 		return Info{}, false
 	}
 	f := &p.facts[i]
 	return Info{
-		Model:          a.models[m],
+		Model:          a.models[p.model[i]],
 		MaxTokens:      int64(f.max),
 		EstInputTokens: int64(f.est),
 		ParamsHash:     hex.EncodeToString(f.paramsHash[:]),
@@ -147,5 +126,5 @@ func (a *Accepted) fingerprint(line []byte) uint64 {
 	if h := maphash.Bytes(a.seed, line); h != 0 {
 		return h
 	}
-	return 1 // 0 marks a line not accepted
+	return 1 // 0 marks a line not kept
 }

@@ -28,12 +28,12 @@ func TestAccepted(t *testing.T) {
 		{"a prefix of the line", 1, one[:len(one)-1], false},
 	}
 	for _, tt := range tests {
-		if got := a.Has(tt.n, tt.line); got != tt.want {
-			t.Errorf("%s: Has(%d) = %v, want %v", tt.name, tt.n, got, tt.want)
+		if _, got := a.recall(tt.n, tt.line); got != tt.want {
+			t.Errorf("%s: recall(%d) found %v, want %v", tt.name, tt.n, got, tt.want)
 		}
 	}
 	var none *Accepted
-	if none.Has(1, one) {
+	if _, ok := none.recall(1, one); ok {
 		t.Error("a nil Accepted has a line")
 	}
 }
@@ -42,28 +42,13 @@ func TestAccepted(t *testing.T) {
 // on unchanged lines returns what Check returns, and a line that changed
 // since is checked in full (here: it is no longer JSON).
 func TestCheckAgainstIsCheck(t *testing.T) {
-	lines := []string{
+	a := twoPass(t, []string{
 		req("a", params(hi, "")),
 		req("b", `{"model":"m"}`), // invalid: not accepted
 		req("c", params(hi, "")),
-	}
-	var first Validator
-	var a Accepted
-	for i, l := range lines {
-		if info, err := first.CheckShared(i+1, []byte(l)); err == nil {
-			a.Add(i+1, []byte(l), info)
-		}
-	}
-	var full, again Validator
-	for i, l := range lines {
-		wantInfo, wantErr := full.Check(i+1, []byte(l))
-		info, err := again.CheckAgainst(i+1, []byte(l), &a)
-		if !reflect.DeepEqual(info, wantInfo) || !reflect.DeepEqual(err, wantErr) {
-			t.Errorf("line %d: CheckAgainst = %+v, %v; Check = %+v, %v", i+1, info, err, wantInfo, wantErr)
-		}
-	}
+	})
 	changed := `{"custom_id":"a","params":{` // line 1, torn since the survey
-	if _, err := new(Validator).CheckAgainst(1, []byte(changed), &a); err == nil || !strings.Contains(err.Error(), "invalid JSON") {
+	if _, err := new(Validator).CheckAgainst(1, []byte(changed), a); err == nil || !strings.Contains(err.Error(), "invalid JSON") {
 		t.Errorf("a changed line 1: err %v, want invalid JSON", err)
 	}
 }
@@ -124,31 +109,21 @@ func TestCheckAgainstRecalls(t *testing.T) {
 		req("d", `{"model":"m","max_tokens":5000000000,"messages":[{"role":"user","content":"x"}]}`),
 	}
 	recallable := []bool{true, true, true, false}
-	var a Accepted
+	a := twoPass(t, lines)
 	for i, l := range lines {
-		accept(t, &a, i+1, []byte(l))
-	}
-	var full, again Validator
-	for i, l := range lines {
-		want, wantErr := full.Check(i+1, []byte(l))
-		if _, ok := a.recall(i + 1); ok != recallable[i] {
+		if _, ok := a.recall(i+1, []byte(l)); ok != recallable[i] {
 			t.Errorf("line %d: facts kept %v, want %v", i+1, ok, recallable[i])
 		}
-		got, err := again.CheckAgainst(i+1, []byte(l), &a)
-		if wantErr != nil || !reflect.DeepEqual(got, want) || err != nil {
-			t.Errorf("line %d: CheckAgainst = %+v, %v; Check = %+v, %v", i+1, got, err, want, wantErr)
-		}
-	}
-	if got, want := again.Summary(), full.Summary(); !reflect.DeepEqual(got, want) {
-		t.Errorf("Summary %+v, want %+v", got, want)
 	}
 	changed := []byte(req("a", `{"model":"claude-sonnet-4-5","max_tokens":7,"messages":[{"role":"user","content":"a longer question than before"}]}`))
 	want, _ := ValidateLine(changed)
-	got, err := new(Validator).CheckAgainst(1, changed, &a)
+	got, err := new(Validator).CheckAgainst(1, changed, a)
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("line 1 changed since: CheckAgainst = %+v, %v; want %+v", got, err, want)
 	}
-	if dup, err := again.CheckAgainst(1, []byte(lines[0]), &a); err == nil || !strings.Contains(err.Error(), "duplicate custom_id") {
+	var v Validator
+	v.CheckAgainst(1, []byte(lines[0]), a)
+	if dup, err := v.CheckAgainst(1, []byte(lines[0]), a); err == nil || !strings.Contains(err.Error(), "duplicate custom_id") {
 		t.Errorf("an unchanged line seen twice by one Validator: %+v, %v; want a duplicate", dup, err)
 	}
 }
@@ -166,19 +141,19 @@ func TestAcceptedPages(t *testing.T) {
 		want bool
 	}{{1, true}, {2, false}, {pageLines, true}, {pageLines + 1, true}, {pageLines + 2, false},
 		{2*pageLines + 1, false}, {3*pageLines + 5, true}, {3*pageLines + 6, false}, {4*pageLines + 1, false}} {
-		if got := a.Has(tc.n, line); got != tc.want {
-			t.Errorf("Has(%d) = %v, want %v", tc.n, got, tc.want)
+		if _, got := a.recall(tc.n, line); got != tc.want {
+			t.Errorf("recall(%d) found %v, want %v", tc.n, got, tc.want)
 		}
 	}
-	if info, ok := a.recall(3*pageLines + 5); !ok || info.Model != "claude-haiku-4-5" || info.MaxTokens != 64 {
+	if info, ok := a.recall(3*pageLines+5, line); !ok || info.Model != "claude-haiku-4-5" || info.MaxTokens != 64 {
 		t.Errorf("recall of a line on the fourth page: %+v, %v", info, ok)
 	}
 }
 
 // twoPass checks lines as the survey and the feed do: the second pass,
 // through CheckAgainst, returns what Check returns, line by line and in
-// the Summary.
-func twoPass(t *testing.T, lines []string) {
+// the Summary. It returns what the first pass kept.
+func twoPass(t *testing.T, lines []string) *Accepted {
 	t.Helper()
 	var first Validator
 	var a Accepted
@@ -198,6 +173,7 @@ func twoPass(t *testing.T, lines []string) {
 	if g, w := again.Summary(), full.Summary(); !reflect.DeepEqual(g, w) {
 		t.Fatalf("Summary %+v, want %+v", g, w)
 	}
+	return &a
 }
 
 // TestCheckAgainstManyModels: past 65,535 models a line's facts are not

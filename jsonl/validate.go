@@ -84,24 +84,21 @@ func (e LineError) Error() string {
 // holds whatever was read before the failing rule. Info.Params is a copy: the
 // caller may reuse line.
 func ValidateLine(line []byte) (Info, error) {
-	return validate(line, true, false)
+	return validate(line, true)
 }
 
 // validate is ValidateLine; copyParams false leaves Info.Params aliasing
-// line, and accepted skips the syntax pass over a line a Validator already
-// accepted byte for byte (Accepted).
-func validate(line []byte, copyParams, accepted bool) (Info, error) {
+// line.
+func validate(line []byte, copyParams bool) (Info, error) {
 	var info Info
 	fail := func(format string, args ...any) (Info, error) {
 		return info, LineError{CustomID: info.CustomID, Reason: fmt.Sprintf(format, args...)}
 	}
-	if !accepted {
-		if !rawjson.Valid(line) {
-			return fail("%s", syntaxReason(line))
-		}
-		if !utf8.Valid(line) {
-			return fail("invalid UTF-8 at byte %d", invalidUTF8(line))
-		}
+	if !rawjson.Valid(line) {
+		return fail("%s", syntaxReason(line))
+	}
+	if !utf8.Valid(line) {
+		return fail("invalid UTF-8 at byte %d", invalidUTF8(line))
 	}
 	line = bytes.TrimSpace(line)
 	if line[0] != '{' {

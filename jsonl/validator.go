@@ -80,28 +80,23 @@ type Validator struct {
 //
 // The Info is as ValidateLine returns it; Params is a copy.
 func (v *Validator) Check(lineNo int, line []byte) (Info, error) {
-	return v.check(lineNo, line, true, false)
+	return v.check(lineNo, line, true)
 }
 
 // CheckAgainst is Check for a second pass over a file: for a line that a
-// records as accepted with exactly these bytes, what validating it found
-// then is taken from a, and only custom_id is read and params copied (a
-// line whose facts a could not keep skips only the syntax pass); every
-// other line is checked in full. Uniqueness is applied to every line, as
-// by Check, and the Info and error are Check's. A nil a checks every line
-// in full.
+// keeps with exactly these bytes, what validating it found then is taken
+// from a, and only custom_id is read and params copied; every other line is
+// checked in full. Uniqueness is applied to every line, as by Check, and
+// the Info and error are Check's. A nil a checks every line in full.
 func (v *Validator) CheckAgainst(lineNo int, line []byte, a *Accepted) (Info, error) {
-	if !a.Has(lineNo, line) {
-		return v.check(lineNo, line, true, false)
-	}
-	if known, ok := a.recall(lineNo); ok {
+	if known, ok := a.recall(lineNo, line); ok {
 		return v.tally(lineNo, recalled(line, known), nil)
 	}
-	return v.check(lineNo, line, true, true)
+	return v.check(lineNo, line, true)
 }
 
-func (v *Validator) check(lineNo int, line []byte, copyParams, accepted bool) (Info, error) {
-	info, err := validate(line, copyParams, accepted)
+func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error) {
+	info, err := validate(line, copyParams)
 	return v.tally(lineNo, info, err)
 }
 
@@ -137,7 +132,7 @@ func (v *Validator) tally(lineNo int, info Info, err error) (Info, error) {
 // CheckShared is Check without the copy: Info.Params aliases line, so it is
 // valid only until line is reused. For passes that only need the verdict.
 func (v *Validator) CheckShared(lineNo int, line []byte) (Info, error) {
-	return v.check(lineNo, line, false, false)
+	return v.check(lineNo, line, false)
 }
 
 // Summary returns the tally so far. Its Models map is a copy.
@@ -172,7 +167,7 @@ func ScanFile(path string, maxErrors int) (Summary, []LineError, error) {
 		if err != nil {
 			return v.Summary(), errs, fmt.Errorf("jsonl: line %d: %w", n, err)
 		}
-		if _, err := v.check(n, line, false, false); err != nil && (maxErrors < 0 || len(errs) < maxErrors) {
+		if _, err := v.check(n, line, false); err != nil && (maxErrors < 0 || len(errs) < maxErrors) {
 			le, _ := errors.AsType[LineError](err)
 			errs = append(errs, le)
 		}
