@@ -75,8 +75,17 @@ func (s *Set) Get(id string) (int, bool) {
 // Add adds id with number num unless the set already holds it. It returns
 // the number id has in the set (num when added) and whether it was added.
 func (s *Set) Add(id string, num int) (int, bool) {
-	if first, ok := s.Get(id); ok {
+	if first, ok := s.overflow[id]; ok {
 		return first, false
+	}
+	if s.tags == nil {
+		s.seed = maphash.MakeSeed()
+		s.grow(firstSlots)
+	}
+	h := maphash.String(s.seed, id)
+	i, found := s.find(id, h)
+	if found {
+		return int(s.slots[i].num), false
 	}
 	if len(id) > MaxLen || num < 0 || uint64(num) > math.MaxUint32 || !s.room(len(id)) {
 		if s.overflow == nil {
@@ -85,14 +94,10 @@ func (s *Set) Add(id string, num int) (int, bool) {
 		s.overflow[id] = num
 		return num, true
 	}
-	if s.tags == nil {
-		s.seed = maphash.MakeSeed()
-		s.grow(firstSlots)
-	} else if 4*(s.n+1) > 3*len(s.slots) {
+	if 4*(s.n+1) > 3*len(s.slots) {
 		s.grow(2 * len(s.slots))
+		i, _ = s.find(id, h)
 	}
-	h := maphash.String(s.seed, id)
-	i, _ := s.find(id, h)
 	s.tags[i] = tagOf(h)
 	s.slots[i] = slot{ref: s.store(id), num: uint32(num)}
 	s.n++
@@ -167,12 +172,9 @@ func (s *Set) grow(size int) {
 		if t == 0 {
 			continue
 		}
-		// The ids are distinct: each takes the first empty slot on its path.
-		h := maphash.String(s.seed, s.id(slots[i].ref))
-		j := int(h) & (size - 1)
-		for s.tags[j] != 0 {
-			j = (j + 1) & (size - 1)
-		}
+		id := s.id(slots[i].ref)
+		h := maphash.String(s.seed, id)
+		j, _ := s.find(id, h) // the ids are distinct: the first empty slot on its path
 		s.tags[j], s.slots[j] = tagOf(h), slots[i]
 	}
 }
