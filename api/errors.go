@@ -32,34 +32,6 @@ const StatusOverloaded = 529
 // retry-after: retrying fails until the next month.
 const SpendLimitErrorCode = "enforced_spend_limit_reached"
 
-// StatusForErrorType returns the HTTP status the API pairs with t.
-func StatusForErrorType(t ErrorType) int {
-	switch t {
-	case ErrInvalidRequest:
-		return 400
-	case ErrAuthentication:
-		return 401
-	case ErrBilling:
-		return 402
-	case ErrPermission:
-		return 403
-	case ErrNotFound:
-		return 404
-	case ErrConflict:
-		return 409
-	case ErrRequestTooLarge:
-		return 413
-	case ErrRateLimit:
-		return 429
-	case ErrTimeout:
-		return 504
-	case ErrOverloaded:
-		return StatusOverloaded
-	default:
-		return 500
-	}
-}
-
 // ErrorDetail is the "error" object of an error body.
 type ErrorDetail struct {
 	Type    ErrorType     `json:"type"`

@@ -264,16 +264,17 @@ func (d *Dispatcher) Stream(ctx context.Context, req *Request, extra http.Header
 	return <-ch
 }
 
-// classOfStreamError classes a mid-stream error event by its error type.
-// Never KeyDead: a key that was good enough to start the stream is not
-// killed by its end, and the request must not move.
+// classOfStreamError classes a mid-stream error event by its error type's
+// class (api.ClassOfError). Never KeyDead: a key that was good enough to
+// start the stream is not killed by its end, and the request must not
+// move; a refusal mid-stream is retried as a server error.
 func classOfStreamError(t api.ErrorType) client.Class {
-	switch t {
-	case api.ErrOverloaded:
+	switch c, _ := api.ClassOfError(t); c {
+	case api.ErrorOverloaded:
 		return client.Overloaded
-	case api.ErrRateLimit:
+	case api.ErrorRateLimited:
 		return client.RateLimited
-	case api.ErrInvalidRequest, api.ErrNotFound, api.ErrRequestTooLarge:
+	case api.ErrorInvalid:
 		return client.Invalid
 	}
 	return client.ServerError

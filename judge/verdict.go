@@ -348,18 +348,19 @@ func Classify(rec api.ResultRecord, r *Rubric, keepRaw bool) Verdict {
 	}
 }
 
-// errorClass maps an errored row to invalid_request or transport. Transport
-// wins any doubt: a transport row is driven again, never cached.
+// errorClass maps an errored row to invalid_request or transport by the
+// error type's class (api.ClassOfError). Transport wins any doubt: a
+// transport row is driven again, never cached; a type the docs do not list
+// is invalid_request only when the result itself was final.
 func errorClass(typ api.ErrorType, metaClass string) Class {
 	if metaClass == api.ClassTransport {
 		return Transport
 	}
-	switch typ {
-	case api.ErrRateLimit, api.ErrOverloaded, api.ErrAPI, api.ErrTimeout,
-		api.ErrAuthentication, api.ErrPermission, api.ErrBilling, api.ErrConflict:
+	if c, known := api.ClassOfError(typ); known {
+		if c.Final() {
+			return InvalidRequest
+		}
 		return Transport
-	case api.ErrInvalidRequest, api.ErrNotFound, api.ErrRequestTooLarge:
-		return InvalidRequest
 	}
 	if metaClass == api.ClassFinal || metaClass == api.ClassInvalidInput {
 		return InvalidRequest
