@@ -170,6 +170,26 @@ func ParseRetryAfter(h http.Header, now time.Time) (d time.Duration, ok bool) {
 	return 0, false
 }
 
+// DefaultMaxRetryAfter is the longest server retry-after sluice honours
+// unless told otherwise (the CLI's --max-retry-after).
+const DefaultMaxRetryAfter = 10 * time.Minute
+
+// CapRetryAfter is the one rule for a server's retry-after, whoever waits
+// on it (a lane, the batch path's control calls): honoured up to limit
+// (DefaultMaxRetryAfter when limit <= 0), never beyond — a retry-after of a
+// day must not stop work silently for a day, nor one past the cap be
+// ignored. capped reports a cut, for the caller to log (once per lane or
+// organization).
+func CapRetryAfter(d, limit time.Duration) (_ time.Duration, capped bool) {
+	if limit <= 0 {
+		limit = DefaultMaxRetryAfter
+	}
+	if d > limit {
+		return limit, true
+	}
+	return d, false
+}
+
 // parseNonNegative parses a number ≥ 0; one too large for a float64 is
 // +Inf (for the caller to saturate), not an error.
 func parseNonNegative(v string) (float64, bool) {

@@ -74,9 +74,13 @@ const (
 	// ScopeAPI: the API itself (529 overloaded, 5xx, no answer): busy or
 	// failing for everyone, not a sign of this lane's rate.
 	ScopeAPI
+	// ScopeWorkspace: the key's workspace reached the spend limit set on
+	// it (400 "…specified workspace API usage limits"): the key, and any
+	// other key of that workspace, not the organization's others.
+	ScopeWorkspace
 )
 
-var scopeNames = [...]string{"none", "request", "key", "key × model", "organization", "lane", "api"}
+var scopeNames = [...]string{"none", "request", "key", "key × model", "organization", "lane", "api", "workspace"}
 
 func (s Scope) String() string { return scopeNames[s] }
 
@@ -141,8 +145,16 @@ type Outcome struct {
 	Sent bool
 }
 
-// Scope returns the scope of the outcome.
-func (o *Outcome) Scope() Scope { return ScopeOf(o.Class, o.Status) }
+// Scope returns the scope of the outcome: ScopeOf, and ScopeWorkspace for
+// a workspace's own usage limit, which the status alone does not tell
+// from the organization's.
+func (o *Outcome) Scope() Scope {
+	s := ScopeOf(o.Class, o.Status)
+	if s == ScopeOrg && o.Status == 400 && isWorkspaceLimit(o.Body) {
+		return ScopeWorkspace
+	}
+	return s
+}
 
 // Config configures a Client.
 type Config struct {
@@ -355,6 +367,13 @@ func isUsageLimit(body []byte) bool {
 	}
 	m := eb.Err.Message
 	return strings.HasPrefix(m, "You have reached your specified") || strings.Contains(m, "credit balance is too low")
+}
+
+// isWorkspaceLimit recognises the usage-limit 400 of a workspace rather
+// than of the organization.
+func isWorkspaceLimit(body []byte) bool {
+	var eb api.ErrorBody
+	return json.Unmarshal(body, &eb) == nil && strings.HasPrefix(eb.Err.Message, "You have reached your specified workspace")
 }
 
 // Probe checks key with a free count_tokens call: the answer's

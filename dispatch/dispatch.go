@@ -82,7 +82,7 @@ type Config struct {
 }
 
 // DefaultMaxRetryAfter is Config.MaxRetryAfter's default.
-const DefaultMaxRetryAfter = 10 * time.Minute
+const DefaultMaxRetryAfter = api.DefaultMaxRetryAfter
 
 // DefaultStreamIdle is Config.StreamIdle's default: the API keeps a
 // healthy stream busy with ping events between content, so a minute of
@@ -835,18 +835,20 @@ func laneResult(a *attempt, o *client.Outcome) lane.Result {
 	return lr
 }
 
-// capRetryAfter caps the outcome's retry-after at MaxRetryAfter, logging
-// the first capped one of each lane. Loop-owned.
+// capRetryAfter caps the outcome's retry-after at MaxRetryAfter
+// (api.CapRetryAfter, the rule the batch path's control calls follow too),
+// logging the first capped one of each lane. Loop-owned.
 func (d *Dispatcher) capRetryAfter(ls *laneState, o *client.Outcome) {
-	if !o.HasRetryAfter || o.RetryAfter <= d.cfg.MaxRetryAfter {
+	if !o.HasRetryAfter {
 		return
 	}
-	if !ls.cappedLogged {
+	asked := o.RetryAfter
+	var capped bool
+	if o.RetryAfter, capped = api.CapRetryAfter(asked, d.cfg.MaxRetryAfter); capped && !ls.cappedLogged {
 		ls.cappedLogged = true
 		d.log.Warn("the API asked for a retry-after longer than the cap; waiting only up to the cap (--max-retry-after)",
-			"org", ls.org.label, "pool", ls.pool, "retry_after", o.RetryAfter.String(), "cap", d.cfg.MaxRetryAfter.String())
+			"org", ls.org.label, "pool", ls.pool, "retry_after", asked.String(), "cap", d.cfg.MaxRetryAfter.String())
 	}
-	o.RetryAfter = d.cfg.MaxRetryAfter
 }
 
 // endWithdrawn ends it (Aborted) if its request was withdrawn, and
@@ -872,66 +874,48 @@ func (d *Dispatcher) requeue(it *item) {
 	}
 }
 
-// refused applies a key refusal by its scope: a 401 or 403 goes to the key's
-// health rule (keys.Key.Refused: suspect first, dead only when refusals
-// last), a 402, spend cap or exhausted credit kills every key of the org at
-// once (it does not come back within a run). Loop-owned.
+// refused applies a key refusal by the one rule (keys.ApplyRefusal): a
+// 401 or 403 goes to the key's health rule (suspect first, dead only when
+// refusals last; a 403 for the lane's pool only), a workspace's usage
+// limit kills the key, and a 402, the spend cap or exhausted credit kills
+// every key of the org at once. Dead keys leave their org. Loop-owned.
 func (d *Dispatcher) refused(a *attempt, now time.Time) {
 	o, k := &a.out, a.key
-	reason := fmt.Sprintf("HTTP %d", o.Status)
-	if o.Err != nil {
-		reason = o.Err.Error()
-	}
-	pool := a.ls.pool
-	switch o.Scope() {
-	case client.ScopeOrg:
-		d.killKeys(k, true, reason)
-		return
-	case client.ScopeKey:
-		pool = keys.AllPools
-	}
-	switch k.Refused(now, a.sentAt, pool, reason) {
-	case keys.Suspected:
+	r := o.Refusal(a.ls.pool, a.sentAt, now)
+	v, killed := keys.ApplyRefusal(k, a.ls.org.keys, r)
+	switch {
+	case v == keys.Suspected:
 		d.log.Warn("key refused; it is held back and re-probed, and is dead only if refusals last",
-			"key", k, "pool", pool, "status", o.Status, "dead_after", k.Health().DeadAfter.String())
-	case keys.Killed:
-		if pool == keys.AllPools {
-			d.killKeys(k, false, "")
-			return
-		}
-		_, why := k.DeadFor(pool)
-		d.log.Warn("key can no longer use this model pool for this run; its requests move", "key", k, "pool", pool, "reason", why)
+			"key", k, "pool", r.Pool, "status", o.Status, "dead_after", k.Health().DeadAfter.String())
+	case v == keys.Killed && len(killed) == 0:
+		_, why := k.DeadFor(r.Pool)
+		d.log.Warn("key can no longer use this model pool for this run; its requests move", "key", k, "pool", r.Pool, "reason", why)
 	}
+	d.dropKeys(a.ls.org, killed)
 }
 
-// killKeys removes a dead key from its org (and, orgWide, marks every key
-// of the org dead with reason first); an org without keys stops receiving
-// requests. Each death is logged once, by label. Loop-owned.
-func (d *Dispatcher) killKeys(k *keys.Key, orgWide bool, reason string) {
-	for _, org := range d.orgs {
-		var victims []*keys.Key
-		for _, x := range org.keys {
-			if x == k || (orgWide && x.Org() == k.Org()) {
-				victims = append(victims, x)
-			}
+// dropKeys logs each key a refusal killed, once, by label, and takes every
+// dead key out of org (one may have died on the batch path); an org
+// without keys stops receiving requests. Loop-owned.
+func (d *Dispatcher) dropKeys(org *orgState, killed []*keys.Key) {
+	if len(killed) == 0 {
+		return
+	}
+	for _, x := range killed {
+		// Dead() holds the reason with any key value redacted.
+		_, why := x.Dead()
+		d.log.Warn("key is dead for this run; its requests move to live keys", "key", x, "reason", why)
+	}
+	live := org.keys[:0:0]
+	for _, x := range org.keys {
+		if dead, _ := x.Dead(); !dead {
+			live = append(live, x)
 		}
-		for _, x := range victims {
-			if x.MarkDead(reason) || !orgWide {
-				// Dead() holds the reason with any key value redacted.
-				_, why := x.Dead()
-				d.log.Warn("key is dead for this run; its requests move to live keys", "key", x, "reason", why)
-			}
-			for i, y := range org.keys {
-				if y == x {
-					org.keys = append(org.keys[:i:i], org.keys[i+1:]...)
-					org.live.Add(-1)
-					break
-				}
-			}
-		}
-		if len(victims) > 0 && len(org.keys) == 0 {
-			d.log.Warn("organization has no live key left", "org", org.label)
-		}
+	}
+	org.live.Add(int32(len(live) - len(org.keys)))
+	org.keys = live
+	if len(org.keys) == 0 {
+		d.log.Warn("organization has no live key left", "org", org.label)
 	}
 }
 
