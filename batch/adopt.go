@@ -16,10 +16,12 @@ import (
 // in the workspace — with the same request count and the same custom_ids.
 // It is this chunk's only if its rows are exactly the chunk's custom_ids,
 // each once, and every answer is from the model its request asked for
-// (where the request is known to this run). why is empty when it is ours.
-func (r *Runner) verifyAdopted(ctx context.Context, c *chunk, key *keys.Key) (why string, err error) {
+// (where the request is known to this run: in c's body, or in models, the
+// loop's attached requests when the step started). why is empty when it is
+// ours. Runs in a step.
+func (r *Runner) verifyAdopted(ctx context.Context, c *chunk, key *keys.Key, models map[string]string) (why string, err error) {
 	seen := make(map[string]bool, c.n())
-	err = r.eachResultLine(ctx, c, key, func(line []byte, complete bool) (bool, error) {
+	err = r.eachResultLine(ctx, c, key, func(line []byte, complete, _ bool) (bool, error) {
 		var row resultRow
 		if err := json.Unmarshal(line, &row); err != nil || row.CustomID == "" {
 			if !complete {
@@ -44,7 +46,7 @@ func (r *Runner) verifyAdopted(ctx context.Context, c *chunk, key *keys.Key) (wh
 		seen[id] = true
 		if row.Result.Type == api.ResultSucceeded {
 			got := messageModel(row.Result.Message)
-			if want := r.requestModel(c, i, id); want != "" && !sameModel(want, got) {
+			if want := requestModel(c, i, id, models); want != "" && !sameModel(want, got) {
 				why = fmt.Sprintf("custom_id %q was answered by %q, its request asked for %q", id, got, want)
 				return true, nil
 			}
@@ -72,16 +74,11 @@ func messageModel(msg json.RawMessage) string {
 // requestModel is the model the request with custom_id id (position i in
 // the chunk) asked for; "" when this run does not hold the request (a
 // resumed chunk's id not submitted yet).
-func (r *Runner) requestModel(c *chunk, i int, id string) string {
+func requestModel(c *chunk, i int, id string, models map[string]string) string {
 	if i < len(c.list) && c.list[i] != nil && c.list[i].ID == id {
 		return c.list[i].Model
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if q := c.reqs[id]; q != nil {
-		return q.Model
-	}
-	return ""
+	return models[id]
 }
 
 // sameModel reports whether an answer's model is the one asked for: the

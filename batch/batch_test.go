@@ -412,10 +412,7 @@ func TestResumeParked(t *testing.T) {
 		errc := make(chan error, 1)
 		go func() { errc <- r.Run(t.Context()) }()
 		time.Sleep(30 * time.Minute) // the batch ends and is harvested
-		r.mu.Lock()
-		n := len(r.parked)
-		r.mu.Unlock()
-		if n != 10 {
+		if n := r.parkedRows(); n != 10 {
 			t.Fatalf("%d rows parked, want 10", n)
 		}
 		for _, q := range reqs2 {

@@ -118,9 +118,15 @@ type Config struct {
 	// ClockSkew is how much earlier than the local intent time a listed
 	// batch's created_at may be and still be adopted (default 2 min).
 	ClockSkew time.Duration
+	// MaxRetryAfter caps the retry-after a rate-limited create, list or
+	// poll waits for (default api.DefaultMaxRetryAfter), by the rule the
+	// sync dispatcher follows (api.CapRetryAfter): a longer one is logged
+	// once per org and honoured up to the cap.
+	MaxRetryAfter time.Duration
 
 	// OnResult receives the final result of a request answered by a
-	// batch: class ok, final or transport.
+	// batch: class ok, final or transport. The callbacks run on Run's
+	// goroutine, one at a time.
 	OnResult func(Result)
 	// OnReroute receives a request the batch path gives back, with the
 	// reason: send it through the sync dispatcher. Its result is then the
@@ -128,12 +134,13 @@ type Config struct {
 	OnReroute func(req *call.Request, why string)
 	// OnPrime, if set, receives each primer's outcome (prime.go): a sync
 	// request that wrote a shared prefix into an org's prompt cache right
-	// before its batch, billed at the sync price. Serialized with the
-	// other callbacks.
+	// before its batch, billed at the sync price. Runs on Run's goroutine
+	// like the other callbacks.
 	OnPrime func(Prime)
 
 	// Now reads the clock for journal times and deadlines (default
-	// time.Now). Waits use timers: tests run in testing/synctest bubbles.
+	// time.Now). Waits use the loop's timer: tests run in testing/synctest
+	// bubbles.
 	Now    func() time.Time
 	Logger *slog.Logger
 }
@@ -188,6 +195,9 @@ func (c *Config) defaults() error {
 	}
 	if c.ClockSkew <= 0 {
 		c.ClockSkew = DefaultClockSkew
+	}
+	if c.MaxRetryAfter <= 0 {
+		c.MaxRetryAfter = api.DefaultMaxRetryAfter
 	}
 	if c.Now == nil {
 		c.Now = time.Now

@@ -531,19 +531,19 @@ func TestSubmitCancelled(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer r.Close()
-		reqs := requests(2*r.maxPen + 1)
-		for _, q := range reqs[:r.maxPen] { // Run is not running: nothing is cut
+		reqs := requests(2*r.in.max + 1)
+		for _, q := range reqs[:r.in.max] { // Run is not running: nothing is cut
 			if err := r.Submit(t.Context(), q); err != nil {
 				t.Fatal(err)
 			}
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 		defer cancel()
-		if err := r.Submit(ctx, reqs[r.maxPen]); !errors.Is(err, context.DeadlineExceeded) {
+		if err := r.Submit(ctx, reqs[r.in.max]); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Submit on a full queue: %v", err)
 		}
-		if st := r.Stats(); st.Submitted != int64(r.maxPen) {
-			t.Errorf("Submitted = %d, want %d", st.Submitted, r.maxPen)
+		if st := r.Stats(); st.Submitted != int64(r.in.max) {
+			t.Errorf("Submitted = %d, want %d", st.Submitted, r.in.max)
 		}
 	})
 }
@@ -570,8 +570,8 @@ func TestWindows(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("windows %v, want %v", got, want)
 		}
-		if r.target != 10 {
-			t.Errorf("target %d", r.target)
+		if r.q.target != 10 {
+			t.Errorf("target %d", r.q.target)
 		}
 	})
 }

@@ -22,6 +22,9 @@ import (
 // streams in well under it); a cut download is tried again.
 const resultsTimeout = 30 * time.Minute
 
+// rowsPerReport is the most rows a harvest step hands the loop at once.
+const rowsPerReport = 256
+
 // resultRow is one line of a results file. Message and Error stay raw so a
 // message is handed over byte for byte.
 type resultRow struct {
@@ -37,6 +40,7 @@ type resultRow struct {
 type httpError struct {
 	status int
 	class  client.Class
+	body   []byte
 	err    error
 }
 
@@ -44,119 +48,116 @@ func (e *httpError) Error() string {
 	return fmt.Sprintf("batch: results: HTTP %d: %v", e.status, e.err)
 }
 
-// harvest downloads c's results and hands every row over; a download cut
-// short is tried again, rows already handled skipped.
-func (r *Runner) harvest(ctx context.Context, c *chunk, b *api.MessageBatch) error {
-	o := c.org
-	delay := r.cfg.PollMin
-	verified := !c.adopted
-	failures, notFound := 0, 0 // failed downloads (a dead key counts), and 404s: each its own bound
-	for {
-		key, err := r.orgKey(ctx, o)
-		if err != nil {
-			return err
+// advanceHarvest downloads c's results: verified first if its batch was
+// adopted, then streamed, each row handed to the loop as it arrives (rows
+// already handled are skipped, so a download cut short is simply tried
+// again). Loop-owned.
+func (r *Runner) advanceHarvest(c *chunk, now time.Time) {
+	key, wait := r.keyFor(c.org, now)
+	if key == nil && !wait.IsZero() {
+		c.wake = wait
+		return
+	}
+	if key == nil {
+		r.giveUp(c, "organization has no live key", true)
+		return
+	}
+	var models map[string]string // the models of the requests attached now
+	if !c.try.verified {
+		models = make(map[string]string, len(c.reqs))
+		for id, q := range c.reqs {
+			models[id] = q.Model
 		}
-		if key == nil {
-			return r.giveUp(c, "organization has no live key", true)
-		}
-		if !verified {
-			var why string
-			if why, err = r.verifyAdopted(ctx, c, key); err == nil {
-				if why != "" {
-					r.markForeign(c, why)
-					return r.giveUp(c, "the adopted batch is another's: "+why, false)
-				}
-				verified = true
+	}
+	r.start(c, r.live.ctx, func(ctx context.Context) report {
+		rep := &harvestReport{c: c, key: key}
+		if models != nil {
+			why, err := r.verifyAdopted(ctx, c, key, models)
+			if err == nil && why != "" {
+				rep.foreign = why
+				return rep
 			}
+			rep.verified, rep.err = err == nil, err
 		}
-		if err == nil {
-			err = r.stream(ctx, c, key)
+		if rep.err == nil {
+			rep.err = r.stream(ctx, c, key)
 		}
-		if err == nil {
-			break
-		}
-		if errors.Is(err, errCrash) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		var he *httpError
-		if errors.As(err, &he) {
-			switch {
-			case he.class == client.KeyDead:
-				failures++
-				r.keyDead(o, key, &client.Outcome{Status: he.status, Err: he.err})
-				continue
-			case he.status == 404:
-				// Right after a batch ends its results may not be served
-				// yet (the API shows transient 404s there): only a 404
-				// that lasts is "gone".
-				notFound++
-				if notFound > maxResultsNotFound {
-					return r.giveUp(c, fmt.Sprintf("results not found %d times (archived, or deleted)", notFound), false)
-				}
-				r.log.Info("batch: results not found yet; trying again", "org", o.label, "batch", c.batch, "tries", notFound)
-				if err := sleep(ctx, delay); err != nil {
-					return err
-				}
-				delay = min(delay*2, r.cfg.PollMax)
-				continue
-			}
-		}
-		if failures++; failures >= maxHarvestTries {
-			return r.giveUp(c, fmt.Sprintf("results download failed %d times: %v", failures, err), true)
-		}
-		r.log.Info("batch: results download failed; trying again", "org", o.label, "batch", c.batch, "err", err)
-		if err := sleep(ctx, delay); err != nil {
-			return err
-		}
-		delay = min(delay*2, r.cfg.PollMax)
-	}
-
-	// Requests the results did not mention.
-	r.mu.Lock()
-	missing := r.takeUnhandled(c)
-	r.freeUnattached(c)
-	r.mu.Unlock()
-	for _, q := range missing {
-		r.emitReroute(c, q, "missing from the batch results")
-	}
-	if len(missing) > 0 {
-		r.log.Warn("batch: requests missing from a batch's results were re-routed", "batch", c.batch, "requests", len(missing))
-	}
-	if !c.cancelAt.IsZero() {
-		// The old system's "frozen request_counts" signature: a batch
-		// cancelled as stuck that had in fact been answering.
-		rc := b.RequestCounts
-		r.log.Info("batch: harvested a batch sluice cancelled", "org", o.label, "batch", c.batch,
-			"succeeded", rc.Succeeded, "errored", rc.Errored, "canceled", rc.Canceled, "expired", rc.Expired)
-	}
-	r.mu.Lock()
-	c.harvested, c.finished = true, true
-	r.maybeClose(c)
-	r.mu.Unlock()
-	return nil
+		return rep
+	})
 }
 
-// stream downloads c's results file and handles each line as it arrives.
+// harvestReport is a harvest step's outcome.
+type harvestReport struct {
+	c        *chunk
+	key      *keys.Key
+	verified bool   // the adopted batch's results proved ours
+	foreign  string // they proved another's: the evidence
+	err      error  // the download's, the journal's, a simulated crash, or ctx
+}
+
+func (rep *harvestReport) of() *chunk { return rep.c }
+
+// rowsReport is rows a harvest step read, for the loop to hand over; the
+// step waits for the reply.
+type rowsReport struct {
+	c     *chunk
+	rows  []*resultRow
+	reply chan rowsReply
+}
+
+func (rep *rowsReport) of() *chunk { return rep.c }
+
+// rowsReply tells a harvest step whether to stop reading (every row of its
+// chunk is handled), or why it must (the Runner failed).
+type rowsReply struct {
+	stop bool
+	err  error
+}
+
+// stream downloads c's results file and hands its rows to the loop in
+// small groups, as they arrive. Runs in a step.
 func (r *Runner) stream(ctx context.Context, c *chunk, key *keys.Key) error {
-	return r.eachResultLine(ctx, c, key, func(line []byte, complete bool) (bool, error) {
-		if err := r.handleLine(c, line, complete); err != nil {
-			return false, err
+	var rows []*resultRow
+	reply := make(chan rowsReply, 1)
+	hand := func() (bool, error) {
+		r.events <- &rowsReport{c: c, rows: rows, reply: reply}
+		rows = nil
+		rep := <-reply
+		return rep.stop, rep.err
+	}
+	err := r.eachResultLine(ctx, c, key, func(line []byte, complete, more bool) (bool, error) {
+		row := &resultRow{}
+		if err := json.Unmarshal(line, row); err != nil || row.CustomID == "" {
+			if !complete {
+				return false, fmt.Errorf("batch: results of %s end in a torn line", c.batch)
+			}
+			return false, fmt.Errorf("batch: results of %s hold a line that is not a result: %.200q", c.batch, line)
 		}
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		return len(c.handled) == c.n(), nil // every row handled: the rest is not needed
+		id, ok := c.rowID(row.CustomID)
+		if !ok {
+			r.log.Warn("batch: a results line names a custom_id the chunk did not send", "batch", c.batch, "custom_id", row.CustomID)
+			return false, nil
+		}
+		row.CustomID = id // the caller's, from here on
+		rows = append(rows, row)
+		if more && len(rows) < rowsPerReport {
+			return false, nil
+		}
+		return hand()
 	})
+	if err == nil && len(rows) > 0 {
+		_, err = hand()
+	}
+	return err
 }
 
 // eachResultLine downloads c's results file and calls fn on each
 // non-blank line as it arrives, until fn says stop, fails, or the file
 // ends. complete is false for a line the read cut (a last line without a
-// newline, a dropped connection): it must still parse. Lines have no
-// length limit.
-func (r *Runner) eachResultLine(ctx context.Context, c *chunk, key *keys.Key, fn func(line []byte, complete bool) (stop bool, err error)) error {
+// newline, a dropped connection): it must still parse. more is true when
+// the next line is already read. Lines have no length limit. Runs in a
+// step.
+func (r *Runner) eachResultLine(ctx context.Context, c *chunk, key *keys.Key, fn func(line []byte, complete, more bool) (stop bool, err error)) error {
 	ctx, cancel := context.WithTimeout(ctx, resultsTimeout)
 	defer cancel()
 	sent := r.now()
@@ -173,7 +174,7 @@ func (r *Runner) eachResultLine(ctx context.Context, c *chunk, key *keys.Key, fn
 	for {
 		line, err := br.ReadBytes('\n')
 		if len(bytes.TrimSpace(line)) > 0 {
-			stop, ferr := fn(line, err == nil)
+			stop, ferr := fn(line, err == nil, err == nil && br.Buffered() > 0)
 			if ferr != nil {
 				return ferr
 			}
@@ -190,58 +191,118 @@ func (r *Runner) eachResultLine(ctx context.Context, c *chunk, key *keys.Key, fn
 	}
 }
 
-// handleLine hands one results line over: delivered or re-routed when its
-// request was submitted, parked when a resumed chunk's request has not been
-// submitted yet, skipped when done. complete is false for a last line
-// without a newline, which must still parse.
-func (r *Runner) handleLine(c *chunk, line []byte, complete bool) error {
-	row := &resultRow{}
-	if err := json.Unmarshal(line, row); err != nil || row.CustomID == "" {
-		if !complete {
-			return fmt.Errorf("batch: results of %s end in a torn line", c.batch)
-		}
-		return fmt.Errorf("batch: results of %s hold a line that is not a result: %.200q", c.batch, line)
+// takeRows hands rows of c over, on the loop: delivered or re-routed when
+// their request was submitted, parked when a resumed chunk's request has
+// not been submitted yet, skipped when done.
+func (r *Runner) takeRows(c *chunk, rows []*resultRow) rowsReply {
+	if r.live.fatal != nil {
+		return rowsReply{err: r.live.fatal}
 	}
-	id, ok := c.rowID(row.CustomID)
-	r.mu.Lock()
-	i := c.index[id]
-	if !ok {
-		r.mu.Unlock()
-		r.log.Warn("batch: a results line names a custom_id the chunk did not send", "batch", c.batch, "custom_id", row.CustomID)
-		return nil
-	}
-	row.CustomID = id // the caller's, from here on
-	if c.handled[id] {
-		r.mu.Unlock()
-		return nil
-	}
-	req := c.reqs[id]
-	if req == nil {
-		if r.recovered[id] == c && !r.inputClosed {
-			// Its request may be submitted later in this run.
-			delete(r.recovered, id)
-			c.unattached--
-			r.parked[id] = &parkedRow{c: c, row: row, hash: c.hashes[i]}
-			c.parkedN++
+	for _, row := range rows {
+		id := row.CustomID
+		if c.handled[id] {
+			continue
 		}
 		c.handled[id] = true
-		r.mu.Unlock()
-		return nil
+		req := c.reqs[id]
+		if req == nil {
+			if r.recovered[id] == c && r.input == inputOpen {
+				// Its request may be submitted later in this run.
+				delete(r.recovered, id)
+				c.unattached--
+				r.parked[id] = &parkedRow{c: c, row: row, hash: c.hashes[c.index[id]]}
+				c.parkedN++
+			}
+			continue
+		}
+		r.deliverRow(c, req, row)
+		if r.crashed("mid-harvest") {
+			r.fail(errCrash)
+			return rowsReply{err: errCrash}
+		}
 	}
-	c.handled[id] = true
-	r.mu.Unlock()
-	r.deliverRow(c, req, row)
-	if r.crash("mid-harvest") {
-		return errCrash
+	return rowsReply{stop: len(c.handled) == c.n()}
+}
+
+// harvestDone applies a harvest step's report: the chunk harvested, or
+// given up (its adopted batch another's, or the download failing too
+// often), or tried again after a wait (at once with another key).
+func (r *Runner) harvestDone(rep *harvestReport) {
+	c, o := rep.c, rep.c.org
+	if rep.verified {
+		c.try.verified = true
 	}
-	return nil
+	if rep.foreign != "" {
+		r.markForeign(c, rep.foreign)
+		r.giveUp(c, "the adopted batch is another's: "+rep.foreign, false)
+		return
+	}
+	if rep.err == nil {
+		r.finishHarvest(c)
+		return
+	}
+	if r.stopped(r.live.ctx, rep.err) {
+		return
+	}
+	now := r.now()
+	var he *httpError
+	if errors.As(rep.err, &he) {
+		switch {
+		case he.class == client.KeyDead:
+			c.try.failures++
+			r.refused(o, rep.key, &client.Outcome{Class: he.class, Status: he.status, Body: he.body, Err: he.err}, now)
+			return // at once, with the org's next key
+		case he.status == http.StatusNotFound:
+			// Right after a batch ends its results may not be served yet
+			// (the API shows transient 404s there): only a 404 that lasts
+			// is "gone".
+			c.try.notFound++
+			if c.try.notFound > maxResultsNotFound {
+				r.giveUp(c, fmt.Sprintf("results not found %d times (archived, or deleted)", c.try.notFound), false)
+				return
+			}
+			r.log.Info("batch: results not found yet; trying again", "org", o.label, "batch", c.batch, "tries", c.try.notFound)
+			c.wake = now.Add(c.try.delay)
+			c.try.delay = min(c.try.delay*2, r.cfg.PollMax)
+			return
+		}
+	}
+	if c.try.failures++; c.try.failures >= maxHarvestTries {
+		r.giveUp(c, fmt.Sprintf("results download failed %d times: %v", c.try.failures, rep.err), true)
+		return
+	}
+	r.log.Info("batch: results download failed; trying again", "org", o.label, "batch", c.batch, "err", rep.err)
+	c.wake = now.Add(c.try.delay)
+	c.try.delay = min(c.try.delay*2, r.cfg.PollMax)
+}
+
+// finishHarvest ends a harvest: the requests the results did not mention
+// are re-routed, and c closes once its delivered rows are durable.
+func (r *Runner) finishHarvest(c *chunk) {
+	missing := r.takeUnhandled(c)
+	r.freeUnattached(c)
+	for _, q := range missing {
+		r.emitReroute(c, q, "missing from the batch results")
+	}
+	if len(missing) > 0 {
+		r.log.Warn("batch: requests missing from a batch's results were re-routed", "batch", c.batch, "requests", len(missing))
+	}
+	if b := c.try.ended; !c.cancelAt.IsZero() && b != nil {
+		// The old system's "frozen request_counts" signature: a batch
+		// cancelled as stuck that had in fact been answering.
+		rc := b.RequestCounts
+		r.log.Info("batch: harvested a batch sluice cancelled", "org", c.org.label, "batch", c.batch,
+			"succeeded", rc.Succeeded, "errored", rc.Errored, "canceled", rc.Canceled, "expired", rc.Expired)
+	}
+	r.enter(c, harvested)
+	r.maybeClose(c)
 }
 
 // deliverRow turns one row into the request's outcome:
 //
 //	succeeded                        → result, class ok
-//	errored, invalid_request_error   → result, class final (never retried;
-//	                                   from an adopted batch: re-routed)
+//	errored, the request's own fault → result, class final (never retried;
+//	 (api.ClassOfError)                from an adopted batch: re-routed)
 //	succeeded from an adopted batch,
 //	  another model than asked for   → re-routed (the batch is another's)
 //	errored otherwise, expired       → re-routed to sync
@@ -252,11 +313,9 @@ func (r *Runner) deliverRow(c *chunk, req *call.Request, row *resultRow) {
 	res := Result{BatchID: c.batch, Result: call.Result{
 		Request: req, Org: c.org.label, Attempts: 1, Latency: r.now().Sub(c.intentAt),
 	}}
-	r.mu.Lock()
 	if k := c.org.key(); k != nil {
 		res.Key = k.Label()
 	}
-	r.mu.Unlock()
 	switch row.Result.Type {
 	case api.ResultSucceeded:
 		var m struct {
@@ -281,9 +340,10 @@ func (r *Runner) deliverRow(c *chunk, req *call.Request, row *resultRow) {
 		r.emitResult(c, res)
 	case api.ResultErrored:
 		typ, msg := errorOf(row.Result.Error)
-		// From an adopted batch an invalid_request row may be another
-		// job's request's verdict: the sync path asks again.
-		if typ != api.ErrInvalidRequest || c.adopted {
+		// Only a request's own fault is final (api.ClassOfError); from an
+		// adopted batch even that may be another job's request's verdict:
+		// the sync path asks again.
+		if class, _ := api.ClassOfError(typ); !class.Final() || c.adopted {
 			r.emitReroute(c, req, fmt.Sprintf("errored row (%s)", typ))
 			return
 		}
@@ -333,8 +393,6 @@ func errorOf(raw json.RawMessage) (api.ErrorType, string) {
 // evidence), once: nothing more is harvested from it and its requests are
 // re-driven.
 func (r *Runner) markForeign(c *chunk, why string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	if !c.foreign {
 		c.foreign = true
 		r.stats.Foreign++
@@ -352,5 +410,5 @@ func resultsError(resp *http.Response) *httpError {
 	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		err = errors.New("a redirect (sluice never follows one: the API key would go with it)")
 	}
-	return &httpError{status: resp.StatusCode, class: client.Classify(resp.StatusCode, resp.Header, body), err: err}
+	return &httpError{status: resp.StatusCode, class: client.Classify(resp.StatusCode, resp.Header, body), body: body, err: err}
 }

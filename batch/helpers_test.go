@@ -400,7 +400,7 @@ func (w *world) runWith(t *testing.T, col *collector, cfg Config, reqs []*call.R
 		t.Fatal(err)
 	}
 	col.r = r
-	r.crashAt = crashAt
+	r.crash.at = crashAt
 	if setup != nil {
 		setup(r)
 	}

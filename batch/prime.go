@@ -9,39 +9,25 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/internal/rawjson"
 	"github.com/sluice-dev/sluice/keys"
 )
 
-// Priming (docs/caching.md, "Priming before batches"). In Message Batches
-// prompt-cache hits are best effort and a batch created while its org's
-// cache is cold reads nothing: its rows run together and none sees
-// another's write. So before an org's chunk is created, every shared
-// prefix the chunk's requests carry (call.Request.CachePrefix, set by the
-// job when it added a breakpoint) that this org has not primed lately is
-// written by one small sync request: the prefix's first request in the
-// chunk, as prepared for the batch (its 1 h breakpoint), with max_tokens 0
-// (the documented pre-warm; 1 where that is refused).
-// Its answer is thrown away; its usage goes to Config.OnPrime so the run's
-// cost and report count it. A prefix is primed again once half its TTL has
-// passed since the last primer was sent: the batch's own reads refresh the
-// entry, but when they happen is the API's to decide.
-//
-// Priming is best effort and never holds a create for long: a primer that
-// fails (a 429 from a busy sync lane, a 5xx, a timeout) is logged and the
-// chunk is created anyway, and the prefix is tried again with the org's
-// next chunk; all of one chunk's primers get primeTimeout. A request with
-// extended thinking does not prime (max_tokens must exceed its thinking
-// budget); another request of the same prefix in the chunk does.
-//
-// Whether a batch reads what a sync request wrote is the API's to decide
-// and users measured it low (a sync pre-warm reached 16 %, another 0 %;
-// anthropic-api.md §10), while a batch after a warm batch read 100 %: the
-// primer is cheap insurance, not a guarantee, and the report gives the
-// batch hit rate the run got.
+// Priming (docs/caching.md, "Priming before batches"): before an org's
+// chunk is created, each shared prefix its requests carry
+// (call.Request.CachePrefix) that the org has not primed within half the
+// prefix's TTL is written into the org's prompt cache by one sync request —
+// the prefix's first request in the chunk as prepared for the batch, with
+// max_tokens 0 (1 where 0 is refused) — whose usage goes to
+// Config.OnPrime. Best effort: a primer that fails is logged and counted,
+// the chunk is created anyway, and one chunk's primers share primeTimeout.
+// A request with extended thinking does not prime; another request of the
+// same prefix does. A seed chunk (seed.go) is not primed.
 
-// primeTimeout bounds one primer: a create waits at most this long for it.
+// primeTimeout bounds one chunk's primers: a create waits at most this
+// long for them.
 const primeTimeout = 30 * time.Second
 
 // Prime is one primer's outcome, for Config.OnPrime: the org and key
@@ -53,89 +39,126 @@ type Prime struct {
 	OK       bool
 }
 
-// prime writes the chunk's shared prefixes into o's prompt cache, one
-// primer per prefix not primed within half its TTL, all of them within
-// primeTimeout: a prefix left over is primed with the org's next chunk.
-// Called by create under o.createMu, before the chunk's intent: a crash
-// here leaves no trace but the primers' cost. create checks its cutoff
-// again afterwards.
-func (r *Runner) prime(ctx context.Context, c *chunk, key *keys.Key) {
+// primer is one primer to send: a shared prefix and the request that
+// writes it.
+type primer struct {
+	prefix uint64
+	req    *call.Request
+	// sent is when it was sent, out its answer (the step's).
+	sent time.Time
+	out  client.Outcome
+}
+
+// primers returns the primers c needs on its org at now — the first
+// request of each shared prefix not primed there within half its TTL that
+// can prime — and whether a request of such a prefix could not (extended
+// thinking). A seed needs none: its own row writes the prefix in a batch,
+// the warmth the chunks after it wait for; a sync write before it (2× the
+// full price) is the reading users measured low, and would delay it.
+func (r *Runner) primers(c *chunk, now time.Time) (ps []*primer, thinking bool) {
 	if c.seedFor != nil {
-		// A seed's own row writes the prefix in a batch, the warmth the
-		// chunks after it wait for; a sync write before it (2× the full
-		// price) is the reading users measured low, and would delay it.
-		return
+		return nil, false
 	}
-	o := c.org
 	done := map[uint64]bool{}
-	thinking := false
-	pctx, cancel := context.WithTimeout(ctx, primeTimeout)
-	defer cancel()
 	for _, req := range c.list {
 		p := req.CachePrefix
 		if p == 0 || req.CacheTTL <= 0 || done[p] {
 			continue
 		}
-		now := r.now()
-		r.mu.Lock()
-		due := !now.Before(o.primed[p])
-		r.mu.Unlock()
-		if !due {
+		if now.Before(c.org.primed[p]) {
 			done[p] = true
 			continue
 		}
-		body, ok := primerBody(req.Body(), 0)
-		if !ok {
+		if _, ok := primerBody(req.Body(), 0); !ok {
 			thinking = true // this request cannot prime; another of the prefix may
 			continue
 		}
 		done[p] = true
-		var out client.Outcome
-		if !r.primeOne.Load() {
-			out = r.do(pctx, key, "POST", messagesPath, body)
-		}
-		if r.primeOne.Load() || (out.Class == client.Invalid && out.Status == http.StatusBadRequest) {
-			// An API or gateway that refuses max_tokens 0 (the documented
-			// pre-warm): one output token instead, and from then on if
-			// that is taken.
-			body, _ = primerBody(req.Body(), 1)
-			retry := r.do(pctx, key, "POST", messagesPath, body)
-			if retry.Class == client.OK && !r.primeOne.Load() {
-				r.primeOne.Store(true)
-				r.log.Info("batch: max_tokens 0 refused for a prompt-cache primer; priming with max_tokens 1", "org", o.label)
+		ps = append(ps, &primer{prefix: p, req: req})
+	}
+	return ps, thinking
+}
+
+// primeReport is a prime step's outcome: the primers it sent (those past
+// primeTimeout are left for the org's next chunk).
+type primeReport struct {
+	c    *chunk
+	key  *keys.Key
+	sent []*primer
+	// one: an endpoint refused max_tokens 0 and took 1.
+	one bool
+}
+
+func (rep *primeReport) of() *chunk { return rep.c }
+
+// startPrime starts c's prime step: ps sent one after another with key,
+// all within primeTimeout.
+func (r *Runner) startPrime(c *chunk, key *keys.Key, ps []*primer) {
+	one := r.primeOne
+	r.start(c, r.live.pollCtx, func(ctx context.Context) report {
+		rep := &primeReport{c: c, key: key}
+		pctx, cancel := context.WithTimeout(ctx, primeTimeout)
+		defer cancel()
+		for _, p := range ps {
+			p.sent = r.now()
+			if !one {
+				body, _ := primerBody(p.req.Body(), 0)
+				p.out = r.do(pctx, key, "POST", messagesPath, body)
 			}
-			out = retry
+			if one || (p.out.Class == client.Invalid && p.out.Status == http.StatusBadRequest) {
+				// An API or gateway that refuses max_tokens 0 (the
+				// documented pre-warm): one output token instead, and from
+				// then on if that is taken.
+				body, _ := primerBody(p.req.Body(), 1)
+				p.out = r.do(pctx, key, "POST", messagesPath, body)
+				if p.out.Class == client.OK && !one {
+					one, rep.one = true, true
+				}
+			}
+			rep.sent = append(rep.sent, p)
+			if pctx.Err() != nil {
+				break // out of time (or interrupted): the rest with the next chunk
+			}
 		}
-		pr := Prime{Org: o.label, Key: key.Label(), Model: req.Model, OK: out.Class == client.OK}
-		r.mu.Lock()
+		return rep
+	})
+}
+
+// primed applies a prime step's report: each primer counted and handed to
+// OnPrime, then the chunk created — unless the run stopped meanwhile, or
+// priming took it past the cutoff or a Cancel came (re-routed).
+func (r *Runner) primed(rep *primeReport) {
+	c, o := rep.c, rep.c.org
+	if rep.one && !r.primeOne {
+		r.primeOne = true
+		r.log.Info("batch: max_tokens 0 refused for a prompt-cache primer; priming with max_tokens 1", "org", o.label)
+	}
+	for _, p := range rep.sent {
+		pr := Prime{Org: o.label, Key: rep.key.Label(), Model: p.req.Model, OK: p.out.Class == client.OK}
 		if pr.OK {
-			pr.Usage = out.Usage
-			o.primed[p] = now.Add(req.CacheTTL / 2)
-			if out.Usage.CacheReadInputTokens > 0 {
-				o.notePrimerRead(p, req.CacheTTL, now)
+			pr.Usage = p.out.Usage
+			o.primed[p.prefix] = p.sent.Add(p.req.CacheTTL / 2)
+			if p.out.Usage.CacheReadInputTokens > 0 {
+				o.notePrimerRead(p.prefix, p.req.CacheTTL, p.sent)
 			}
 			r.stats.Primed++
 		} else {
 			r.stats.PrimeFailed++
+			r.log.Info("batch: priming the prompt cache failed; creating the batch anyway", "org", o.label, "status", p.out.Status, "err", p.out.Err)
 		}
-		r.mu.Unlock()
-		if !pr.OK {
-			r.log.Info("batch: priming the prompt cache failed; creating the batch anyway", "org", o.label, "status", out.Status, "err", out.Err)
-		}
-		if r.cfg.OnPrime != nil {
-			r.cbMu.Lock()
+		if r.cfg.OnPrime != nil && !r.crash.dead.Load() {
 			r.cfg.OnPrime(pr)
-			r.cbMu.Unlock()
-		}
-		if pctx.Err() != nil {
-			return // out of time (or interrupted): the rest with the next chunk
 		}
 	}
-	if thinking {
-		r.mu.Lock()
-		r.warnOnce("prime-thinking", "batch: requests with extended thinking do not prime the prompt cache before their batches (a primer cannot carry a thinking budget); a prefix only they carry is not primed", "org", o.label)
-		r.mu.Unlock()
+	if r.live.pollCtx.Err() != nil {
+		return // interrupted while priming: nothing was created
 	}
+	if why := r.lateOrCancelled(r.now()); why != "" {
+		r.abandon(c, why, moveReroute)
+		return
+	}
+	r.enter(c, creating)
+	c.try.key = rep.key
 }
 
 // messagesPath is the Messages endpoint a primer is sent to.

@@ -11,26 +11,19 @@ import (
 	"github.com/sluice-dev/sluice/cost"
 )
 
-// Seeding (docs/caching.md, "Seeding batches"). In Message Batches
-// prompt-cache hits are best effort, and the readings are far apart: a
-// batch after a sync pre-warm read 0–16 % where users measured it, a batch
-// that began after a warm batch 100 %; a row that misses writes at 2× (the
-// 1 h TTL), so below cost.CacheBreakEven1h the cache costs money. The
-// runner therefore creates a chunk with a prefix's breakpoints only when a
-// batch row of that prefix has read or written the cache on the chunk's
-// organization within half the TTL: before an organization takes its
-// first chunk of a prefix it creates a seed, one batch holding one
-// request of each prefix it needs seeded (not primed), and holds its
-// chunks of those prefixes until the seed has ended (at most seedBase,
-// half the TTL and half the time to the create cutoff). A chunk created
-// while its organization is not batch-warm for a prefix goes without that
-// prefix's breakpoints (the request as written), and so does every chunk
-// of an organization whose rows with breakpoints read below the
-// break-even. The worst case is one
-// row written at 2× per organization and prefix per seed and one small
-// batch's turnaround of latency. Which requests a chunk sent as written
-// is journaled with it (record.Plain), so a resumed run attaches them as
-// they were sent.
+// Seeding (docs/caching.md, "Seeding batches"): a chunk is created with a
+// shared prefix's breakpoints only when a batch row of that prefix has read
+// or written the cache on the chunk's organization within half the TTL.
+// Before an organization takes its first chunk of a prefix it creates a
+// seed — one batch holding one request of each prefix it needs seeded —
+// and holds its chunks of those prefixes until the seed has ended (at most
+// seedBase, half the TTL and half the time to the create cutoff). A chunk
+// created while its organization is not batch-warm for a prefix goes
+// without that prefix's breakpoints (as written), and so does every chunk
+// of an organization whose rows with breakpoints read below
+// cost.CacheBreakEven1h. Which requests a chunk sent as written is
+// journaled with it (record.Plain), so a resumed run attaches them as they
+// were sent. Everything here is the loop's.
 
 const (
 	// defaultSeedWait is the longest a seed holds its organization's
@@ -44,8 +37,7 @@ const (
 	poorAfterRows = 50
 )
 
-// seed is one organization's batch-warmth of one shared prefix. Guarded
-// by Runner.mu.
+// seed is one organization's batch-warmth of one shared prefix.
 type seed struct {
 	chunk     *chunk    // the seed batch, until its goroutine ends
 	waitUntil time.Time // chunks of the prefix are held until then while chunk runs
@@ -89,8 +81,7 @@ func (s *seed) status(now time.Time) seedStatus {
 	return seedNeeded
 }
 
-// seedOf returns o's seed state for prefix p, made if absent. Requires
-// Runner.mu.
+// seedOf returns o's seed state for prefix p, made if absent.
 func (o *orgState) seedOf(p uint64) *seed {
 	s := o.seeds[p]
 	if s == nil {
@@ -108,7 +99,7 @@ func cacheable(req *call.Request) bool {
 
 // chunkPrefixes returns a function giving the distinct shared prefixes of
 // the next n pending requests, computed on first use (a scan only when an
-// organization could take a chunk or a seed). Requires r.mu while used.
+// organization could take a chunk or a seed).
 func (r *Runner) chunkPrefixes(n int) func() []uint64 {
 	var ps []uint64
 	done := false
@@ -117,7 +108,7 @@ func (r *Runner) chunkPrefixes(n int) func() []uint64 {
 			return ps
 		}
 		done = true
-		for _, q := range r.pending[:min(n, len(r.pending))] {
+		for _, q := range r.q.reqs[:min(n, len(r.q.reqs))] {
 			if cacheable(q) && !containsPrefix(ps, q.CachePrefix) {
 				ps = append(ps, q.CachePrefix)
 			}
@@ -150,16 +141,19 @@ func (r *Runner) seedBase() time.Duration {
 // cutSeeds cuts, for each organization that can create now and needs a
 // seed for some prefix among the requests waiting to be cut, one seed
 // chunk holding one request of each prefix it needs seeded (one create
-// and one turnaround however many prefixes the job has). Seeding what
-// waits behind the next chunk, not only the next chunk's, lets a seed run
-// while the organization's window is full of earlier chunks, so a job
-// listed prefix by prefix does not stall at each new one. A seed holds at
-// most a chunk's requests and the organization's free window; its
-// organization's create is then unresolved. Requires r.mu.
-func (r *Runner) cutSeeds(now time.Time, waiting func() []uint64, wake *time.Time) []*chunk {
-	var out []*chunk
+// and one turnaround however many prefixes the job has), and reports
+// whether it cut any. Seeding what waits behind the next chunk, not only
+// the next chunk's, lets a seed run while the organization's window is
+// full of earlier chunks, so a job listed prefix by prefix does not stall
+// at each new one. A seed holds at most a chunk's requests and the
+// organization's free window; its organization's create is then
+// unresolved.
+func (r *Runner) cutSeeds(now time.Time, waiting func() []uint64, wake *time.Time) bool {
+	cut := false
 	for _, o := range r.orgs {
-		if !r.ready(o, 1, now, wake) || len(waiting()) == 0 {
+		ok, until := o.canCreate(1, now)
+		*wake = earliest(*wake, until)
+		if !ok || len(waiting()) == 0 {
 			continue
 		}
 		if !slices.ContainsFunc(waiting(), func(p uint64) bool { return o.seeds[p].status(now) == seedNeeded }) {
@@ -168,37 +162,37 @@ func (r *Runner) cutSeeds(now time.Time, waiting func() []uint64, wake *time.Tim
 		needs := func(q *call.Request) bool {
 			return cacheable(q) && o.seeds[q.CachePrefix].status(now) == seedNeeded
 		}
-		if c := r.cutSeed(o, needs, min(o.window-o.inflight, r.target), now); c != nil {
-			out = append(out, c)
+		if r.cutSeed(o, needs, min(o.window-o.inflight, r.q.target), now) != nil {
+			cut = true
 		}
 	}
-	return out
+	return cut
 }
 
-// cutSeed cuts the first pending request of each prefix that needs a
-// seed, in pending order (the next chunk's first) and at most limit of
-// them within the byte cap, into one seed chunk on o, or returns nil when
-// none is pending. Requires r.mu.
+// cutSeed cuts the first queued request of each prefix that needs a seed,
+// in queue order (the next chunk's first) and at most limit of them within
+// the byte cap, into one seed chunk on o, or returns nil when none is
+// queued.
 func (r *Runner) cutSeed(o *orgState, needs func(*call.Request) bool, limit int, now time.Time) *chunk {
 	var picked []*call.Request
 	var sizes []int64
 	var seeds []uint64
-	rest, restSizes := r.pending[:0:0], r.sizes[:0:0]
-	for j, q := range r.pending {
+	rest, restSizes := r.q.reqs[:0:0], r.q.sizes[:0:0]
+	for j, q := range r.q.reqs {
 		if len(seeds) < limit && needs(q) && !containsPrefix(seeds, q.CachePrefix) {
-			picked, sizes, seeds = append(picked, q), append(sizes, r.sizes[j]), append(seeds, q.CachePrefix)
+			picked, sizes, seeds = append(picked, q), append(sizes, r.q.sizes[j]), append(seeds, q.CachePrefix)
 			continue
 		}
-		rest, restSizes = append(rest, q), append(restSizes, r.sizes[j])
+		rest, restSizes = append(rest, q), append(restSizes, r.q.sizes[j])
 	}
 	if len(picked) == 0 {
 		return nil
 	}
 	// The seed's requests to the front, the rest keeping their order; the
 	// picked requests beyond the byte cap stay at the front, unseeded.
-	r.pending = append(picked, rest...)
-	r.sizes = append(sizes, restSizes...)
-	n, body := fit(r.pending, r.sizes, len(picked), r.byteCap)
+	r.q.reqs = append(picked, rest...)
+	r.q.sizes = append(sizes, restSizes...)
+	n, body := fit(r.q.reqs, r.q.sizes, len(picked), r.q.byteCap)
 	picked, seeds = picked[:n], seeds[:n]
 	c := r.cut(n, body, o)
 	c.seedFor = seeds
@@ -226,11 +220,10 @@ func minTime(a, b time.Time) time.Time {
 	return a
 }
 
-// seedHolds reports whether o must not take a chunk carrying prefixes now
-// (a seed of one of them runs, or is still to be cut), moving wake to the
-// end of the wait. Requires r.mu.
-func (r *Runner) seedHolds(o *orgState, prefixes []uint64, now time.Time, wake *time.Time) bool {
-	held := false
+// seedHolds reports whether o must not take a chunk carrying prefixes at
+// now (a seed of one of them runs, or is still to be cut), and until when
+// a running seed holds it.
+func (o *orgState) seedHolds(prefixes []uint64, now time.Time) (held bool, until time.Time) {
 	for _, p := range prefixes {
 		s := o.seeds[p]
 		switch s.status(now) {
@@ -238,23 +231,21 @@ func (r *Runner) seedHolds(o *orgState, prefixes []uint64, now time.Time, wake *
 			held = true
 		case seedWaiting:
 			held = true
-			if wake.IsZero() || s.waitUntil.Before(*wake) {
-				*wake = s.waitUntil
-			}
+			until = earliest(until, s.waitUntil)
 		}
 	}
-	return held
+	return held, until
 }
 
-// seedEnded settles a seed chunk once its goroutine is done: warm, or
-// never created (seeded again when the organization can create), or it
-// warmed nothing and is retried after a back-off. Other chunks return.
-func (r *Runner) seedEnded(c *chunk) {
+// seedEnded settles a seed chunk as it finishes: warm, or never created
+// and requeued (seeded again when the organization can create), or it
+// warmed nothing (or was refused and re-routed: a create the API refuses
+// would refuse the next seed too) and is retried after a back-off. Other
+// chunks return.
+func (r *Runner) seedEnded(c *chunk, requeued bool) {
 	if c.seedFor == nil {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	now := r.now()
 	for _, p := range c.seedFor {
 		s := c.org.seeds[p]
@@ -265,12 +256,8 @@ func (r *Runner) seedEnded(c *chunk) {
 		switch {
 		case now.Before(s.warmUntil):
 			s.failures = 0
-		case c.batch == "" && !c.rerouted:
-			// Not created and requeued (a 429, no live key): seeded
-			// again when the organization can create.
+		case requeued:
 		default:
-			// Ended without warming the prefix, or refused and re-routed
-			// (a create the API refuses would refuse the next seed too).
 			s.failures++
 			wait := r.seedBase() << min(s.failures-1, maxSeedBackoff)
 			s.retryAt = now.Add(wait)
@@ -278,7 +265,6 @@ func (r *Runner) seedEnded(c *chunk) {
 				"org", c.org.label, "prefix", strconv.FormatUint(p, 16), "seed again in", wait)
 		}
 	}
-	r.poke()
 }
 
 // seeds reports whether c seeds prefix p.
@@ -294,8 +280,6 @@ func (r *Runner) noteCacheRow(c *chunk, req *call.Request, u api.Usage) {
 		return
 	}
 	read := u.CacheReadInputTokens > 0
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	s := c.org.seedOf(p)
 	if read || u.CacheCreationInputTokens > 0 {
 		if until := c.intentAt.Add(req.CacheTTL / 2); until.After(s.warmUntil) {
@@ -319,7 +303,7 @@ func (r *Runner) noteCacheRow(c *chunk, req *call.Request, u api.Usage) {
 
 // notePrimerRead extends o's warmth of p when a primer read the entry a
 // batch had warmed: it was alive at now and is refreshed. A primer that
-// wrote it proves nothing a batch will read. Requires r.mu.
+// wrote it proves nothing a batch will read.
 func (o *orgState) notePrimerRead(p uint64, ttl time.Duration, now time.Time) {
 	s := o.seeds[p]
 	if s == nil || s.warmUntil.IsZero() {
@@ -333,8 +317,7 @@ func (o *orgState) notePrimerRead(p uint64, ttl time.Duration, now time.Time) {
 // sendAsWritten takes the added breakpoints off c's requests whose prefix
 // is not batch-warm on c's organization now (the seed keeps its own), so
 // no row writes at 2× into a cache the API may not let it read. The
-// request's Sent is cleared: the result says it went as written. Requires
-// r.mu.
+// request's Sent is cleared: the result says it went as written.
 func (r *Runner) sendAsWritten(c *chunk, now time.Time) {
 	n := 0
 	for i, q := range c.list {
@@ -359,7 +342,6 @@ func (r *Runner) sendAsWritten(c *chunk, now time.Time) {
 // asJournaled makes req, attached to a recovered chunk, what the chunk's
 // batch got: without its added breakpoint when the intent says it was
 // sent as written, so the result and the report do not claim one.
-// Requires r.mu.
 func (r *Runner) asJournaled(c *chunk, req *call.Request) {
 	i, ok := c.index[req.ID]
 	if !ok || req.Sent == nil || !slices.Contains(c.plain, i) {
