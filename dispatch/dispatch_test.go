@@ -393,35 +393,46 @@ func TestShouldRetryTrueIsBounded(t *testing.T) {
 }
 
 // TestAbortEndsServe: Close then Abort with attempts in flight ends every
-// request Aborted and Serve returns promptly.
+// request Aborted and Serve returns promptly (before a slow answer could).
 func TestAbortEndsServe(t *testing.T) {
-	w := loopbackWorld(t, func(c *sim.Config) { c.Faults.PSlow, c.Faults.SlowFactor = 1, 1000 })
-	d := w.dispatcher(t, dispatch.Config{})
-	var mu sync.Mutex
-	results := 0
-	for _, r := range requests(20, "claude-sonnet-4-5") {
-		go d.Submit(t.Context(), r, func(res dispatch.Result) {
-			mu.Lock()
-			results++
-			mu.Unlock()
-			if !res.Aborted {
-				t.Errorf("%s finished %+v; want aborted", res.Request.ID, res)
+	synctest.Test(t, func(t *testing.T) {
+		w := pipeWorld(t, func(c *sim.Config) { c.Faults.PSlow, c.Faults.SlowFactor = 1, 1000 })
+		d := w.dispatcher(t, dispatch.Config{})
+		var mu sync.Mutex
+		results := 0
+		for _, r := range requests(20, "claude-sonnet-4-5") {
+			go d.Submit(t.Context(), r, func(res dispatch.Result) {
+				mu.Lock()
+				results++
+				mu.Unlock()
+				if !res.Aborted {
+					t.Errorf("%s finished %+v; want aborted", res.Request.ID, res)
+				}
+			})
+		}
+		served := make(chan error, 1)
+		go func() { served <- d.Serve(t.Context()) }()
+		synctest.Wait() // every goroutine waits: the attempts are in flight (slow answers)
+		inFlight := 0
+		for _, o := range w.sim.Stats().Orgs {
+			for _, l := range o.Pools {
+				inFlight += l.InFlight
 			}
-		})
-	}
-	served := make(chan error, 1)
-	go func() { served <- d.Serve(t.Context()) }()
-	time.Sleep(300 * time.Millisecond) // attempts are in flight (slow answers)
-	d.Close()
-	d.Abort()
-	select {
-	case <-served:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Serve did not return after Abort")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if results != 20 {
-		t.Fatalf("%d results for 20 requests", results)
-	}
+		}
+		if inFlight == 0 {
+			t.Fatal("no attempt is in flight at the simulator: the test tests nothing")
+		}
+		d.Close()
+		d.Abort()
+		select {
+		case <-served:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Serve did not return after Abort")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if results != 20 {
+			t.Fatalf("%d results for 20 requests", results)
+		}
+	})
 }
