@@ -55,6 +55,9 @@ type tap struct {
 	// createStatus, when set and non-zero, answers every create with that
 	// status (an error body), unforwarded.
 	createStatus int
+	// firstCreateRetryAfter, when set, answers the first create 429 with
+	// this retry-after, unforwarded.
+	firstCreateRetryAfter string
 	// failRetrieve, when set and true, answers a retrieve of one batch
 	// with a 500, unforwarded.
 	failRetrieve func() bool
@@ -75,6 +78,7 @@ type createCall struct {
 	bytes  int
 	n      int
 	status int // the tap's own answer, 0 when forwarded
+	at     time.Time
 }
 
 // answer is a response the tap makes up.
@@ -96,8 +100,11 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, fmt.Errorf("tap: create body is not JSON: %v", err)
 		}
 		tp.mu.Lock()
-		call := createCall{key: req.Header.Get("x-api-key"), bytes: len(body), n: len(c.Requests)}
+		call := createCall{key: req.Header.Get("x-api-key"), bytes: len(body), n: len(c.Requests), at: time.Now()}
+		limited := tp.firstCreateRetryAfter != "" && len(tp.creates) == 0
 		switch {
+		case limited:
+			call.status = http.StatusTooManyRequests
 		case tp.createStatus != 0:
 			call.status = tp.createStatus
 		case tp.maxCreateBytes > 0 && len(body) > tp.maxCreateBytes:
@@ -106,6 +113,11 @@ func (tp *tap) RoundTrip(req *http.Request) (*http.Response, error) {
 		tp.creates = append(tp.creates, call)
 		fail := tp.failCreate
 		tp.mu.Unlock()
+		if limited {
+			resp := answer(req, call.status, "rate_limit_error", "slow down")
+			resp.Header.Set("retry-after", tp.firstCreateRetryAfter)
+			return resp, nil
+		}
 		if call.status != 0 {
 			return answer(req, call.status, "invalid_request_error", "refused by the test gateway"), nil
 		}
