@@ -48,15 +48,11 @@ func (r *Runner) advanceQueued(c *chunk, now time.Time) {
 		r.startReconcile(c, now)
 		return
 	}
-	key, wait := r.keyFor(o, now)
+	key, waiting := r.keyFor(c, now)
 	switch {
-	case key == nil && wait.IsZero():
-		r.abandon(c, "organization has no live key", moveRequeue)
+	case waiting:
 		return
-	case key == nil:
-		c.wake = wait // its only keys are suspect: their re-probe
-		return
-	case key.Retired():
+	case key == nil, key.Retired():
 		r.abandon(c, "organization has no live key", moveRequeue)
 		return
 	}

@@ -53,9 +53,8 @@ func (e *httpError) Error() string {
 // already handled are skipped, so a download cut short is simply tried
 // again). Loop-owned.
 func (r *Runner) advanceHarvest(c *chunk, now time.Time) {
-	key, wait := r.keyFor(c.org, now)
-	if key == nil && !wait.IsZero() {
-		c.wake = wait
+	key, waiting := r.keyFor(c, now)
+	if waiting {
 		return
 	}
 	if key == nil {

@@ -70,28 +70,31 @@ func (o *orgState) creatable() bool {
 	return false
 }
 
-// keyFor returns o's key for the next call at now. When its only live
-// keys are suspect (refused lately) it returns nil and the first one's
-// re-probe time, so a refused key is re-probed at the pace keys.Key.Refused
-// sets, not hammered; nil and a zero time when o has no live key (o is
-// then dead). A retired key is returned as is: it finishes what it started.
-func (r *Runner) keyFor(o *orgState, now time.Time) (*keys.Key, time.Time) {
+// keyFor returns the key for c's next call at now. It is nil when there
+// is none now: waiting when c's org's only live keys are suspect (refused
+// lately) — c then waits for the first one's re-probe (c.wake), so a
+// refused key is re-probed at the pace keys.Key.Refused sets, not
+// hammered — else the org has no live key (it is then dead). A retired key
+// is returned as is: it finishes what it started.
+func (r *Runner) keyFor(c *chunk, now time.Time) (key *keys.Key, waiting bool) {
+	o := c.org
 	for {
 		k := o.key()
 		if k == nil {
 			r.orgDead(o, "no live key")
-			return nil, time.Time{}
+			return nil, false
 		}
 		if k.Retired() {
-			return k, time.Time{}
+			return k, false
 		}
 		ok, next := k.Usable(now, keys.AllPools)
 		if ok {
 			k.Launched(now, keys.AllPools)
-			return k, time.Time{}
+			return k, false
 		}
 		if !next.IsZero() {
-			return nil, next
+			c.wake = next
+			return nil, true
 		}
 		// Died meanwhile: o.key skips it now.
 	}

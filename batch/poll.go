@@ -40,9 +40,8 @@ func (r *Runner) advancePoll(c *chunk, now time.Time) {
 		r.fail(errCrash)
 		return
 	}
-	key, wait := r.keyFor(c.org, now)
-	if key == nil && !wait.IsZero() {
-		c.wake = wait
+	key, waiting := r.keyFor(c, now)
+	if waiting {
 		return
 	}
 	if key == nil {

@@ -32,9 +32,8 @@ func (r *Runner) advanceReconcile(c *chunk, now time.Time) {
 		r.reconciled(c, nil, time.Time{})
 		return
 	}
-	key, wait := r.keyFor(c.org, now)
-	if key == nil && !wait.IsZero() {
-		c.wake = wait
+	key, waiting := r.keyFor(c, now)
+	if waiting {
 		return
 	}
 	if key == nil {
