@@ -51,6 +51,11 @@ type Options struct {
 	// Command is how the user ran sluice, for the resume hint.
 	Command string
 	Logger  *slog.Logger
+	// LockWait is how long the run waits for another holder of the
+	// results file's lock before it refuses (results.LockWait; the log
+	// says it waits): a run killed a moment ago may still hold it while
+	// the kernel tears it down. Zero refuses at once; the CLI waits 10 s.
+	LockWait time.Duration
 	// SyncOff disables fsync: results and the batch journal are not
 	// durable across a crash (tests on a throwaway directory).
 	SyncOff bool
@@ -125,6 +130,17 @@ type Options struct {
 // goes, and hears of a re-plan the run could not apply.
 func (o *Options) RoutedBy(rt *route.Router) {
 	o.Plan, o.Replan, o.ReplanRefused = rt.Route, rt.Replan, rt.Refused
+}
+
+// LockWaiting is what a run says, on its Logger, when the lock of the
+// results file at path is held and it waits LockWait for it (judgejob
+// says the same of its verdicts file).
+func (o *Options) LockWaiting(path string) func() {
+	return func() {
+		if o.Logger != nil {
+			o.Logger.Warn(fmt.Sprintf("another sluice holds the lock of %s (one killed a moment ago may still be exiting); waiting up to %s for it", path, o.LockWait))
+		}
+	}
 }
 
 // Redrive is a caller's policy for rows already done, applied by the

@@ -26,7 +26,8 @@ import (
 // The steps are the methods of run, in this order (docs/route.md).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	r := newRun(o)
-	unlock, err := results.Lock(r.o.Output) // one run per results file, its journal included
+	// One run per results file, its journal included.
+	unlock, err := results.LockWait(ctx, r.o.Output, r.o.LockWait, r.o.LockWaiting(r.o.Output))
 	if err != nil {
 		return nil, err
 	}
