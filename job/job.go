@@ -64,7 +64,8 @@ type Options struct {
 	// Rotations, if set, brings the changes of re-read key sources
 	// (SIGHUP, the keys file changed) while the job runs: new keys join
 	// after a probe, removed keys take no new request and their requests
-	// in flight finish (dispatch.ApplyRotation).
+	// in flight finish (dispatch.Rotator: a removed key stays until its
+	// organization has another working key).
 	Rotations <-chan keys.Rotation
 	// Redact, if set, scrubs key values from error text before it is
 	// logged or written (keys.Pool.Redact): a gateway may echo a key.

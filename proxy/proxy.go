@@ -423,7 +423,7 @@ func endpointOf(r *http.Request) string {
 // SetPool replaces the key pool after a rotation (keys.Pool.Rotated): the
 // pass-through endpoints, new virtual batches, redaction and /healthz use
 // it from then on. The dispatcher takes its keys through
-// dispatch.ApplyRotation.
+// dispatch.Rotator.
 func (p *Proxy) SetPool(pool *keys.Pool) { p.keyPool.Store(pool) }
 
 // pool is the key pool in use.

@@ -141,6 +141,7 @@ aborts them. See docs/proxy.md.`,
 			// Key rotation (SIGHUP, the keys file changed): new keys join,
 			// removed ones drain and leave, without a restart.
 			rotations := eng.watchKeys(dctx, pool, log)
+			rotator := dispatch.NewRotator(c, pool.Keys(), "claude-sonnet-4-5", log)
 			go func() {
 				cur := pool
 				for {
@@ -150,7 +151,7 @@ aborts them. See docs/proxy.md.`,
 					case <-dctx.Done():
 						return
 					}
-					if _, err := dispatch.ApplyRotation(dctx, c, rot, "claude-sonnet-4-5", log, d); err != nil && dctx.Err() == nil {
+					if _, err := rotator.Apply(dctx, rot, d); err != nil && dctx.Err() == nil {
 						log.Warn("key rotation failed", "err", err)
 					}
 					cur = cur.Rotated(rot.Added, rot.Removed)
