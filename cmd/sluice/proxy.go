@@ -154,7 +154,16 @@ aborts them. See docs/proxy.md.`,
 					if _, err := rotator.Apply(dctx, rot, d); err != nil && dctx.Err() == nil {
 						log.Warn("key rotation failed", "err", err)
 					}
-					cur = cur.Rotated(rot.Added, rot.Removed)
+					// The pool drops the keys that retired, not every
+					// removed one: a removed key its org still needs
+					// stays in use (dispatch.Rotator).
+					var retired []*keys.Key
+					for _, k := range cur.Keys() {
+						if k.Retired() {
+							retired = append(retired, k)
+						}
+					}
+					cur = cur.Rotated(rot.Added, retired)
 					px.SetPool(cur)
 				}
 			}()
