@@ -20,6 +20,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,8 +48,13 @@ type Config struct {
 	// keys, and its Redact scrubs any text shown to a caller or logged.
 	Pool *keys.Pool
 	// Token, when set, must be sent by every caller as x-api-key or
-	// Authorization: Bearer. Empty: any credential is accepted.
+	// Authorization: Bearer, on every path (/metrics and /healthz too,
+	// unless MetricsPublic). Empty: any credential is accepted, and web
+	// pages are refused (`sluice proxy --no-auth`, loopback only).
 	Token string
+	// MetricsPublic serves /metrics and /healthz without the token (a
+	// scraper on a trusted network).
+	MetricsPublic bool
 	// MaxWait bounds how long a request may wait for capacity, from its
 	// arrival (default 60 s). Past it the caller gets a 429 (or the last
 	// upstream 429/529) with retry-after.
@@ -67,8 +73,16 @@ type Config struct {
 	// slot freed. Zero: 60 s; negative: no bound.
 	StreamWriteTimeout time.Duration
 	// StateDir keeps virtual batches across restarts; empty keeps them in
-	// memory only.
+	// memory only. New takes its lock (one proxy per state dir); Close
+	// lets it go.
 	StateDir string
+	// LockWait is how long New waits for another proxy that holds the
+	// state dir while it drains (a restart during its predecessor's
+	// drain); zero: no wait. A holder that serves is never waited for.
+	LockWait time.Duration
+	// OnLockWait, if set, is told once when New starts waiting for a
+	// draining holder, with the holder's status line.
+	OnLockWait func(holder string)
 	// Cache answers repeated plain Messages calls; nil or Off: no cache.
 	Cache *cache.Cache
 	// Logger receives the proxy's log; nil discards it. Requests are
@@ -103,6 +117,7 @@ type Proxy struct {
 	keyPool  atomic.Pointer[keys.Pool]
 	metrics  metrics
 	batches  batchSet
+	lock     *stateLock // nil without a state dir
 
 	// life ends (errShutdown) on Drain: virtual batches stop sending.
 	life    context.Context
@@ -140,7 +155,18 @@ func New(cfg Config) (*Proxy, error) {
 	p.keyPool.Store(cfg.Pool)
 	p.life, p.endLife = context.WithCancelCause(context.Background())
 	p.metrics.init()
+	if cfg.StateDir != "" {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("proxy: state dir: %w", err)
+		}
+		l, err := lockState(context.Background(), cfg.StateDir, cfg.LockWait, cfg.OnLockWait)
+		if err != nil {
+			return nil, err
+		}
+		p.lock = l
+	}
 	if err := p.batches.init(p, cfg.StateDir); err != nil {
+		p.lock.release()
 		return nil, err
 	}
 	m := http.NewServeMux()
@@ -177,11 +203,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(rec, 403, api.ErrPermission, why)
 		return
 	}
+	public := p.cfg.MetricsPublic && (endpoint == "metrics" || endpoint == "healthz")
+	if !public && !p.authorized(r) {
+		p.fail(rec, 401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token (`sluice proxy token`) as x-api-key or Authorization: Bearer")
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
-		if !p.authorized(r) {
-			p.fail(rec, 401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token as x-api-key or Authorization: Bearer")
-			return
-		}
 		if p.draining.Load() {
 			rec.Header().Set(api.HeaderRetryAfter, "1") // another instance, or this one restarted
 			p.fail(rec, api.StatusOverloaded, api.ErrOverloaded, "sluice proxy is shutting down")
@@ -246,7 +273,12 @@ func (p *Proxy) Drain() {
 	p.bgMu.Lock()
 	p.bgStopped = true
 	p.bgMu.Unlock()
-	p.draining.Store(true)
+	if !p.draining.Swap(true) {
+		// A restart that finds the lock held waits for a draining holder.
+		if err := p.lock.note("draining"); err != nil {
+			p.log.Warn("state dir lock: the drain not noted", "err", err)
+		}
+	}
 	p.endLife(errShutdown)
 }
 
@@ -254,6 +286,12 @@ func (p *Proxy) Drain() {
 // writes. Call it after Drain, once the dispatcher has delivered every
 // result (its Serve returned), and before closing the cache.
 func (p *Proxy) Wait() { p.bg.Wait() }
+
+// Close lets the state dir's lock go, after Wait, once the server has
+// stopped calling the proxy: another proxy may then take the state dir.
+// Calling it again does nothing. A process that exits without it lets the
+// lock go too (the kernel's).
+func (p *Proxy) Close() error { return p.lock.release() }
 
 // goBackground runs each f as background work Wait waits for, unless the
 // proxy is draining (then it runs none and says so). first, if set, runs
