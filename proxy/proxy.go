@@ -72,6 +72,23 @@ type Config struct {
 	// Past it the caller is treated as gone: its stream is cut and the
 	// slot freed. Zero: 60 s; negative: no bound.
 	StreamWriteTimeout time.Duration
+	// BodyTimeout bounds how long a request body may take to arrive, from
+	// when its reading starts (default DefaultBodyTimeout; negative: no
+	// bound): past it the request ends with a 408 and its connection is
+	// closed, so a caller trickling its body cannot hold a connection.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds one write of a non-streaming answer to its
+	// caller (a message, a batch object, a results download: set before
+	// each write, so a slow but moving download goes on); default
+	// DefaultWriteTimeout, negative: no bound. Streams have
+	// StreamWriteTimeout.
+	WriteTimeout time.Duration
+	// MaxBodyMemory bounds the request-body bytes held at once (default
+	// DefaultMaxBodyMemory; negative: no bound): a request reserves its
+	// Content-Length (twice it for a batch create) before its body is
+	// read, waiting up to MaxWait for room, else a 429 with retry-after;
+	// a body that alone exceeds it gets a 413.
+	MaxBodyMemory int64
 	// StateDir keeps virtual batches across restarts; empty keeps them in
 	// memory only. New takes its lock (one proxy per state dir); Close
 	// lets it go.
@@ -118,6 +135,7 @@ type Proxy struct {
 	metrics  metrics
 	batches  batchSet
 	lock     *stateLock // nil without a state dir
+	bodies   *bodyBudget
 
 	// life ends (errShutdown) on Drain: virtual batches stop sending.
 	life    context.Context
@@ -145,13 +163,22 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.StreamWriteTimeout == 0 {
 		cfg.StreamWriteTimeout = 60 * time.Second
 	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.MaxBodyMemory == 0 {
+		cfg.MaxBodyMemory = DefaultMaxBodyMemory
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	p := &Proxy{cfg: cfg, d: cfg.Dispatcher, log: cfg.Logger, now: cfg.Now}
+	p := &Proxy{cfg: cfg, d: cfg.Dispatcher, log: cfg.Logger, now: cfg.Now, bodies: newBodyBudget(cfg.MaxBodyMemory)}
 	p.keyPool.Store(cfg.Pool)
 	p.life, p.endLife = context.WithCancelCause(context.Background())
 	p.metrics.init()
@@ -192,7 +219,7 @@ func New(cfg Config) (*Proxy, error) {
 // ServeHTTP authenticates API calls and routes them.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, writeTimeout: p.cfg.WriteTimeout}
 	endpoint := endpointOf(r)
 	defer func() {
 		p.metrics.request(endpoint, rec.code())
@@ -405,10 +432,15 @@ func forwardHeaders(h http.Header) http.Header {
 	return out
 }
 
-// recorder notes the status a handler wrote, and passes Flush on.
+// recorder notes the status a handler wrote, passes Flush on, and sets a
+// write deadline of writeTimeout before each write (net/http lifts it
+// once the answer is finished), unless the answer streams (streamSink
+// sets its own, per event).
 type recorder struct {
 	http.ResponseWriter
-	status int
+	status       int
+	writeTimeout time.Duration // ≤ 0: none
+	streaming    bool
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -422,7 +454,20 @@ func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = 200
 	}
+	if r.writeTimeout > 0 && !r.streaming {
+		if d, ok := r.ResponseWriter.(interface{ SetWriteDeadline(time.Time) error }); ok {
+			_ = d.SetWriteDeadline(time.Now().Add(r.writeTimeout))
+		}
+	}
 	return r.ResponseWriter.Write(b)
+}
+
+// streams marks w's answer as a stream: its writes set their own
+// deadlines.
+func streams(w http.ResponseWriter) {
+	if r, ok := w.(*recorder); ok {
+		r.streaming = true
+	}
 }
 
 func (r *recorder) Flush() {
