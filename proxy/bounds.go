@@ -178,17 +178,19 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit, factor i
 			}
 		}
 	}
-	if rd != nil && p.cfg.BodyTimeout > 0 {
-		_ = rd.SetReadDeadline(time.Time{})
-	}
 	var tooBig *http.MaxBytesError
 	var ne net.Error
 	switch {
 	case err == nil:
+		if rd != nil && p.cfg.BodyTimeout > 0 {
+			_ = rd.SetReadDeadline(time.Time{})
+		}
 		return b, h, true
 	case errors.As(err, &tooBig):
 		p.fail(w, 413, api.ErrRequestTooLarge, fmt.Sprintf("Request exceeds the maximum allowed number of bytes (%d).", limit))
 	case errors.As(err, &ne) && ne.Timeout():
+		// The deadline stays passed: net/http's drain of the unread body
+		// fails at once, and the connection is closed.
 		w.Header().Set("Connection", "close")
 		p.fail(w, http.StatusRequestTimeout, api.ErrInvalidRequest, fmt.Sprintf("sluice: the request body did not arrive within %s (--body-timeout)", p.cfg.BodyTimeout))
 	default:

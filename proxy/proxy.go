@@ -454,13 +454,28 @@ func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = 200
 	}
-	if r.writeTimeout > 0 && !r.streaming {
-		if d, ok := r.ResponseWriter.(interface{ SetWriteDeadline(time.Time) error }); ok {
-			_ = d.SetWriteDeadline(time.Now().Add(r.writeTimeout))
-		}
+	d, ok := r.ResponseWriter.(interface{ SetWriteDeadline(time.Time) error })
+	if r.writeTimeout <= 0 || r.streaming || !ok {
+		return r.ResponseWriter.Write(b)
 	}
-	return r.ResponseWriter.Write(b)
+	// The deadline bounds a write that does not move, not a large answer
+	// to a caller that reads it: one per chunk.
+	n := 0
+	for len(b) > 0 {
+		chunk := b[:min(len(b), writeChunk)]
+		_ = d.SetWriteDeadline(time.Now().Add(r.writeTimeout))
+		m, err := r.ResponseWriter.Write(chunk)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		b = b[len(chunk):]
+	}
+	return n, nil
 }
+
+// writeChunk is the most a recorder writes under one write deadline.
+const writeChunk = 256 << 10
 
 // streams marks w's answer as a stream: its writes set their own
 // deadlines.
