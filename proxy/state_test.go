@@ -1,6 +1,8 @@
 package proxy_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"os"
@@ -9,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/proxy"
 )
@@ -120,5 +123,96 @@ func TestMetricsAndHealthNeedTheToken(t *testing.T) {
 	}
 	if resp, _ := public.do("POST", "/v1/messages", message("hi"), "x-api-key", ""); resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("--metrics-public opened /v1/messages: %d", resp.StatusCode)
+	}
+}
+
+// TestEndedBatchLeavesMemory: an ended batch keeps neither its rows' state
+// nor its custom_ids in memory; once archived it is not held at all, yet
+// it is still retrieved and listed (from its meta file), before and after
+// a restart.
+func TestEndedBatchLeavesMemory(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Now = clk.now }})
+	old := e.createBatch(30, "old")
+	e.pollBatch(old.ID)
+	if live, rows, ids := proxy.BatchMemory(e.px, old.ID); !live || rows || ids != 0 {
+		t.Errorf("an ended batch holds: live %v, rows' state %v, %d custom_ids; want only its summary", live, rows, ids)
+	}
+	clk.add(24 * time.Hour)
+	young := e.createBatch(2, "young")
+	e.pollBatch(young.ID)
+	clk.add(api.ResultsRetention - time.Hour) // old is due, young is not
+	listed := func(e *env) []string {
+		_, b := e.do("GET", "/v1/messages/batches?limit=10", nil)
+		var page api.Page[api.MessageBatch]
+		if err := json.Unmarshal(b, &page); err != nil {
+			t.Fatalf("list: %s", b)
+		}
+		var out []string
+		for _, m := range page.Data {
+			out = append(out, m.ID)
+			if m.ID == old.ID && (m.ArchivedAt == nil || m.RequestCounts.Succeeded != 30) {
+				t.Errorf("the archived batch listed as %+v", m)
+			}
+		}
+		return out
+	}
+	for _, ex := range []*env{e, nil} {
+		if ex == nil { // again after a restart
+			e.close()
+			ex = newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Now = clk.now }})
+		}
+		if got := listed(ex); len(got) != 2 || got[0] != young.ID || got[1] != old.ID {
+			t.Errorf("list %v, want [%s %s] (newest first)", got, young.ID, old.ID)
+		}
+		if live, _, _ := proxy.BatchMemory(ex.px, old.ID); live {
+			t.Error("an archived batch is held in memory")
+		}
+		resp, b := ex.do("GET", "/v1/messages/batches/"+old.ID, nil)
+		var m api.MessageBatch
+		if resp.StatusCode != 200 || json.Unmarshal(b, &m) != nil || m.ArchivedAt == nil || m.RequestCounts.Succeeded != 30 || m.ProcessingStatus != api.BatchEnded {
+			t.Errorf("retrieve an archived batch: %d %s", resp.StatusCode, b)
+		}
+		if resp, _ := ex.do("GET", "/v1/messages/batches/"+old.ID+"/results", nil); resp.StatusCode != 404 {
+			t.Errorf("results of an archived batch: %d, want 404", resp.StatusCode)
+		}
+		e = ex
+	}
+	if resp, b := e.do("DELETE", "/v1/messages/batches/"+old.ID, nil); resp.StatusCode != 200 {
+		t.Errorf("delete an archived batch: %d %s", resp.StatusCode, b)
+	}
+	if got := listed(e); len(got) != 1 || got[0] != young.ID {
+		t.Errorf("list after the delete: %v", got)
+	}
+	if resp, _ := e.do("GET", "/v1/messages/batches/"+old.ID, nil); resp.StatusCode != 404 {
+		t.Errorf("retrieve a deleted archived batch: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestUnreadableMetaIsSetAside: a meta file that does not parse is renamed
+// aside with a warning; the proxy starts and serves the other batches.
+func TestUnreadableMetaIsSetAside(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+	good := e.createBatch(3, "good")
+	e.pollBatch(good.ID)
+	e.close()
+	bad := filepath.Join(dir, "msgbatch_sluice000000000000000000000bad.json")
+	if err := os.WriteFile(bad, []byte(`{"id":"msgbatch_sluice0000`), 0o600); err != nil { // torn
+		t.Fatal(err)
+	}
+	e2 := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+	if _, err := os.Stat(bad + ".unreadable"); err != nil {
+		t.Errorf("the unreadable meta was not set aside: %v", err)
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("the unreadable meta is still in place: %v", err)
+	}
+	if logs := e2.logs.String(); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "msgbatch_sluice000000000000000000000bad") {
+		t.Errorf("no warning naming the batch:\n%s", logs)
+	}
+	if resp, b := e2.do("GET", "/v1/messages/batches/"+good.ID+"/results", nil); resp.StatusCode != 200 || bytes.Count(b, []byte("\n")) != 3 {
+		t.Errorf("the good batch after the restart: %d %s", resp.StatusCode, b)
 	}
 }
