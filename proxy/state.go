@@ -165,17 +165,24 @@ func readToken(path string) (string, error) {
 }
 
 // createToken writes a new random token to path, failing with
-// fs.ErrExist if the file exists.
+// fs.ErrExist if the file exists. The token is written whole to a
+// temporary file first and linked into place (link never replaces), so a
+// reader never sees a file without its token.
 func createToken(path string) error {
 	var raw [24]byte
 	if _, err := rand.Read(raw[:]); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, ".token.tmp-*")
 	if err != nil {
 		return err
 	}
-	_, err = f.WriteString("sluice-" + hex.EncodeToString(raw[:]) + "\n")
+	defer os.Remove(f.Name())
+	err = f.Chmod(0o600)
+	if err == nil {
+		_, err = f.WriteString("sluice-" + hex.EncodeToString(raw[:]) + "\n")
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -183,10 +190,12 @@ func createToken(path string) error {
 		err = cerr
 	}
 	if err != nil {
-		os.Remove(path) // a half-written token would be refused at every start
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
+	if err := os.Link(f.Name(), path); err != nil {
+		return err
+	}
+	if d, err := os.Open(dir); err == nil {
 		d.Sync()
 		d.Close()
 	}
