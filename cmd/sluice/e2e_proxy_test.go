@@ -246,3 +246,90 @@ func TestProxyClosesIdleConnections(t *testing.T) {
 	px.cmd.Process.Signal(os.Interrupt)
 	px.wait()
 }
+
+// peakRSS is the peak resident set of process pid (VmHWM), in bytes.
+func peakRSS(t *testing.T, pid int) int64 {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Skipf("no /proc: %v", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Fatal("no VmHWM")
+	return 0
+}
+
+// TestProxyBodyMemoryIsBounded: 20 concurrent batch creates of 200 MiB
+// each — 4 GiB offered at once — do not take the proxy's peak RSS past
+// its cap: --max-body-memory (1 GiB, the default) plus the process's own
+// 256 MiB (proxyOwnMemory, which its Go memory limit allows too). Creates
+// beyond the bound wait for room, or get a 429 with retry-after after
+// --max-wait. (Their rows ask for streaming, so they end errored without
+// a call upstream: what is measured is the bodies.)
+func TestProxyBodyMemoryIsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	const (
+		creates  = 20
+		rowsEach = 1000
+		bodySize = 200 << 20
+		bound    = 1 << 30
+		baseline = proxyOwnMemory
+	)
+	e := newE2E(t)
+	addr := freeAddr(t)
+	px := e.startProxy(addr, e.path("state"), "--max-wait", "3s")
+	text := strings.Repeat("x", bodySize/rowsEach-200)
+	var buf bytes.Buffer
+	buf.WriteString(`{"requests":[`)
+	for i := range rowsEach {
+		if i > 0 {
+			buf.WriteByte(',')
+		}
+		fmt.Fprintf(&buf, `{"custom_id":"r%d","params":{"model":"claude-sonnet-4-5","max_tokens":16,"stream":true,"messages":[{"role":"user","content":"%s"}]}}`, i, text)
+	}
+	buf.WriteString(`]}`)
+	body := buf.Bytes()
+	t.Logf("body of %d MiB, peak RSS before: %d MiB", len(body)>>20, peakRSS(t, px.cmd.Process.Pid)>>20)
+
+	codes := make(chan int, creates)
+	for range creates {
+		go func() {
+			req, _ := http.NewRequest("POST", px.base+"/v1/messages/batches", bytes.NewReader(body))
+			req.Header.Set("x-api-key", px.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				codes <- 0
+				return
+			}
+			if resp.StatusCode == 429 && resp.Header.Get("retry-after") == "" {
+				t.Error("a 429 without retry-after")
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		}()
+	}
+	byCode := map[int]int{}
+	for range creates {
+		byCode[<-codes]++
+	}
+	peak := peakRSS(t, px.cmd.Process.Pid)
+	t.Logf("answers by status %v; peak RSS %d MiB (bound %d MiB + baseline %d MiB)", byCode, peak>>20, bound>>20, baseline>>20)
+	if byCode[200] == 0 || byCode[200]+byCode[429] != creates {
+		t.Errorf("answers by status %v: want some created and the rest 429", byCode)
+	}
+	if peak > bound+baseline {
+		t.Errorf("peak RSS %d MiB, past the bound of %d MiB (+ %d MiB baseline)", peak>>20, bound>>20, baseline>>20)
+	}
+	px.cmd.Process.Signal(os.Interrupt)
+	if code := px.wait(); code != 0 {
+		t.Errorf("exit status %d\n%s", code, px.stderr.String())
+	}
+}

@@ -28,6 +28,11 @@ import (
 // proxyListen opens the proxy's listener (tests replace it).
 var proxyListen = net.Listen
 
+// proxyOwnMemory is what the proxy process holds besides request bodies
+// (the dispatcher, its queues, buffers, the runtime), with room to spare:
+// the Go memory limit is --max-body-memory plus this.
+const proxyOwnMemory = 256 << 20
+
 // envProxyToken holds the token callers must send when it is set. A token
 // is a secret: it is read from the environment, never from a flag.
 const envProxyToken = "SLUICE_PROXY_TOKEN"
@@ -109,7 +114,7 @@ docs/proxy.md.`,
 			if os.Getenv("GOMEMLIMIT") == "" && bodyMemory > 0 {
 				// Freed bodies go back to the system rather than waiting
 				// for the heap to double (docs/proxy.md, "Bounds").
-				debug.SetMemoryLimit(int64(bodyMemory) + 512<<20)
+				debug.SetMemoryLimit(int64(bodyMemory) + proxyOwnMemory)
 			}
 			log := newLogger()
 			pool, c, err := eng.keysAndClient(log)
