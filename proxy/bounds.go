@@ -35,7 +35,9 @@ const bodyRetryAfter = 5
 
 // bodyBudget bounds the request-body bytes the proxy holds at once. A
 // request reserves what it will hold before a byte of its body is read,
-// waiting its turn (first come, first served) while others hold the room.
+// waiting its turn while others hold the room: first come, first served,
+// so a large body is not starved by small ones (and holds back the ones
+// behind it while it waits, up to their MaxWait).
 type bodyBudget struct {
 	max int64 // ≤ 0: no bound
 	sem *semaphore.Weighted
@@ -114,7 +116,12 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit, factor i
 		if total <= h.held {
 			return true
 		}
-		err := p.bodies.acquire(ctx, total-h.held)
+		var err error
+		if p.bodies.max > 0 && total > p.bodies.max {
+			err = errBodyTooBig // what it holds already counts
+		} else {
+			err = p.bodies.acquire(ctx, total-h.held)
+		}
 		if err == nil {
 			h.held = total
 			return true
@@ -162,7 +169,9 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit, factor i
 				if !reserve(next * factor) {
 					return nil, nil, false
 				}
-				b = append(b, make([]byte, int(next)-len(b))...)[:len(b)]
+				grown := make([]byte, len(b), next)
+				copy(grown, b)
+				b = grown
 			}
 			var m int
 			m, err = r.Body.Read(b[len(b):cap(b)])

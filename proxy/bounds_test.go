@@ -190,3 +190,41 @@ func (e *env) metrics(token string) []byte {
 	_, b := e.do("GET", "/metrics", nil, "x-api-key", token)
 	return b
 }
+
+// TestChunkedBodyIsBounded: a body without a Content-Length reserves room
+// as it grows: within the bound it is served, past the API's limit or
+// past what the bound could ever hold it gets a 413.
+func TestChunkedBodyIsBounded(t *testing.T) {
+	f := newFake()
+	close(f.hold)
+	e := newEnv(t, options{upstream: f, keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) {
+		c.MaxBodyMemory = 8 << 20
+		c.MaxWait = 200 * time.Millisecond
+	}})
+	send := func(body []byte) (int, []byte) {
+		t.Helper()
+		// An io.Reader of unknown length: net/http sends it chunked.
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", e.url+"/v1/messages", io.MultiReader(bytes.NewReader(body)))
+		req.Header.Set("x-api-key", "caller")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	small := bigMessage(300 << 10)
+	if code, b := send(small); code != 200 {
+		t.Errorf("a chunked body within the bound: %d %s", code, b)
+	}
+	if got := f.calls(); len(got) != 1 || got[0] != string(small) {
+		t.Errorf("the upstream got %d calls, the body intact: %v", len(got), len(got) == 1 && got[0] == string(small))
+	}
+	if code, b := send(bigMessage(33 << 20)); code != 413 || errorOf(t, b).Err.Type != api.ErrRequestTooLarge {
+		t.Errorf("a chunked body past 32 MB: %d %s, want 413", code, b)
+	}
+	if code, b := send(bigMessage(12 << 20)); code != 413 || !strings.Contains(string(b), "--max-body-memory") {
+		t.Errorf("a chunked body past the bound: %d %.200s, want 413 naming --max-body-memory", code, b)
+	}
+}
