@@ -37,8 +37,8 @@ func (b *byteSize) Set(s string) error {
 
 func (b *byteSize) String() string {
 	n := int64(*b)
-	for _, u := range byteUnits[:4] {
-		if n >= u.n && n%u.n == 0 && (n/u.n < 1024 || u.suffix == "TiB") {
+	for i := 3; i >= 0; i-- { // the largest binary unit that divides it
+		if u := byteUnits[i]; n > 0 && n%u.n == 0 {
 			return fmt.Sprintf("%d%s", n/u.n, u.suffix)
 		}
 	}

@@ -234,7 +234,7 @@ docs/proxy.md.`,
 	fl.DurationVar(&maxWait, "max-wait", 60*time.Second, "how long a call may wait for capacity before it gets a 429 with retry-after")
 	fl.IntVar(&maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "upstream attempts per call at most (then the last 429/529/5xx goes back to the caller with retry-after); negative: no bound but the retry budgets")
 	fl.DurationVar(&grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
-	fl.StringVar(&stateDir, "state-dir", defaultProxyStateDir(), "where virtual batches are kept across restarts (empty: in memory only)")
+	fl.StringVar(&stateDir, "state-dir", defaultProxyStateDir(), "where virtual batches and the caller token are kept across restarts, by one proxy at a time (empty: in memory only; then the token must come from "+envProxyToken+")")
 	fl.StringVar(&cachePath, "cache", "", "response cache file (bbolt) for plain Messages calls; hits cost nothing")
 	fl.StringVar(&cacheMode, "cache-mode", "on", "with --cache: on, read-only or off")
 	fl.StringVar(&prefer, "batch-prefer", "cost", "what the planner optimises for each Message Batch created through the proxy: cost, latency or balanced")
