@@ -54,24 +54,13 @@ func newBodyBudget(max int64) *bodyBudget {
 // errBodyTooBig: a body that alone exceeds the bound can never be held.
 var errBodyTooBig = errors.New("proxy: the body alone exceeds the body memory bound")
 
-// acquire reserves n bytes, waiting while ctx lasts.
-func (b *bodyBudget) acquire(ctx context.Context, n int64) error {
-	if b.sem == nil || n <= 0 {
-		return nil
-	}
-	if n > b.max {
-		return errBodyTooBig
-	}
-	return b.sem.Acquire(ctx, n)
-}
-
 func (b *bodyBudget) release(n int64) {
 	if b.sem != nil && n > 0 {
 		b.sem.Release(n)
 	}
 }
 
-// heldBody is a request body and the room it holds in the budget.
+// heldBody is the room a request body holds in the budget.
 type heldBody struct {
 	b    *bodyBudget
 	held int64
@@ -79,9 +68,6 @@ type heldBody struct {
 
 // Release gives the room back; calling it again does nothing.
 func (h *heldBody) Release() {
-	if h == nil {
-		return
-	}
 	h.b.release(h.held)
 	h.held = 0
 }
@@ -89,63 +75,71 @@ func (h *heldBody) Release() {
 // handOff passes the room to another owner: h no longer gives it back;
 // the func returned does, once.
 func (h *heldBody) handOff() func() {
-	n := h.held
+	b, n := h.b, h.held
 	h.held = 0
 	var once sync.Once
-	return func() { once.Do(func() { h.b.release(n) }) }
+	return func() { once.Do(func() { b.release(n) }) }
+}
+
+// reserve makes h hold total bytes, waiting for the difference until ctx
+// ends (ctx is made on first need: a body that fits at once costs no
+// timer). It answers the caller when it cannot: 413 when total alone
+// exceeds the bound, 429 with retry-after when no room came within
+// MaxWait; h is then released.
+func (p *Proxy) reserve(w http.ResponseWriter, r *http.Request, h *heldBody, total, factor int64) bool {
+	bb := p.bodies
+	if total <= h.held || bb.sem == nil {
+		h.held = max(h.held, total)
+		return true
+	}
+	var err error
+	switch {
+	case total > bb.max:
+		err = errBodyTooBig // what it holds already counts
+	case bb.sem.TryAcquire(total - h.held):
+	default:
+		ctx, cancel := context.WithTimeout(r.Context(), p.cfg.MaxWait)
+		err = bb.sem.Acquire(ctx, total-h.held)
+		cancel()
+	}
+	if err == nil {
+		h.held = total
+		return true
+	}
+	h.Release()
+	switch {
+	case errors.Is(err, errBodyTooBig):
+		p.fail(w, 413, api.ErrRequestTooLarge, fmt.Sprintf("Request body of %d bytes cannot be held: this proxy holds at most %d bytes of request bodies at once (--max-body-memory).", total/factor, bb.max/factor))
+	case r.Context().Err() != nil: // the caller left
+	default:
+		w.Header().Set(api.HeaderRetryAfter, strconv.Itoa(bodyRetryAfter))
+		w.Header().Set(api.HeaderRetryAfterMs, strconv.Itoa(bodyRetryAfter*1000))
+		p.fail(w, 429, api.ErrRateLimit, fmt.Sprintf("sluice: the proxy already holds its bound of request bodies (--max-body-memory); no room within %s; retry later", p.cfg.MaxWait))
+	}
+	return false
 }
 
 // readBody reads a request body of at most limit bytes, holding factor ×
 // its length in the body budget (the caller releases it once it no longer
 // holds the body, or its copies). The room is reserved before the body is
 // read, waiting for it up to MaxWait, and the body must arrive within
-// BodyTimeout. On
-// failure the caller has been answered: 413 over limit or over the
-// budget, 429 with retry-after when no room came in time, 408 when the
-// body was too slow, 400 when it could not be read.
-func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit, factor int64) ([]byte, *heldBody, bool) {
+// BodyTimeout. On failure the caller has been answered: 413 over limit or
+// over the budget, 429 with retry-after when no room came in time, 408
+// when the body was too slow, 400 when it could not be read.
+func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit, factor int64) ([]byte, heldBody, bool) {
+	h := heldBody{b: p.bodies}
 	n := r.ContentLength
 	if n > limit {
 		p.fail(w, 413, api.ErrRequestTooLarge, fmt.Sprintf("Request exceeds the maximum allowed number of bytes (%d).", limit))
-		return nil, nil, false
+		return nil, h, false
 	}
-	h := &heldBody{b: p.bodies}
-	ctx, cancel := context.WithTimeout(r.Context(), p.cfg.MaxWait)
-	defer cancel()
-	reserve := func(total int64) bool {
-		if total <= h.held {
-			return true
-		}
-		var err error
-		if p.bodies.max > 0 && total > p.bodies.max {
-			err = errBodyTooBig // what it holds already counts
-		} else {
-			err = p.bodies.acquire(ctx, total-h.held)
-		}
-		if err == nil {
-			h.held = total
-			return true
-		}
-		h.Release()
-		switch {
-		case errors.Is(err, errBodyTooBig):
-			p.fail(w, 413, api.ErrRequestTooLarge, fmt.Sprintf("Request body of %d bytes cannot be held: this proxy holds at most %d bytes of request bodies at once (--max-body-memory).", total/factor, p.bodies.max/factor))
-		case r.Context().Err() != nil: // the caller left
-		default:
-			w.Header().Set(api.HeaderRetryAfter, strconv.Itoa(bodyRetryAfter))
-			w.Header().Set(api.HeaderRetryAfterMs, strconv.Itoa(bodyRetryAfter*1000))
-			p.fail(w, 429, api.ErrRateLimit, fmt.Sprintf("sluice: the proxy already holds its bound of request bodies (--max-body-memory); no room within %s; retry later", p.cfg.MaxWait))
-		}
-		return false
-	}
-
 	// The body's time starts once it has room: the wait is the proxy's.
 	rd := deadliner(w)
 	var b []byte
 	var err error
 	if n >= 0 {
-		if !reserve(n * factor) {
-			return nil, nil, false
+		if !p.reserve(w, r, &h, n*factor, factor) {
+			return nil, h, false
 		}
 		p.bodyDeadline(rd)
 		// A body that says its length (net/http holds it to it) is read
@@ -159,15 +153,15 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit, factor i
 	} else {
 		// No length: room is reserved as the body grows.
 		b = make([]byte, 0, 32<<10)
-		if !reserve(int64(cap(b)) * factor) {
-			return nil, nil, false
+		if !p.reserve(w, r, &h, int64(cap(b))*factor, factor) {
+			return nil, h, false
 		}
 		p.bodyDeadline(rd)
 		for {
 			if len(b) == cap(b) {
 				next := min(int64(cap(b))*2, limit+1)
-				if !reserve(next * factor) {
-					return nil, nil, false
+				if !p.reserve(w, r, &h, next*factor, factor) {
+					return nil, h, false
 				}
 				grown := make([]byte, len(b), next)
 				copy(grown, b)
@@ -206,7 +200,7 @@ func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit, factor i
 		p.fail(w, 400, api.ErrInvalidRequest, "could not read the request body")
 	}
 	h.Release()
-	return nil, nil, false
+	return nil, h, false
 }
 
 // readDeadliner is what sets a connection's read deadline: net/http's
