@@ -4,9 +4,12 @@
 // the API gets sluice's lanes, retries and fan-out by changing its base URL.
 // See docs/proxy.md.
 //
-// Callers never hold the real keys: their credential is checked against an
-// optional token and thrown away; every upstream call is authenticated by a
-// key of the pool.
+// Callers never hold the real keys: their credential is checked against the
+// proxy's token (Config.Token; `sluice proxy` always has one unless
+// --no-auth, kept in its state dir: StateToken) and thrown away; every
+// upstream call is authenticated by a key of the pool. The state dir has
+// one owner (its lock, taken by New); request bodies held at once, and the
+// time a caller may take to send or read, are bounded (bounds.go).
 package proxy
 
 import (
