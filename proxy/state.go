@@ -58,6 +58,9 @@ func lockState(ctx context.Context, dir string, wait time.Duration, waiting func
 			return nil, fmt.Errorf("proxy: state dir lock: %w", err)
 		}
 		holder := readHolder(path)
+		if i := strings.IndexByte(holder, '\n'); i >= 0 {
+			holder = holder[:i] // the first line: a rewrite may leave a tail for a moment
+		}
 		draining := strings.Contains(holder, " draining ")
 		if !draining || !time.Now().Before(deadline) {
 			what := "stop it first, or give this one another --state-dir"
@@ -98,11 +101,12 @@ func (s *stateLock) note(state string) error {
 	}
 	f := s.l.File()
 	line := fmt.Sprintf("pid %d %s since %s\n", os.Getpid(), state, time.Now().UTC().Format(time.RFC3339))
-	if err := f.Truncate(0); err != nil {
+	// Written over the old line, then cut to length: a reader never finds
+	// the file empty (it would take the holder for one just starting).
+	if _, err := f.WriteAt([]byte(line), 0); err != nil {
 		return err
 	}
-	_, err := f.WriteAt([]byte(line), 0)
-	return err
+	return f.Truncate(int64(len(line)))
 }
 
 func (s *stateLock) release() error {
