@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -119,27 +120,53 @@ type KeyJoiner interface {
 	AddKeys(ctx context.Context, ks []*keys.Key) error
 }
 
-// ApplyRotation applies re-read key sources to a running job: it probes the
-// added keys (Discover, so a bad new key is dead before it is sent
-// anything) and adds the live ones to every joiner, then retires the
-// removed keys (each takes no new attempt; its attempts in flight, and its
-// batches in flight, finish). Adding first matters: replacing an org's only
-// key must never leave a moment with no usable key, which a dispatcher
-// with queued work would end with ErrNoLiveKey. It returns the added keys'
-// discoveries, for the report. The one owner of a rotation: run, judge and
-// the proxy all call it.
-func ApplyRotation(ctx context.Context, c *client.Client, rot keys.Rotation, model string, log *slog.Logger, joiners ...KeyJoiner) ([]Discovery, error) {
+// Rotator applies re-read key sources to a running job: run, judge and
+// the proxy each make one (the one owner of a rotation). It knows every
+// key the job has had, so a removed key retires only once its
+// organization has another usable key (keys.Key.Replaced).
+type Rotator struct {
+	c     *client.Client
+	model string
+	log   *slog.Logger
+
+	mu  sync.Mutex
+	all []*keys.Key // the job's first keys and every key added since
+}
+
+// NewRotator returns the Rotator of a job that started with keys start
+// (discovered), probing added keys with model.
+func NewRotator(c *client.Client, start []*keys.Key, model string, log *slog.Logger) *Rotator {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Rotator{c: c, model: model, log: log, all: append([]*keys.Key(nil), start...)}
+}
+
+// Apply applies one rotation: it probes the added keys (Discover, so a
+// bad new key is dead before it is sent anything) and adds the live ones
+// to every joiner, then marks the removed keys and retires each one that
+// is replaced (each takes no new attempt; its attempts in flight, and its
+// batches in flight, finish). A removed key whose organization has no
+// other usable key — its replacement was refused, or none was given —
+// stays in use, with an error in the log naming it; it retires at a
+// later rotation that brings its organization a working key. So a
+// rotation never leaves an organization keyless, and a dispatcher with
+// queued work never ends with ErrNoLiveKey because of one. It returns the
+// added keys' discoveries, for the report.
+func (r *Rotator) Apply(ctx context.Context, rot keys.Rotation, joiners ...KeyJoiner) ([]Discovery, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	var disc []Discovery
 	if len(rot.Added) > 0 {
 		var err error
-		disc, err = Discover(ctx, c, rot.Added, model)
+		disc, err = Discover(ctx, r.c, rot.Added, r.model)
 		if err != nil && !errors.Is(err, ErrNoLiveKey) {
 			return disc, err
 		}
 		var live []*keys.Key
 		for _, d := range disc {
 			if dead, why := d.Key.Dead(); dead {
-				log.Warn("a new key is not usable", "key", d.Key, "reason", why)
+				r.log.Warn("a new key is not usable", "key", d.Key, "reason", why)
 				continue
 			}
 			live = append(live, d.Key)
@@ -149,10 +176,24 @@ func ApplyRotation(ctx context.Context, c *client.Client, rot keys.Rotation, mod
 				return disc, err
 			}
 		}
+		r.all = append(r.all, rot.Added...)
 	}
 	for _, k := range rot.Removed {
+		k.MarkRemoved()
+		if !slices.Contains(r.all, k) {
+			r.all = append(r.all, k)
+		}
+	}
+	for _, k := range r.all {
+		if !k.Removed() || k.Retired() {
+			continue
+		}
+		if !k.Replaced(r.all) {
+			r.log.Error("a key removed from its sources stays in use: its organization has no other working key; add one and it leaves", "key", k, "org", k.Org())
+			continue
+		}
 		if k.Retire() {
-			log.Info("key left the run (removed from its sources); its requests in flight finish", "key", k)
+			r.log.Info("key left the run (removed from its sources); its requests in flight finish", "key", k)
 		}
 	}
 	return disc, nil

@@ -51,6 +51,11 @@ type Options struct {
 	// Command is how the user ran sluice, for the resume hint.
 	Command string
 	Logger  *slog.Logger
+	// LockWait is how long the run waits for another holder of the
+	// results file's lock before it refuses (results.LockWait; the log
+	// says it waits): a run killed a moment ago may still hold it while
+	// the kernel tears it down. Zero refuses at once; the CLI waits 10 s.
+	LockWait time.Duration
 	// SyncOff disables fsync: results and the batch journal are not
 	// durable across a crash (tests on a throwaway directory).
 	SyncOff bool
@@ -59,7 +64,8 @@ type Options struct {
 	// Rotations, if set, brings the changes of re-read key sources
 	// (SIGHUP, the keys file changed) while the job runs: new keys join
 	// after a probe, removed keys take no new request and their requests
-	// in flight finish (dispatch.ApplyRotation).
+	// in flight finish (dispatch.Rotator: a removed key stays until its
+	// organization has another working key).
 	Rotations <-chan keys.Rotation
 	// Redact, if set, scrubs key values from error text before it is
 	// logged or written (keys.Pool.Redact): a gateway may echo a key.
@@ -125,6 +131,17 @@ type Options struct {
 // goes, and hears of a re-plan the run could not apply.
 func (o *Options) RoutedBy(rt *route.Router) {
 	o.Plan, o.Replan, o.ReplanRefused = rt.Route, rt.Replan, rt.Refused
+}
+
+// LockWaiting is what a run says, on its Logger, when the lock of the
+// results file at path is held and it waits LockWait for it (judgejob
+// says the same of its verdicts file).
+func (o *Options) LockWaiting(path string) func() {
+	return func() {
+		if o.Logger != nil {
+			o.Logger.Warn(fmt.Sprintf("another sluice holds the lock of %s (one killed a moment ago may still be exiting); waiting up to %s for it", path, o.LockWait))
+		}
+	}
 }
 
 // Redrive is a caller's policy for rows already done, applied by the

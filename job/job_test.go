@@ -663,6 +663,45 @@ func TestSecondRunOnOneOutputIsRefused(t *testing.T) {
 	e.checkExactlyOnce()
 }
 
+// TestRunWaitsForALockLetGoSoon: a run started while another holder still
+// has the results file's lock (a run killed a moment ago, not yet torn
+// down) says it waits, and runs once the lock is let go within LockWait.
+func TestRunWaitsForALockLetGoSoon(t *testing.T) {
+	e := newEnv(t, 50, nil)
+	unlock, err := results.Lock(e.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := e.options()
+	o.LockWait = 10 * time.Second
+	said := 0
+	// The holder lets go once the run has said it waits.
+	o.Logger = slog.New(onLog{Handler: o.Logger.Handler(), f: func(r slog.Record) {
+		if strings.Contains(r.Message, "waiting up to 10s") && strings.Contains(r.Message, e.out) {
+			said++
+			unlock()
+		}
+	}})
+	if _, err := e.run(o); err != nil {
+		t.Fatalf("a run whose lock was let go during its wait: %v", err)
+	}
+	if said != 1 {
+		t.Errorf("the wait was said %d times, want 1", said)
+	}
+	e.checkExactlyOnce()
+}
+
+// onLog is a slog.Handler that shows f every record before passing it on.
+type onLog struct {
+	slog.Handler
+	f func(slog.Record)
+}
+
+func (h onLog) Handle(ctx context.Context, r slog.Record) error {
+	h.f(r)
+	return h.Handler.Handle(ctx, r)
+}
+
 // TestReportNamesTheBindingLimit: the report's binding limit is the limit
 // work waited on longest — the output-tokens bucket in a world with a low
 // output-token limit, the etiquette cap when the cap is far below every

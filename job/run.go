@@ -26,7 +26,8 @@ import (
 // The steps are the methods of run, in this order (docs/route.md).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	r := newRun(o)
-	unlock, err := results.Lock(r.o.Output) // one run per results file, its journal included
+	// One run per results file, its journal included.
+	unlock, err := results.LockWait(ctx, r.o.Output, r.o.LockWait, r.o.LockWaiting(r.o.Output))
 	if err != nil {
 		return nil, err
 	}
@@ -556,8 +557,10 @@ func (r *run) replan() {
 
 // rotate applies key rotations until the run ends: new keys join the
 // dispatcher (and the batch path) after a probe, removed ones take no new
-// request.
+// request once their organization has another working key
+// (dispatch.Rotator).
 func (r *run) rotate(ctx context.Context) {
+	rotator := dispatch.NewRotator(r.o.Dispatch.Client, r.o.Dispatch.Keys, r.model, r.o.Logger)
 	for {
 		select {
 		case rot := <-r.o.Rotations:
@@ -565,7 +568,7 @@ func (r *run) rotate(ctx context.Context) {
 			if br := r.fan.Batch(); br != nil {
 				joiners = append(joiners, br)
 			}
-			more, err := dispatch.ApplyRotation(ctx, r.o.Dispatch.Client, rot, r.model, r.o.Logger, joiners...)
+			more, err := rotator.Apply(ctx, rot, joiners...)
 			if err != nil && ctx.Err() == nil && !errors.Is(err, dispatch.ErrStopped) {
 				r.o.Logger.Warn("key rotation failed", "err", err)
 			}

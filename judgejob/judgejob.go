@@ -219,7 +219,7 @@ func run(ctx context.Context, source string, items func(func(int, judge.Item, er
 	p := pathsOf(cfg.Output)
 	// One judge job per output: its requests, meta and verdicts files are
 	// rewritten here, before job.Run takes the results file's own lock.
-	unlock, err := results.Lock(p.verdicts)
+	unlock, err := results.LockWait(ctx, p.verdicts, cfg.Engine.LockWait, cfg.Engine.LockWaiting(p.verdicts))
 	if err != nil {
 		return nil, err
 	}

@@ -92,6 +92,7 @@ type key struct {
 	health  health // guarded by mu
 	policy  Health // guarded by mu
 	retired bool   // guarded by mu
+	removed bool   // guarded by mu: gone from its sources, kept until replaced
 }
 
 func newKey(label, source, secret string) *Key {

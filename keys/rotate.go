@@ -4,8 +4,11 @@ package keys
 // keys file changed) and gets a new Pool. Diff says which keys are new and
 // which are gone, by value, without either value leaving the package; a
 // key that stays keeps its handle (its org, its health). A gone key is
-// Retired: it takes no new attempt from then on, its attempts in flight
-// finish, and it is not dead (nothing is wrong with it).
+// marked Removed and, once Replaced — its organization has another usable
+// key — Retired: it takes no new attempt from then on, its attempts in
+// flight finish, and it is not dead (nothing is wrong with it). Until then
+// it keeps working: a mistyped replacement must not leave an organization
+// without a key (the rule is Replaced's; dispatch.Rotator applies it).
 
 // Diff compares next (a fresh Load) with p: added are next's keys whose
 // value p does not hold, removed are p's keys whose value next does not
@@ -77,6 +80,51 @@ func (k Key) Retire() (first bool) {
 	}
 	k.k.retired = true
 	return true
+}
+
+// MarkRemoved records that the key is gone from its sources. It keeps
+// working until it is Retired (see Replaced).
+func (k Key) MarkRemoved() {
+	k.mustBeReal("MarkRemoved")
+	k.k.mu.Lock()
+	defer k.k.mu.Unlock()
+	k.k.removed = true
+}
+
+// Removed reports whether MarkRemoved was called.
+func (k Key) Removed() bool {
+	if k.k == nil {
+		return false
+	}
+	k.k.mu.Lock()
+	defer k.k.mu.Unlock()
+	return k.k.removed
+}
+
+// Replaced reports whether a key removed from its sources may retire:
+// it is dead (nothing to keep), or another key of its organization among
+// others is usable — neither dead, retired nor itself removed. A key whose
+// organization is not known yet is never replaced by another. This is the
+// rotation's one rule: an organization never loses its last working key
+// to a rotation, so a mistyped replacement leaves the old key working
+// until a good one arrives.
+func (k Key) Replaced(others []*Key) bool {
+	if dead, _ := k.Dead(); dead {
+		return true
+	}
+	org := k.Org()
+	if org == "" {
+		return false
+	}
+	for _, o := range others {
+		if o.k == k.k || o.Org() != org || o.Retired() || o.Removed() {
+			continue
+		}
+		if dead, _ := o.Dead(); !dead {
+			return true
+		}
+	}
+	return false
 }
 
 // Retired reports whether Retire was called.

@@ -18,12 +18,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/atomicfile"
 )
 
 var (
@@ -31,20 +34,31 @@ var (
 	errShutdown      = errors.New("proxy: shutting down")
 )
 
-// batchSet holds every virtual batch.
+// batchSet holds every virtual batch: the live ones (running or ended,
+// in memory as a summary) and, for list order only, the archived ones,
+// which live on disk.
 type batchSet struct {
 	p   *Proxy
 	dir string // "" keeps batches in memory only
 
-	mu   sync.Mutex
-	list []*vbatch // creation order
-	byID map[string]*vbatch
+	mu       sync.Mutex
+	list     []*vbatch // creation order; not archived
+	byID     map[string]*vbatch
+	archived []archivedRef // creation order; their meta files hold the rest
 }
 
-// vbatch is one virtual batch. id, n, created, expires, ctx, cancel,
-// results, finished and collected never change after the batch is
-// registered; ids is read without a lock only by the batch's own
-// goroutines (it is dropped only once the batch is archived).
+// archivedRef is what memory keeps of an archived batch: enough to list
+// it in order.
+type archivedRef struct {
+	id      string
+	created time.Time
+}
+
+// vbatch is one virtual batch. id, n, created, expires, ctx, cancel and
+// collected never change after the batch is registered; rows is set while
+// it runs and dropped when it ends. ids is read without a lock only by
+// the batch's own goroutines while it runs; it is dropped once its results
+// file is in request order (the only later use of it).
 type vbatch struct {
 	id               string
 	n                int
@@ -53,18 +67,15 @@ type vbatch struct {
 	// or when the proxy drains (errShutdown).
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	// results carries the end of each row still to drive to the
-	// collector; its capacity is their number, so a row's end never waits
-	// (the dispatcher's loop delivers most of them).
-	results chan rowDone
-	// finished[i] is set once row i's end was delivered (exactly once).
-	finished []atomic.Bool
+	// rows is the bookkeeping of a running batch's rows; nil once it has
+	// ended (every row had its end) or before it runs.
+	rows atomic.Pointer[rowRun]
 	// collected tells the batch's driver how many rows the collector got
 	// unresolved (0: the batch ends).
 	collected chan int
 
 	mu         sync.Mutex
-	ids        []string // custom_ids in request order; nil once archived
+	ids        []string // custom_ids in request order; nil once ordered or archived
 	cancelAt   *time.Time
 	endedAt    *time.Time
 	archivedAt *time.Time
@@ -78,6 +89,16 @@ type vbatch struct {
 	store rowStore   // nil once an ended batch's lines are in its ordered file
 }
 
+// rowRun is a running batch's per-row state.
+type rowRun struct {
+	// results carries the end of each row still to drive to the
+	// collector; its capacity is their number, so a row's end never waits
+	// (the dispatcher's loop delivers most of them).
+	results chan rowDone
+	// finished[i] is set once row i's end was delivered (exactly once).
+	finished []atomic.Bool
+}
+
 // rowDone is the end of one row: its result line, or unresolved (the proxy
 // stopped before the row had an answer; a restart drives it).
 type rowDone struct {
@@ -87,11 +108,26 @@ type rowDone struct {
 	unresolved bool
 }
 
-// deliver hands the end of row d.i to the collector, once per row.
+// run gives b the state of a run with todo rows still to end.
+func (b *vbatch) run(todo int) *rowRun {
+	rr := &rowRun{results: make(chan rowDone, todo), finished: make([]atomic.Bool, b.n)}
+	b.rows.Store(rr)
+	return rr
+}
+
+// deliver hands the end of row d.i to the collector, once per row. Once
+// the batch has ended every row has had its end: a late one is dropped.
 func (b *vbatch) deliver(d rowDone) {
-	if b.finished[d.i].CompareAndSwap(false, true) {
-		b.results <- d
+	rr := b.rows.Load()
+	if rr != nil && rr.finished[d.i].CompareAndSwap(false, true) {
+		rr.results <- d
 	}
+}
+
+// finished reports whether row i has had its end.
+func (b *vbatch) finished(i int) bool {
+	rr := b.rows.Load()
+	return rr == nil || rr.finished[i].Load()
 }
 
 // batchMeta is a batch's file <id>.json.
@@ -115,15 +151,19 @@ func (s *batchSet) requestsPath(id string) string { return filepath.Join(s.dir, 
 func (s *batchSet) journalPath(id string) string  { return filepath.Join(s.dir, id+".batch-journal") }
 
 // newVbatch returns a batch of the given ids, not yet registered.
-func (s *batchSet) newVbatch(id string, ids []string, created, expires time.Time, todo int) *vbatch {
-	b := &vbatch{id: id, n: len(ids), ids: ids, created: created, expires: expires,
-		results: make(chan rowDone, todo), finished: make([]atomic.Bool, len(ids)), collected: make(chan int, 1)}
+func (s *batchSet) newVbatch(id string, ids []string, created, expires time.Time) *vbatch {
+	b := &vbatch{id: id, n: len(ids), ids: ids, created: created, expires: expires, collected: make(chan int, 1)}
 	b.ctx, b.cancel = context.WithCancelCause(s.p.life)
 	return b
 }
 
+// errUnreadableMeta marks a meta file that cannot be parsed: it is set
+// aside, never a reason to refuse to start.
+var errUnreadableMeta = errors.New("unreadable meta file")
+
 // init loads the batches kept in dir; the ones that had not ended are
-// driven to their end again (in the background).
+// driven to their end again (in the background). The caller holds the
+// state dir's lock.
 func (s *batchSet) init(p *Proxy, dir string) error {
 	s.p, s.dir, s.byID = p, dir, map[string]*vbatch{}
 	if dir == "" {
@@ -132,6 +172,12 @@ func (s *batchSet) init(p *Proxy, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("proxy: state dir: %w", err)
 	}
+	// Temporary files of a rewrite a crash cut short (internal/atomicfile).
+	if tmps, err := filepath.Glob(filepath.Join(dir, ".msgbatch_*.tmp-*")); err == nil {
+		for _, t := range tmps {
+			os.Remove(t)
+		}
+	}
 	metas, err := filepath.Glob(filepath.Join(dir, "msgbatch_*.json"))
 	if err != nil {
 		return err
@@ -139,8 +185,20 @@ func (s *batchSet) init(p *Proxy, dir string) error {
 	var resume []func()
 	for _, path := range metas {
 		b, run, err := s.load(path)
-		if err != nil {
+		switch {
+		case errors.Is(err, errUnreadableMeta):
+			aside := path + ".unreadable"
+			if rerr := os.Rename(path, aside); rerr != nil {
+				return fmt.Errorf("proxy: setting aside %s: %w", path, rerr)
+			}
+			id := strings.TrimSuffix(filepath.Base(path), ".json")
+			p.log.Warn("virtual batch: its meta file cannot be read; set aside, the batch is no longer served (its other files are left for you)",
+				"batch", id, "moved_to", aside, "err", err, "files", filepath.Join(dir, id+".*"))
+			continue
+		case err != nil:
 			return err
+		case b == nil: // archived: on disk only
+			continue
 		}
 		s.list = append(s.list, b)
 		s.byID[b.id] = b
@@ -150,6 +208,7 @@ func (s *batchSet) init(p *Proxy, dir string) error {
 	}
 	// Creation order, as list pages are newest first.
 	sortBatches(s.list)
+	slices.SortFunc(s.archived, func(a, b archivedRef) int { return a.created.Compare(b.created) })
 	if len(resume) > 0 {
 		p.goBackground(nil, resume...)
 	}
@@ -157,14 +216,31 @@ func (s *batchSet) init(p *Proxy, dir string) error {
 }
 
 func sortBatches(l []*vbatch) {
-	for i := 1; i < len(l); i++ {
-		for j := i; j > 0 && l[j].created.Before(l[j-1].created); j-- {
-			l[j], l[j-1] = l[j-1], l[j]
-		}
-	}
+	slices.SortStableFunc(l, func(a, b *vbatch) int { return a.created.Compare(b.created) })
 }
 
-// load reads one batch from the state dir. A batch that had not ended is
+// readMeta reads the meta file at path; a file that does not parse, or
+// names another batch, is errUnreadableMeta.
+func readMeta(path string) (batchMeta, error) {
+	var m batchMeta
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return m, fmt.Errorf("proxy: %w", err)
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return m, fmt.Errorf("%w: %s: %v", errUnreadableMeta, path, err)
+	}
+	if m.ID+".json" != filepath.Base(path) {
+		return m, fmt.Errorf("%w: %s holds batch %q", errUnreadableMeta, path, m.ID)
+	}
+	if m.N == 0 {
+		m.N = len(m.CustomIDs)
+	}
+	return m, nil
+}
+
+// load reads one batch from the state dir. An archived batch is only
+// listed (b nil: s.archived has it). A batch that had not ended is
 // resumed: run holds its driver and collector. Rows with a result keep
 // it; the rest are driven again — the ones the batch path's journal holds
 // by the batch path, which adopts and harvests the batches it created
@@ -172,26 +248,24 @@ func sortBatches(l []*vbatch) {
 // batch kept without its requests (an older proxy) ends at once, its
 // missing rows errored.
 func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
-	raw, err := os.ReadFile(path)
+	m, err := readMeta(path)
 	if err != nil {
-		return nil, nil, fmt.Errorf("proxy: %w", err)
+		return nil, nil, err
 	}
-	var m batchMeta
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, nil, fmt.Errorf("proxy: %s: %w", path, err)
+	if m.ArchivedAt != nil {
+		s.archived = append(s.archived, archivedRef{id: m.ID, created: m.CreatedAt})
+		return nil, nil, nil
 	}
-	if m.N == 0 {
-		m.N = len(m.CustomIDs)
-	}
-	b = s.newVbatch(m.ID, m.CustomIDs, m.CreatedAt, m.ExpiresAt, 0)
+	b = s.newVbatch(m.ID, m.CustomIDs, m.CreatedAt, m.ExpiresAt)
 	b.n = m.N
-	b.cancelAt, b.endedAt, b.archivedAt, b.counts, b.route, b.ordered = m.CancelInitiatedAt, m.EndedAt, m.ArchivedAt, m.Counts, m.Route, m.ResultsOrdered
+	b.cancelAt, b.endedAt, b.counts, b.route, b.ordered = m.CancelInitiatedAt, m.EndedAt, m.Counts, m.Route, m.ResultsOrdered
 	if b.endedAt != nil {
 		b.cancel(nil)
 		// Left by a stop between the end and the clean-up.
 		os.Remove(s.requestsPath(b.id))
 		os.Remove(s.journalPath(b.id))
-		if b.archivedAt != nil || b.ordered {
+		if b.ordered {
+			b.ids = nil
 			return b, nil, nil
 		}
 		fs, err := openFileStore(s.resultsPath(b.id), b.ids)
@@ -201,6 +275,7 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 		b.store = fs
 		b.ordered = s.order(b)
 		if b.ordered {
+			b.ids = nil
 			s.save(b)
 		}
 		return b, nil, nil
@@ -211,19 +286,23 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 	}
 	b.store = fs
 	b.counts = api.RequestCounts{}
+	rr := b.run(0)
 	var todo []int
 	for i := range b.ids {
 		if line, ok := fs.get(i); ok {
 			addCount(&b.counts, resultType(line))
-			b.finished[i].Store(true)
+			rr.finished[i].Store(true)
 			continue
 		}
 		todo = append(todo, i)
 	}
-	rows, rerr := readRequests(s.requestsPath(b.id), b.ids)
-	if rerr != nil && len(todo) > 0 {
+	var rerr error
+	if len(todo) > 0 {
+		rerr = checkRequests(s.requestsPath(b.id), b.ids)
+	}
+	if rerr != nil {
 		// Nothing left to send them with.
-		if !os.IsNotExist(rerr) {
+		if !errors.Is(rerr, os.ErrNotExist) {
 			s.p.log.Warn("virtual batch: its requests cannot be read; its unfinished rows end errored", "batch", b.id, "err", rerr)
 		}
 		for _, i := range todo {
@@ -239,13 +318,20 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 			}
 			addCount(&b.counts, r.Type)
 		}
+		if err := fs.sync(); err != nil {
+			return nil, nil, err
+		}
 		todo = nil
 	}
 	if len(todo) == 0 {
 		now := s.p.now().UTC()
 		b.endedAt = &now
 		b.cancel(nil)
+		b.rows.Store(nil)
 		b.ordered = s.order(b)
+		if b.ordered {
+			b.ids = nil
+		}
 		os.Remove(s.requestsPath(b.id))
 		os.Remove(s.journalPath(b.id))
 		return b, nil, s.save(b)
@@ -253,10 +339,11 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 	if b.cancelAt != nil {
 		b.cancel(errBatchCanceled)
 	}
-	b.results = make(chan rowDone, len(todo))
+	rr.results = make(chan rowDone, len(todo))
 	s.p.log.Info("virtual batch resumed", "batch", b.id, "requests", b.n, "to_do", len(todo))
+	rows := fileRows{path: s.requestsPath(b.id), ids: b.ids}
 	return b, []func(){
-		func() { s.p.driveBatch(b, rows, todo) },
+		func() { s.p.driveBatch(b, rows, todo, nil) },
 		func() { s.p.collectBatch(b, len(todo)) },
 	}, nil
 }
@@ -305,8 +392,9 @@ func resultType(line []byte) string {
 	return l.Result.Type
 }
 
-// save writes b's meta file atomically. No-op without a state dir.
-// Requires b.mu or exclusive use of b.
+// save writes b's meta file through internal/atomicfile (temp file,
+// fsync, rename, directory fsync): a crash leaves the old file or the new
+// one. No-op without a state dir. Requires b.mu or exclusive use of b.
 func (s *batchSet) save(b *vbatch) error {
 	if s.dir == "" || b.deleted {
 		return nil
@@ -314,15 +402,10 @@ func (s *batchSet) save(b *vbatch) error {
 	m := batchMeta{ID: b.id, CreatedAt: b.created, ExpiresAt: b.expires, CancelInitiatedAt: b.cancelAt,
 		EndedAt: b.endedAt, ArchivedAt: b.archivedAt, Counts: b.counts, N: b.n, Route: b.route,
 		ResultsOrdered: b.ordered, CustomIDs: b.ids}
-	raw, err := json.Marshal(m)
+	err := atomicfile.Write(s.metaPath(b.id), 0o600, func(w io.Writer) error {
+		return json.NewEncoder(w).Encode(m)
+	})
 	if err != nil {
-		return err
-	}
-	tmp := s.metaPath(b.id) + ".tmp"
-	if err := os.WriteFile(tmp, raw, 0o600); err != nil {
-		return fmt.Errorf("proxy: %w", err)
-	}
-	if err := os.Rename(tmp, s.metaPath(b.id)); err != nil {
 		return fmt.Errorf("proxy: %w", err)
 	}
 	return nil
@@ -340,8 +423,9 @@ func (s *batchSet) saveLogged(b *vbatch) {
 func (s *batchSet) counts() map[string]int {
 	s.mu.Lock()
 	l := append([]*vbatch(nil), s.list...)
+	archived := len(s.archived)
 	s.mu.Unlock()
-	out := map[string]int{}
+	out := map[string]int{api.BatchEnded: archived}
 	for _, b := range l {
 		b.mu.Lock()
 		out[b.statusLocked()]++
@@ -350,26 +434,61 @@ func (s *batchSet) counts() map[string]int {
 	return out
 }
 
+// get returns the batch id: a live one, or an archived one read from its
+// meta file (not registered: retrieve, cancel and delete work on it as on
+// any ended batch). nil: no such batch.
 func (s *batchSet) get(id string) *vbatch {
 	s.mu.Lock()
+	b := s.byID[id]
+	isArchived := b == nil && slices.ContainsFunc(s.archived, func(a archivedRef) bool { return a.id == id })
+	s.mu.Unlock()
+	if b != nil || !isArchived {
+		return b
+	}
+	return s.readArchived(id)
+}
+
+// readArchived is the archived batch id, from its meta file (an id
+// s.archived holds: never a path a caller made up).
+func (s *batchSet) readArchived(id string) *vbatch {
+	m, err := readMeta(s.metaPath(id))
+	if err != nil {
+		s.p.log.Warn("archived virtual batch: its meta file cannot be read", "batch", id, "err", err)
+		return &vbatch{id: id, created: time.Time{}, endedAt: new(time.Time), archivedAt: new(time.Time)}
+	}
+	return &vbatch{id: m.ID, n: m.N, created: m.CreatedAt, expires: m.ExpiresAt, cancelAt: m.CancelInitiatedAt,
+		endedAt: m.EndedAt, archivedAt: m.ArchivedAt, counts: m.Counts, route: m.Route}
+}
+
+// forget drops the batch id from the set (a delete).
+func (s *batchSet) forget(id string) {
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.byID[id]
+	delete(s.byID, id)
+	s.list = slices.DeleteFunc(s.list, func(b *vbatch) bool { return b.id == id })
+	s.archived = slices.DeleteFunc(s.archived, func(a archivedRef) bool { return a.id == id })
 }
 
 // archive applies the API's retention: an ended batch's results are
 // available for api.ResultsRetention (29 days) after its creation; then
-// they are deleted and the batch, still listed, shows archived_at.
+// they are deleted and the batch, still listed, shows archived_at. An
+// archived batch leaves memory: its meta file keeps it, and s.archived
+// its place in the list.
 func (s *batchSet) archive(now time.Time) {
 	s.mu.Lock()
-	l := append([]*vbatch(nil), s.list...)
-	s.mu.Unlock()
-	for _, b := range l {
-		at := b.created.Add(api.ResultsRetention)
-		if now.Before(at) {
-			continue
+	var due []*vbatch
+	for _, b := range s.list {
+		if b.created.After(now.Add(-api.ResultsRetention)) {
+			break // creation order: the rest are younger
 		}
+		due = append(due, b)
+	}
+	s.mu.Unlock()
+	for _, b := range due {
+		at := b.created.Add(api.ResultsRetention)
 		b.mu.Lock()
-		if b.endedAt != nil && b.archivedAt == nil && !b.deleted {
+		done := b.endedAt != nil && b.archivedAt == nil && !b.deleted
+		if done {
 			b.archivedAt = &at
 			b.ids = nil
 			b.smu.Lock()
@@ -384,6 +503,17 @@ func (s *batchSet) archive(now time.Time) {
 			s.saveLogged(b)
 		}
 		b.mu.Unlock()
+		if !done || s.dir == "" {
+			continue // without a state dir an archived batch stays in memory: nowhere else to list it from
+		}
+		s.mu.Lock()
+		if s.byID[b.id] == b {
+			delete(s.byID, b.id)
+			s.list = slices.DeleteFunc(s.list, func(x *vbatch) bool { return x == b })
+			i, _ := slices.BinarySearchFunc(s.archived, b.created, func(a archivedRef, t time.Time) int { return a.created.Compare(t) })
+			s.archived = slices.Insert(s.archived, i, archivedRef{id: b.id, created: b.created})
+		}
+		s.mu.Unlock()
 	}
 }
 
@@ -428,13 +558,16 @@ func newBatchID() string {
 }
 
 // handleBatchCreate serves POST /v1/messages/batches: the body is checked
-// as the API checks it at create, kept (with a state dir), answered at
-// once, and the batch starts in the background.
+// as the API checks it at create, kept (with a state dir: on disk, and
+// the body's memory is given back), answered at once, and the batch
+// starts in the background.
 func (p *Proxy) handleBatchCreate(w http.ResponseWriter, r *http.Request) {
-	body, ok := p.readBody(w, r, api.MaxBatchBytes)
+	// Twice the body: the parsed rows are a copy until they are on disk.
+	body, held, ok := p.readBody(w, r, api.MaxBatchBytes, 2)
 	if !ok {
 		return
 	}
+	defer held.Release() // unless the driver holds it (no state dir)
 	reqs, err := api.ParseBatchCreate(body)
 	if err != nil {
 		p.fail(w, 400, api.ErrInvalidRequest, err.Error())
@@ -452,7 +585,8 @@ func (p *Proxy) handleBatchCreate(w http.ResponseWriter, r *http.Request) {
 	s := &p.batches
 	now := p.now().UTC()
 	s.archive(now)
-	b := s.newVbatch(newBatchID(), ids, now, now.Add(api.BatchLifetime), n)
+	b := s.newVbatch(newBatchID(), ids, now, now.Add(api.BatchLifetime))
+	b.run(n)
 	refuse := func(err error) {
 		b.cancel(nil)
 		if b.store != nil {
@@ -468,14 +602,21 @@ func (p *Proxy) handleBatchCreate(w http.ResponseWriter, r *http.Request) {
 			p.log.Warn("virtual batch refused", "err", err)
 		}
 	}
+	var src rowSource
+	release := func() {}
 	if s.dir == "" {
 		b.store = &memStore{lines: make([][]byte, n)}
+		// The rows stay in memory while they are sent: so does their room.
+		src = memRows(rows)
+		release = held.handOff()
 	} else {
 		// Requests first: a meta file always has them.
 		if err := writeRequests(s.requestsPath(b.id), ids, rows); err != nil {
 			refuse(err)
 			return
 		}
+		rows = nil
+		src = fileRows{path: s.requestsPath(b.id), ids: ids}
 		fs, err := newFileStore(s.resultsPath(b.id), n)
 		if err != nil {
 			refuse(err)
@@ -497,7 +638,8 @@ func (p *Proxy) handleBatchCreate(w http.ResponseWriter, r *http.Request) {
 		s.byID[b.id] = b
 		s.mu.Unlock()
 	}
-	if !p.goBackground(register, func() { p.driveBatch(b, rows, todo) }, func() { p.collectBatch(b, n) }) {
+	if !p.goBackground(register, func() { p.driveBatch(b, src, todo, release) }, func() { p.collectBatch(b, n) }) {
+		release()
 		refuse(nil)
 		p.unavailable(w, errShutdown)
 		return
@@ -598,15 +740,7 @@ func (p *Proxy) handleBatchDelete(w http.ResponseWriter, r *http.Request) {
 		b.smu.Unlock()
 		b.mu.Unlock()
 		s := &p.batches
-		s.mu.Lock()
-		delete(s.byID, b.id)
-		for i, x := range s.list {
-			if x == b {
-				s.list = append(s.list[:i:i], s.list[i+1:]...)
-				break
-			}
-		}
-		s.mu.Unlock()
+		s.forget(b.id)
 		if s.dir != "" {
 			os.Remove(s.metaPath(b.id))
 			os.Remove(s.resultsPath(b.id))
@@ -618,23 +752,43 @@ func (p *Proxy) handleBatchDelete(w http.ResponseWriter, r *http.Request) {
 }
 
 // handleBatchList serves GET /v1/messages/batches: newest first, with the
-// API's cursor pagination.
+// API's cursor pagination. Only the page's batches are rendered (an
+// archived one is read from its meta file).
 func (p *Proxy) handleBatchList(w http.ResponseWriter, r *http.Request) {
 	s := &p.batches
 	s.archive(p.now())
-	s.mu.Lock()
-	l := append([]*vbatch(nil), s.list...)
-	s.mu.Unlock()
-	items := make([]api.MessageBatch, 0, len(l))
-	for i := len(l) - 1; i >= 0; i-- {
-		items = append(items, l[i].object(r))
+	type ref struct {
+		id      string
+		created time.Time
+		b       *vbatch // nil: archived
 	}
-	page, msg := paginate(r, items, func(m api.MessageBatch) string { return m.ID })
+	s.mu.Lock()
+	refs := make([]ref, 0, len(s.list)+len(s.archived))
+	li, ai := len(s.list)-1, len(s.archived)-1
+	for li >= 0 || ai >= 0 { // both in creation order: merged, newest first
+		if ai < 0 || (li >= 0 && !s.list[li].created.Before(s.archived[ai].created)) {
+			refs = append(refs, ref{id: s.list[li].id, created: s.list[li].created, b: s.list[li]})
+			li--
+		} else {
+			refs = append(refs, ref{id: s.archived[ai].id, created: s.archived[ai].created})
+			ai--
+		}
+	}
+	s.mu.Unlock()
+	page, msg := paginate(r, refs, func(x ref) string { return x.id })
 	if msg != "" {
 		p.fail(w, 400, api.ErrInvalidRequest, msg)
 		return
 	}
-	writeJSON(w, 200, page)
+	out := api.Page[api.MessageBatch]{Data: make([]api.MessageBatch, 0, len(page.Data)), HasMore: page.HasMore, FirstID: page.FirstID, LastID: page.LastID}
+	for _, x := range page.Data {
+		b := x.b
+		if b == nil {
+			b = s.readArchived(x.id)
+		}
+		out.Data = append(out.Data, b.object(r))
+	}
+	writeJSON(w, 200, out)
 }
 
 // handleBatchResults streams the results of an ended batch as JSONL, one

@@ -22,24 +22,43 @@ import (
 	"github.com/sluice-dev/sluice/route"
 )
 
-// driveBatch sends the rows todo of b (rows holds every row's params) and
-// returns once each has been handed to the dispatcher or the batch path
-// and the batch path has finished, then cleans up after an ended batch.
-func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
+// driveBatch sends the rows todo of b (src gives their params, read as
+// they are sent) and returns once each has been handed to the dispatcher
+// or the batch path and the batch path has finished, then cleans up after
+// an ended batch. release, if set, is called once every row has been
+// handed out (the rows' memory, without a state dir).
+func (p *Proxy) driveBatch(b *vbatch, src rowSource, todo []int, release func()) {
+	if release == nil {
+		release = func() {}
+	}
 	s := &p.batches
 	ids := b.ids
 	// Streaming is not allowed in batches: errored without being sent.
-	drive := todo[:0:0]
-	for _, i := range todo {
-		if parseParams(rows[i]).Stream {
+	// The others are summed up for the planner.
+	drive := make([]int, 0, len(todo))
+	sum := jsonl.Summary{Models: map[string]int{}}
+	taken, err := src.each(todo, func(i int, params json.RawMessage) bool {
+		info := parseParams(params)
+		if info.Stream {
 			e := api.NewErrorBody(api.ErrInvalidRequest, "", "stream: streaming is not supported in Message Batches")
 			b.deliver(rowDone{i: i, typ: api.ResultErrored, line: lineOf(ids[i], api.BatchResult{Type: api.ResultErrored, Error: &e})})
-			continue
+			return true
 		}
 		drive = append(drive, i)
+		if info.Model != "" {
+			sum.Models[info.Model]++
+		}
+		sum.EstInputTokens += info.EstInputTokens
+		sum.MaxTokens += info.MaxTokens
+		return true
+	})
+	if err != nil {
+		p.log.Warn("virtual batch: its requests cannot be read; the rows not read wait for a restart", "batch", b.id, "err", err)
+		p.leaveUnresolved(b, todo[taken:])
 	}
+	sum.Lines, sum.Valid = len(drive), len(drive)
 
-	routing := p.routeBatch(b, rows, drive)
+	routing := p.routeBatch(b, sum, len(drive))
 	var br *batchRoute
 	if len(drive) > 0 && s.dir != "" {
 		var err error
@@ -67,12 +86,22 @@ func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
 	var runErr error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		for _, i := range toSync {
-			if err := b.ctx.Err(); err != nil {
-				b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
-				continue
+		taken, err := src.each(toSync, func(i int, params json.RawMessage) bool {
+			if b.ctx.Err() != nil {
+				return false
 			}
-			p.submitRow(b, i, rows[i])
+			p.submitRow(b, i, ids[i], params)
+			return true
+		})
+		rest := toSync[taken:]
+		switch {
+		case b.ctx.Err() != nil:
+			for _, i := range rest {
+				b.deliver(p.aborted(i, ids[i], context.Cause(b.ctx)))
+			}
+		case err != nil:
+			p.log.Warn("virtual batch: its requests cannot be read; the rows not sent wait for a restart", "batch", b.id, "err", err)
+			p.leaveUnresolved(b, rest)
 		}
 	})
 	if br != nil {
@@ -88,10 +117,11 @@ func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
 		ran := make(chan error, 1)
 		go func() { ran <- br.r.Run(p.life) }()
 		wg.Go(func() {
-			br.feed(p, b, rows, toBatch)
+			br.feed(p, b, src, ids, toBatch)
 			br.r.CloseInput()
 		})
 		wg.Wait()
+		release()
 		runErr = <-ran
 		// Rows the batch path never answered (it stopped: a shutdown, or
 		// a journal error) wait for a restart, which adopts their batches.
@@ -105,6 +135,7 @@ func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
 		}
 	} else {
 		wg.Wait()
+		release()
 	}
 	unresolved := <-b.collected
 	if br != nil {
@@ -118,9 +149,10 @@ func (p *Proxy) driveBatch(b *vbatch, rows []json.RawMessage, todo []int) {
 // endBatch records the end of b's run. An ended batch (every row has a
 // result) gets its results file rewritten in request order and closed,
 // loses the files only a restart needs (its requests; its journal, when
-// the batch path finished cleanly), and then shows ended. A batch with
-// rows left unresolved (the proxy stopped) stays in progress, its files
-// kept for the restart that finishes it.
+// the batch path finished cleanly) and its rows' state in memory (its
+// custom_ids too, once the file is in order), and then shows ended. A
+// batch with rows left unresolved (the proxy stopped) stays in progress,
+// its files kept for the restart that finishes it.
 func (p *Proxy) endBatch(b *vbatch, ended, journalDone bool) {
 	s := &p.batches
 	ordered := false
@@ -137,11 +169,15 @@ func (p *Proxy) endBatch(b *vbatch, ended, journalDone bool) {
 	if ended {
 		now := p.now().UTC()
 		b.endedAt, b.ordered = &now, ordered
+		if ordered {
+			b.ids = nil
+		}
 		p.log.Info("virtual batch ended", "batch", b.id, "succeeded", b.counts.Succeeded, "errored", b.counts.Errored, "canceled", b.counts.Canceled)
 	}
 	s.saveLogged(b)
 	b.mu.Unlock()
 	if ended {
+		b.rows.Store(nil)
 		b.cancel(nil)
 		return
 	}
@@ -159,24 +195,15 @@ func (p *Proxy) leaveUnresolved(b *vbatch, rows []int) {
 	}
 }
 
-// routeBatch asks the planner how to send the rows drive of b: sync
-// without a planner or a state dir (the batch path needs a journal), for
-// a batch being cancelled, or when the planner fails.
-func (p *Proxy) routeBatch(b *vbatch, rows []json.RawMessage, drive []int) route.Routing {
+// routeBatch asks the planner how to send the n rows of b summed up in
+// sum: sync without a planner or a state dir (the batch path needs a
+// journal), for a batch being cancelled, or when the planner fails.
+func (p *Proxy) routeBatch(b *vbatch, sum jsonl.Summary, n int) route.Routing {
 	sync := route.Routing{Route: route.Sync, Why: "no planner"}
-	if p.cfg.Plan == nil || p.batches.dir == "" || len(drive) == 0 || b.ctx.Err() != nil {
+	if p.cfg.Plan == nil || p.batches.dir == "" || n == 0 || b.ctx.Err() != nil {
 		return sync
 	}
-	sum := jsonl.Summary{Lines: len(drive), Valid: len(drive), Models: map[string]int{}}
-	for _, i := range drive {
-		info := parseParams(rows[i])
-		if info.Model != "" {
-			sum.Models[info.Model]++
-		}
-		sum.EstInputTokens += info.EstInputTokens
-		sum.MaxTokens += info.MaxTokens
-	}
-	r, err := p.cfg.Plan(sum, len(drive))
+	r, err := p.cfg.Plan(sum, n)
 	if err != nil {
 		p.log.Warn("virtual batch: the planner failed; its rows go sync", "batch", b.id, "err", err)
 		return sync
@@ -185,7 +212,7 @@ func (p *Proxy) routeBatch(b *vbatch, rows []json.RawMessage, drive []int) route
 	b.route = r.Route
 	p.batches.saveLogged(b)
 	b.mu.Unlock()
-	p.log.Info("virtual batch routed", "batch", b.id, "requests", len(drive), "route", r.Route, "batch_share", r.BatchShare, "why", r.Why)
+	p.log.Info("virtual batch routed", "batch", b.id, "requests", n, "route", r.Route, "batch_share", r.BatchShare, "why", r.Why)
 	return r
 }
 
@@ -212,7 +239,7 @@ func (p *Proxy) newBatchRoute(b *vbatch, routing route.Routing, ids []string) (*
 		Journal: p.batches.journalPath(b.id),
 		Done: func(id string) bool {
 			i, ok := br.index[id]
-			return ok && b.finished[i].Load()
+			return ok && b.finished(i)
 		},
 		Sink: func(r dispatch.Result, _ string) {
 			i, ok := br.index[r.Request.ID]
@@ -230,11 +257,11 @@ func (p *Proxy) newBatchRoute(b *vbatch, routing route.Routing, ids []string) (*
 			}
 			br.in[i].Store(false)
 			if err := b.ctx.Err(); err != nil {
-				b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
+				b.deliver(p.aborted(i, ids[i], context.Cause(b.ctx)))
 				return
 			}
 			p.log.Debug("virtual batch row re-routed to sync", "batch", b.id, "id", req.ID, "why", why)
-			p.submitRow(b, i, req.Params)
+			p.submitRow(b, i, ids[i], req.Params)
 		},
 	})
 	if err != nil || fan.Batch() == nil {
@@ -248,20 +275,21 @@ func (p *Proxy) newBatchRoute(b *vbatch, routing route.Routing, ids []string) (*
 // path (route.Fanout.ToBatch); with no batch path (br nil), none does.
 func (br *batchRoute) toBatch(id string) bool { return br != nil && br.fan.ToBatch(id) }
 
-// feed submits the rows of b to the Runner, in order, with its
-// backpressure. A row the Runner holds (its batch was created before a
-// restart) is always submitted: only its batch may answer it.
-func (br *batchRoute) feed(p *Proxy, b *vbatch, rows []json.RawMessage, toBatch []int) {
-	for _, i := range toBatch {
-		id := b.ids[i]
+// feed submits the rows toBatch of b (src gives their params) to the
+// Runner, in order, with its backpressure. A row the Runner holds (its
+// batch was created before a restart) is always submitted: only its batch
+// may answer it.
+func (br *batchRoute) feed(p *Proxy, b *vbatch, src rowSource, ids []string, toBatch []int) {
+	taken, err := src.each(toBatch, func(i int, params json.RawMessage) bool {
+		id := ids[i]
 		held := br.r.Holds(id)
 		if err := b.ctx.Err(); err != nil && !held {
-			b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
-			continue
+			b.deliver(p.aborted(i, id, context.Cause(b.ctx)))
+			return true
 		}
-		info := parseParams(rows[i])
-		req := &dispatch.Request{ID: id, Params: rows[i], Model: info.Model, MaxTokens: info.MaxTokens,
-			EstInput: info.EstInputTokens, ParamsHash: jsonl.ParamsHash(rows[i])}
+		info := parseParams(params)
+		req := &dispatch.Request{ID: id, Params: params, Model: info.Model, MaxTokens: info.MaxTokens,
+			EstInput: info.EstInputTokens, ParamsHash: jsonl.ParamsHash(params)}
 		ctx := b.ctx
 		if held {
 			ctx = p.life
@@ -269,37 +297,42 @@ func (br *batchRoute) feed(p *Proxy, b *vbatch, rows []json.RawMessage, toBatch 
 		br.in[i].Store(true)
 		err := br.r.Submit(ctx, req)
 		if err == nil {
-			continue
+			return true
 		}
 		br.in[i].Store(false)
 		switch {
 		case p.life.Err() != nil:
 			b.deliver(rowDone{i: i, unresolved: true})
 		case b.ctx.Err() != nil && !held:
-			b.deliver(p.aborted(b, i, context.Cause(b.ctx)))
+			b.deliver(p.aborted(i, id, context.Cause(b.ctx)))
 		default: // the Runner stopped (its journal failed): never accepted
-			p.submitRow(b, i, rows[i])
+			p.submitRow(b, i, id, params)
 		}
+		return true
+	})
+	if err != nil {
+		p.log.Warn("virtual batch: its requests cannot be read; the rows not sent wait for a restart", "batch", b.id, "err", err)
+		p.leaveUnresolved(b, toBatch[taken:])
 	}
 }
 
-// submitRow sends row i of b through the dispatcher; its Result ends the
-// row. The callback runs on the dispatcher's loop: deliver never waits.
-func (p *Proxy) submitRow(b *vbatch, i int, params json.RawMessage) {
+// submitRow sends row i of b, custom_id id, through the dispatcher; its
+// Result ends the row. The callback runs on the dispatcher's loop:
+// deliver never waits.
+func (p *Proxy) submitRow(b *vbatch, i int, id string, params json.RawMessage) {
 	info := parseParams(params)
-	id := b.ids[i]
 	req := &dispatch.Request{ID: id, Params: params, Model: info.Model, MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens}
 	pool := api.PoolOf(info.Model)
 	err := p.d.SubmitSend(b.ctx, req, nil, func(res dispatch.Result) {
 		if res.Aborted {
-			b.deliver(p.aborted(b, i, res.Err))
+			b.deliver(p.aborted(i, id, res.Err))
 			return
 		}
 		p.metrics.usage(res.Org, pool, info.Model, res.Usage, false)
 		b.deliver(rowDone{i: i, typ: rowType(res), line: rowLine(id, res)})
 	})
 	if err != nil {
-		b.deliver(p.aborted(b, i, p.refusal(b, err)))
+		b.deliver(p.aborted(i, id, p.refusal(b, err)))
 	}
 }
 
@@ -321,16 +354,16 @@ func (p *Proxy) refusal(b *vbatch, err error) error {
 	return err
 }
 
-// aborted is the end of row i withdrawn or never sent for err: canceled
-// (the batch was), errored (no live key: nothing can answer it), or
-// unresolved (the proxy is stopping; a restart sends it).
-func (p *Proxy) aborted(b *vbatch, i int, err error) rowDone {
+// aborted is the end of row i (custom_id id) withdrawn or never sent
+// for err: canceled (the batch was), errored (no live key: nothing can
+// answer it), or unresolved (the proxy is stopping; a restart sends it).
+func (p *Proxy) aborted(i int, id string, err error) rowDone {
 	switch {
 	case errors.Is(err, errBatchCanceled):
-		return rowDone{i: i, typ: api.ResultCanceled, line: lineOf(b.ids[i], api.BatchResult{Type: api.ResultCanceled})}
+		return rowDone{i: i, typ: api.ResultCanceled, line: lineOf(id, api.BatchResult{Type: api.ResultCanceled})}
 	case errors.Is(err, dispatch.ErrNoLiveKey):
 		e := api.NewErrorBody(api.ErrAPI, "", "sluice: no live key left")
-		return rowDone{i: i, typ: api.ResultErrored, line: lineOf(b.ids[i], api.BatchResult{Type: api.ResultErrored, Error: &e})}
+		return rowDone{i: i, typ: api.ResultErrored, line: lineOf(id, api.BatchResult{Type: api.ResultErrored, Error: &e})}
 	}
 	return rowDone{i: i, unresolved: true}
 }
@@ -339,27 +372,58 @@ func (p *Proxy) aborted(b *vbatch, i int, err error) rowDone {
 // stored: a slow disk.
 var testHookStorePut atomic.Pointer[func()]
 
+// maxGroup bounds the lines the collector writes before one fsync.
+const maxGroup = 4096
+
 // collectBatch stores the ends of b's expect rows as they come, then
-// tells the batch's driver how many were left unresolved (endBatch).
+// tells the batch's driver how many were left unresolved (endBatch). It
+// writes every line at hand, fsyncs the results file once, and only then
+// counts those rows (group commit): a row counts once it is durable.
 func (p *Proxy) collectBatch(b *vbatch, expect int) {
+	results := b.rows.Load().results
 	unresolved := 0
-	for range expect {
-		d := <-b.results
-		if d.unresolved {
-			unresolved++
-			continue
+	group := make([]rowDone, 0, 64)
+	for got := 0; got < expect; {
+		group = append(group[:0], <-results)
+		got++
+	more:
+		for got < expect && len(group) < maxGroup {
+			select {
+			case d := <-results:
+				group = append(group, d)
+				got++
+			default:
+				break more
+			}
 		}
-		if hook := testHookStorePut.Load(); hook != nil {
-			(*hook)()
-		}
+		var err error
 		b.smu.Lock()
-		err := b.store.put(d.i, d.line)
+		for _, d := range group {
+			if d.unresolved {
+				continue
+			}
+			if hook := testHookStorePut.Load(); hook != nil {
+				(*hook)()
+			}
+			if perr := b.store.put(d.i, d.line); perr != nil && err == nil {
+				err = perr
+			}
+		}
+		if serr := b.store.sync(); serr != nil && err == nil {
+			err = serr
+		}
 		b.smu.Unlock()
 		b.mu.Lock()
-		addCount(&b.counts, d.typ)
+		for _, d := range group {
+			if d.unresolved {
+				unresolved++
+			} else {
+				addCount(&b.counts, d.typ)
+			}
+		}
 		if err != nil && !b.warned {
 			b.warned = true
-			p.log.Warn("virtual batch results not stored", "batch", b.id, "err", err)
+			p.log.Warn("virtual batch results not stored durably", "batch", b.id, "err", err)
 		}
 		b.mu.Unlock()
 	}

@@ -2,10 +2,13 @@ package proxy
 
 // What a virtual batch keeps on disk (with a state dir), per batch:
 //
-//	<id>.json            the batch object, its custom_ids and route (atomic rewrite)
-//	<id>.requests.jsonl  its requests as created, while it runs (so a restart can finish it)
-//	<id>.results.jsonl   result lines: in completion order while it runs, rewritten
-//	                     in request order when it ends
+//	<id>.json            the batch object, its custom_ids (while it runs) and route
+//	                     (atomicfile: fsync, rename, directory fsync)
+//	<id>.requests.jsonl  its requests as created, while it runs (so a restart can
+//	                     finish it); read back row by row as they are sent (rowSource)
+//	<id>.results.jsonl   result lines: in completion order while it runs, each
+//	                     group fsynced before its rows count; rewritten in request
+//	                     order when it ends
 //	<id>.batch-journal   the batch path's journal, while the batch part runs
 //
 // A running batch holds its results file open (rowStore); an ended one
@@ -21,11 +24,14 @@ import (
 	"os"
 
 	"github.com/sluice-dev/sluice/internal/atomicfile"
+	"github.com/sluice-dev/sluice/internal/rawjson"
 )
 
-// rowStore keeps one result line per row of a running batch.
+// rowStore keeps one result line per row of a running batch. A line put
+// is durable only after sync.
 type rowStore interface {
 	put(i int, line []byte) error
+	sync() error
 	get(i int) ([]byte, bool)
 	close()
 }
@@ -34,6 +40,7 @@ type rowStore interface {
 type memStore struct{ lines [][]byte }
 
 func (m *memStore) put(i int, line []byte) error { m.lines[i] = line; return nil }
+func (m *memStore) sync() error                  { return nil }
 func (m *memStore) get(i int) ([]byte, bool)     { return m.lines[i], m.lines[i] != nil }
 func (m *memStore) close()                       {}
 
@@ -116,6 +123,17 @@ func (s *fileStore) put(i int, line []byte) error {
 	return nil
 }
 
+// sync makes every line put so far durable.
+func (s *fileStore) sync() error {
+	if s.f == nil {
+		return errors.New("proxy: results file closed")
+	}
+	if err := s.f.Sync(); err != nil {
+		return fmt.Errorf("proxy: %w", err)
+	}
+	return nil
+}
+
 func (s *fileStore) get(i int) ([]byte, bool) {
 	if line, ok := s.failed[i]; ok {
 		return line, true
@@ -158,20 +176,24 @@ func writeOrdered(path string, st rowStore, n int) error {
 	return nil
 }
 
-// requestLine is one line of a batch's requests file: the API's own
-// request object.
-type requestLine struct {
-	CustomID string          `json:"custom_id"`
-	Params   json.RawMessage `json:"params"`
-}
-
 // writeRequests writes a batch's requests to path, atomically and synced,
 // so that a restart can finish the batch.
+//
+// A line is the API's own request object, {"custom_id":…,"params":…},
+// on one line: custom_ids are checked at create ([a-zA-Z0-9_-], nothing
+// to escape) and params are valid JSON, compacted onto the line by
+// rawjson.AppendCompact (a tenth of json.Marshal's time on a 200 MB
+// batch; unlike json.Marshal it keeps <, > and & as they were sent).
 func writeRequests(path string, ids []string, rows []json.RawMessage) error {
+	var line []byte
 	err := atomicfile.Write(path, 0o600, func(w io.Writer) error {
 		for i, id := range ids {
-			line, _ := json.Marshal(requestLine{CustomID: id, Params: rows[i]})
-			if _, err := w.Write(append(line, '\n')); err != nil {
+			line = append(line[:0], `{"custom_id":"`...)
+			line = append(line, id...)
+			line = append(line, `","params":`...)
+			line = rawjson.AppendCompact(line, rows[i])
+			line = append(line, "}\n"...)
+			if _, err := w.Write(line); err != nil {
 				return err
 			}
 		}
@@ -183,37 +205,120 @@ func writeRequests(path string, ids []string, rows []json.RawMessage) error {
 	return nil
 }
 
-// readRequests reads the requests file at path back, checking it holds
-// exactly ids in order.
-func readRequests(path string, ids []string) ([]json.RawMessage, error) {
+// rowSource gives a running batch's requests to its driver, in request
+// order: from its requests file (with a state dir), read as they are
+// sent, so a batch never holds its prompts in memory; or from memory.
+type rowSource interface {
+	// each calls f with each row of want (ascending row numbers) and its
+	// params, until f returns false (that row not taken). It returns how
+	// many rows f took; the rest (want[taken:]) were not handed out,
+	// because f stopped or, with err, the requests could not be read.
+	each(want []int, f func(i int, params json.RawMessage) bool) (taken int, err error)
+}
+
+// memRows are a batch's requests in memory (no state dir).
+type memRows []json.RawMessage
+
+func (m memRows) each(want []int, f func(int, json.RawMessage) bool) (int, error) {
+	for k, i := range want {
+		if !f(i, m[i]) {
+			return k, nil
+		}
+	}
+	return len(want), nil
+}
+
+// fileRows are a batch's requests in its requests file, whose lines must
+// be the batch's custom_ids in order. Each params handed out is a
+// sub-slice of its own line (one allocation a row).
+type fileRows struct {
+	path string
+	ids  []string
+}
+
+func (fr fileRows) each(want []int, f func(int, json.RawMessage) bool) (int, error) {
+	if len(want) == 0 {
+		return 0, nil
+	}
+	file, err := os.Open(fr.path)
+	if err != nil {
+		return 0, fmt.Errorf("proxy: %w", err)
+	}
+	defer file.Close()
+	rd := bufio.NewReaderSize(file, 256<<10)
+	k := 0
+	for row := 0; k < len(want); row++ {
+		if row != want[k] {
+			if err := skipLine(rd); err != nil {
+				return k, fmt.Errorf("proxy: %s: row %d: %w", fr.path, row, err)
+			}
+			continue
+		}
+		line, err := rd.ReadBytes('\n')
+		if err != nil {
+			return k, fmt.Errorf("proxy: %s: row %d: %w", fr.path, row, err)
+		}
+		id, params, ok := requestOf(line)
+		if !ok || row >= len(fr.ids) || id != fr.ids[row] {
+			return k, fmt.Errorf("proxy: %s: row %d is not the batch's request %d", fr.path, row, row)
+		}
+		if !f(row, params) {
+			return k, nil
+		}
+		k++
+	}
+	return k, nil
+}
+
+// skipLine reads past the next newline without keeping the line.
+func skipLine(rd *bufio.Reader) error {
+	for {
+		_, err := rd.ReadSlice('\n')
+		if err != bufio.ErrBufferFull {
+			return err
+		}
+	}
+}
+
+// requestOf reads one line of a requests file: its custom_id and params
+// (a sub-slice of line).
+func requestOf(line []byte) (id string, params json.RawMessage, ok bool) {
+	line = bytes.TrimRight(line, "\n")
+	if !rawjson.Valid(line) || len(line) == 0 || line[0] != '{' {
+		return "", nil, false
+	}
+	var buf [4]rawjson.Member
+	ms := rawjson.AppendMembers(buf[:0], line)
+	rawID, params := rawjson.Lookup(ms, "custom_id"), rawjson.Lookup(ms, "params")
+	if len(rawID) == 0 || rawID[0] != '"' || len(params) == 0 || params[0] != '{' {
+		return "", nil, false
+	}
+	return rawjson.String(rawID), params, true
+}
+
+// checkRequests checks that the requests file at path holds exactly ids,
+// in order, reading it through without keeping it.
+func checkRequests(path string, ids []string) error {
+	all := make([]int, len(ids))
+	for i := range all {
+		all[i] = i
+	}
+	n, err := fileRows{path: path, ids: ids}.each(all, func(int, json.RawMessage) bool { return true })
+	if err != nil {
+		return err
+	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer f.Close()
-	rows := make([]json.RawMessage, 0, len(ids))
-	rd := bufio.NewReaderSize(f, 256<<10)
-	for {
-		line, err := rd.ReadBytes('\n')
-		if len(line) > 0 && line[len(line)-1] == '\n' {
-			var l requestLine
-			if jerr := json.Unmarshal(line, &l); jerr != nil {
-				return nil, fmt.Errorf("proxy: %s: %w", path, jerr)
-			}
-			if len(rows) >= len(ids) || l.CustomID != ids[len(rows)] {
-				return nil, fmt.Errorf("proxy: %s does not match the batch's custom_ids", path)
-			}
-			rows = append(rows, l.Params)
-		}
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("proxy: %w", err)
-		}
+	rd := bufio.NewReader(f)
+	lines := 0
+	for skipLine(rd) == nil {
+		lines++
 	}
-	if len(rows) != len(ids) {
-		return nil, fmt.Errorf("proxy: %s holds %d of the batch's %d requests", path, len(rows), len(ids))
+	if n != len(ids) || lines != len(ids) {
+		return fmt.Errorf("proxy: %s holds %d lines for the batch's %d requests", path, lines, len(ids))
 	}
-	return rows, nil
+	return nil
 }

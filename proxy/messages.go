@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"sync"
@@ -25,10 +24,11 @@ var errWaitExpired = errors.New("proxy: no capacity within the wait limit")
 // the dispatcher.
 func (p *Proxy) handleMessages(w http.ResponseWriter, r *http.Request) {
 	arrival := p.now()
-	body, ok := p.readBody(w, r, api.MaxMessagesBytes)
+	body, held, ok := p.readBody(w, r, api.MaxMessagesBytes, 1)
 	if !ok {
 		return
 	}
+	defer held.Release() // the body is held until the answer
 	info := parseParams(body)
 	extra := forwardHeaders(r.Header)
 	req := &dispatch.Request{ID: "proxy", Params: body, Model: info.Model, MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens}
@@ -57,6 +57,7 @@ func (p *Proxy) handleMessages(w http.ResponseWriter, r *http.Request) {
 	var sink *streamSink
 	var inner dispatch.Sender
 	if info.Stream {
+		streams(w)
 		sink = &streamSink{w: w, rc: http.NewResponseController(w), c: c, redact: p.pool().Redact, writeTimeout: p.cfg.StreamWriteTimeout}
 		defer sink.close()
 		inner = p.d.StreamSender(body, extra, sink)
@@ -460,38 +461,6 @@ func (s *streamSink) close() {
 	s.mu.Unlock()
 }
 
-// readBody reads a request body of at most limit bytes; over it the
-// caller gets the API's 413.
-func (p *Proxy) readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, bool) {
-	var b []byte
-	var err error
-	if n := r.ContentLength; n >= 0 && n <= min(limit, presizeMax) {
-		// A body that says its length (net/http holds it to it), up to
-		// 64 KiB, is read into one buffer of that size: io.ReadAll grew
-		// from 512 bytes, several allocations and copies for a
-		// judge-sized body.
-		b = make([]byte, n)
-		_, err = io.ReadFull(r.Body, b)
-	} else {
-		b, err = io.ReadAll(http.MaxBytesReader(nil, r.Body, limit))
-	}
-	var tooBig *http.MaxBytesError
-	switch {
-	case errors.As(err, &tooBig):
-		p.fail(w, 413, api.ErrRequestTooLarge, fmt.Sprintf("Request exceeds the maximum allowed number of bytes (%d).", limit))
-		return nil, false
-	case err != nil:
-		p.fail(w, 400, api.ErrInvalidRequest, "could not read the request body")
-		return nil, false
-	}
-	return b, true
-}
-
-// presizeMax bounds what readBody allocates on a caller's word alone,
-// before the bytes arrive: a caller that declares a large body and stalls
-// must not pin a megabyte a connection. A judge-sized body is below it.
-const presizeMax = 64 << 10
-
 func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	if w.Header().Get(api.HeaderRequestID) == "" {
@@ -512,10 +481,11 @@ func parseParams(body []byte) jsonl.Info {
 
 // handleCountTokens serves POST /v1/messages/count_tokens on a live key.
 func (p *Proxy) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	body, ok := p.readBody(w, r, api.MaxMessagesBytes)
+	body, held, ok := p.readBody(w, r, api.MaxMessagesBytes, 1)
 	if !ok {
 		return
 	}
+	defer held.Release()
 	p.forward(w, r, "POST", "/v1/messages/count_tokens", body)
 }
 

@@ -4,9 +4,12 @@
 // the API gets sluice's lanes, retries and fan-out by changing its base URL.
 // See docs/proxy.md.
 //
-// Callers never hold the real keys: their credential is checked against an
-// optional token and thrown away; every upstream call is authenticated by a
-// key of the pool.
+// Callers never hold the real keys: their credential is checked against the
+// proxy's token (Config.Token; `sluice proxy` always has one unless
+// --no-auth, kept in its state dir: StateToken) and thrown away; every
+// upstream call is authenticated by a key of the pool. The state dir has
+// one owner (its lock, taken by New); request bodies held at once, and the
+// time a caller may take to send or read, are bounded (bounds.go).
 package proxy
 
 import (
@@ -20,6 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,8 +51,13 @@ type Config struct {
 	// keys, and its Redact scrubs any text shown to a caller or logged.
 	Pool *keys.Pool
 	// Token, when set, must be sent by every caller as x-api-key or
-	// Authorization: Bearer. Empty: any credential is accepted.
+	// Authorization: Bearer, on every path (/metrics and /healthz too,
+	// unless MetricsPublic). Empty: any credential is accepted, and web
+	// pages are refused (`sluice proxy --no-auth`, loopback only).
 	Token string
+	// MetricsPublic serves /metrics and /healthz without the token (a
+	// scraper on a trusted network).
+	MetricsPublic bool
 	// MaxWait bounds how long a request may wait for capacity, from its
 	// arrival (default 60 s). Past it the caller gets a 429 (or the last
 	// upstream 429/529) with retry-after.
@@ -66,9 +75,34 @@ type Config struct {
 	// Past it the caller is treated as gone: its stream is cut and the
 	// slot freed. Zero: 60 s; negative: no bound.
 	StreamWriteTimeout time.Duration
+	// BodyTimeout bounds how long a request body may take to arrive, from
+	// when its reading starts (default DefaultBodyTimeout; negative: no
+	// bound): past it the request ends with a 408 and its connection is
+	// closed, so a caller trickling its body cannot hold a connection.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds one write of a non-streaming answer to its
+	// caller (a message, a batch object, a results download: set before
+	// each write, so a slow but moving download goes on); default
+	// DefaultWriteTimeout, negative: no bound. Streams have
+	// StreamWriteTimeout.
+	WriteTimeout time.Duration
+	// MaxBodyMemory bounds the request-body bytes held at once (default
+	// DefaultMaxBodyMemory; negative: no bound): a request reserves its
+	// Content-Length (twice it for a batch create) before its body is
+	// read, waiting up to MaxWait for room, else a 429 with retry-after;
+	// a body that alone exceeds it gets a 413.
+	MaxBodyMemory int64
 	// StateDir keeps virtual batches across restarts; empty keeps them in
-	// memory only.
+	// memory only. New takes its lock (one proxy per state dir); Close
+	// lets it go.
 	StateDir string
+	// LockWait is how long New waits for another proxy that holds the
+	// state dir while it drains (a restart during its predecessor's
+	// drain); zero: no wait. A holder that serves is never waited for.
+	LockWait time.Duration
+	// OnLockWait, if set, is told once when New starts waiting for a
+	// draining holder, with the holder's status line.
+	OnLockWait func(holder string)
 	// Cache answers repeated plain Messages calls; nil or Off: no cache.
 	Cache *cache.Cache
 	// Logger receives the proxy's log; nil discards it. Requests are
@@ -103,6 +137,8 @@ type Proxy struct {
 	keyPool  atomic.Pointer[keys.Pool]
 	metrics  metrics
 	batches  batchSet
+	lock     *stateLock // nil without a state dir
+	bodies   *bodyBudget
 
 	// life ends (errShutdown) on Drain: virtual batches stop sending.
 	life    context.Context
@@ -130,17 +166,37 @@ func New(cfg Config) (*Proxy, error) {
 	if cfg.StreamWriteTimeout == 0 {
 		cfg.StreamWriteTimeout = 60 * time.Second
 	}
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.MaxBodyMemory == 0 {
+		cfg.MaxBodyMemory = DefaultMaxBodyMemory
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	p := &Proxy{cfg: cfg, d: cfg.Dispatcher, log: cfg.Logger, now: cfg.Now}
+	p := &Proxy{cfg: cfg, d: cfg.Dispatcher, log: cfg.Logger, now: cfg.Now, bodies: newBodyBudget(cfg.MaxBodyMemory)}
 	p.keyPool.Store(cfg.Pool)
 	p.life, p.endLife = context.WithCancelCause(context.Background())
 	p.metrics.init()
+	if cfg.StateDir != "" {
+		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+			return nil, fmt.Errorf("proxy: state dir: %w", err)
+		}
+		l, err := lockState(context.Background(), cfg.StateDir, cfg.LockWait, cfg.OnLockWait)
+		if err != nil {
+			return nil, err
+		}
+		p.lock = l
+	}
 	if err := p.batches.init(p, cfg.StateDir); err != nil {
+		p.lock.release()
 		return nil, err
 	}
 	m := http.NewServeMux()
@@ -166,7 +222,7 @@ func New(cfg Config) (*Proxy, error) {
 // ServeHTTP authenticates API calls and routes them.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	rec := &recorder{ResponseWriter: w}
+	rec := &recorder{ResponseWriter: w, writeTimeout: p.cfg.WriteTimeout}
 	endpoint := endpointOf(r)
 	defer func() {
 		p.metrics.request(endpoint, rec.code())
@@ -177,11 +233,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.fail(rec, 403, api.ErrPermission, why)
 		return
 	}
+	public := p.cfg.MetricsPublic && (endpoint == "metrics" || endpoint == "healthz")
+	if !public && !p.authorized(r) {
+		p.fail(rec, 401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token (`sluice proxy token`) as x-api-key or Authorization: Bearer")
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
-		if !p.authorized(r) {
-			p.fail(rec, 401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token as x-api-key or Authorization: Bearer")
-			return
-		}
 		if p.draining.Load() {
 			rec.Header().Set(api.HeaderRetryAfter, "1") // another instance, or this one restarted
 			p.fail(rec, api.StatusOverloaded, api.ErrOverloaded, "sluice proxy is shutting down")
@@ -246,7 +303,12 @@ func (p *Proxy) Drain() {
 	p.bgMu.Lock()
 	p.bgStopped = true
 	p.bgMu.Unlock()
-	p.draining.Store(true)
+	if !p.draining.Swap(true) {
+		// A restart that finds the lock held waits for a draining holder.
+		if err := p.lock.note("draining"); err != nil {
+			p.log.Warn("state dir lock: the drain not noted", "err", err)
+		}
+	}
 	p.endLife(errShutdown)
 }
 
@@ -254,6 +316,12 @@ func (p *Proxy) Drain() {
 // writes. Call it after Drain, once the dispatcher has delivered every
 // result (its Serve returned), and before closing the cache.
 func (p *Proxy) Wait() { p.bg.Wait() }
+
+// Close lets the state dir's lock go, after Wait, once the server has
+// stopped calling the proxy: another proxy may then take the state dir.
+// Calling it again does nothing. A process that exits without it lets the
+// lock go too (the kernel's).
+func (p *Proxy) Close() error { return p.lock.release() }
 
 // goBackground runs each f as background work Wait waits for, unless the
 // proxy is draining (then it runs none and says so). first, if set, runs
@@ -367,10 +435,15 @@ func forwardHeaders(h http.Header) http.Header {
 	return out
 }
 
-// recorder notes the status a handler wrote, and passes Flush on.
+// recorder notes the status a handler wrote, passes Flush on, and sets a
+// write deadline of writeTimeout before each write (net/http lifts it
+// once the answer is finished), unless the answer streams (streamSink
+// sets its own, per event).
 type recorder struct {
 	http.ResponseWriter
-	status int
+	status       int
+	writeTimeout time.Duration // ≤ 0: none
+	streaming    bool
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -384,7 +457,35 @@ func (r *recorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = 200
 	}
-	return r.ResponseWriter.Write(b)
+	d, ok := r.ResponseWriter.(interface{ SetWriteDeadline(time.Time) error })
+	if r.writeTimeout <= 0 || r.streaming || !ok {
+		return r.ResponseWriter.Write(b)
+	}
+	// The deadline bounds a write that does not move, not a large answer
+	// to a caller that reads it: one per chunk.
+	n := 0
+	for len(b) > 0 {
+		chunk := b[:min(len(b), writeChunk)]
+		_ = d.SetWriteDeadline(time.Now().Add(r.writeTimeout))
+		m, err := r.ResponseWriter.Write(chunk)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		b = b[len(chunk):]
+	}
+	return n, nil
+}
+
+// writeChunk is the most a recorder writes under one write deadline.
+const writeChunk = 256 << 10
+
+// streams marks w's answer as a stream: its writes set their own
+// deadlines.
+func streams(w http.ResponseWriter) {
+	if r, ok := w.(*recorder); ok {
+		r.streaming = true
+	}
 }
 
 func (r *recorder) Flush() {
@@ -423,7 +524,7 @@ func endpointOf(r *http.Request) string {
 // SetPool replaces the key pool after a rotation (keys.Pool.Rotated): the
 // pass-through endpoints, new virtual batches, redaction and /healthz use
 // it from then on. The dispatcher takes its keys through
-// dispatch.ApplyRotation.
+// dispatch.Rotator.
 func (p *Proxy) SetPool(pool *keys.Pool) { p.keyPool.Store(pool) }
 
 // pool is the key pool in use.

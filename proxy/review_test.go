@@ -372,7 +372,7 @@ func TestEndedBatchHoldsNoFileAndIsArchived(t *testing.T) {
 	}
 	resultsFile := filepath.Join(dir, created.ID+".results.jsonl")
 	for _, f := range procFDs(t) {
-		if strings.HasPrefix(f, dir) {
+		if strings.HasPrefix(f, dir) && f != filepath.Join(dir, "lock") { // the proxy's own lock is held for its life
 			t.Errorf("an ended batch holds %s open", f)
 		}
 	}

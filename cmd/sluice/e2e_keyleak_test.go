@@ -587,7 +587,9 @@ func TestNoKeyLeavesAFullRun(t *testing.T) {
 					w.finish(t, "proxy", p)
 					t.Fatalf("sluice proxy exited: %d\n%s", p.cmd.ProcessState.ExitCode(), w.redact(p.stderr.String()))
 				}
-				if resp, err := http.Get(base + "/healthz"); err == nil {
+				hreq, _ := http.NewRequest("GET", base+"/healthz", nil)
+				hreq.Header.Set("x-api-key", k("proxy-token"))
+				if resp, err := http.DefaultClient.Do(hreq); err == nil {
 					resp.Body.Close()
 					if resp.StatusCode == 200 {
 						break

@@ -99,7 +99,7 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 			rt := rf.router(pool.Keys(), c, nil, log)
 			cfg.Engine = job.Options{
 				MaxCost: maxCost, Grace: grace, Dispatch: eng.dispatchConfig(c, pool, log),
-				Terminal: term.IsTerminal(int(os.Stderr.Fd())), Logger: log, Redact: redactLoaded,
+				Terminal: term.IsTerminal(int(os.Stderr.Fd())), Logger: log, Redact: redactLoaded, LockWait: resultsLockWait,
 				Rotations: eng.watchKeys(watchCtx, pool, log),
 				Command:   "sluice " + strings.Join(os.Args[1:], " "),
 				Observe:   rf.observer(log),

@@ -24,6 +24,17 @@ func main() {
 	}
 	var prof profiles
 	prof.register(root)
+	var withParent bool
+	root.PersistentFlags().BoolVar(&withParent, "exit-with-parent", false, "stop as on SIGTERM when standard input (a pipe the parent holds) reaches its end: the parent died; for programs that start sluice")
+	profStart := root.PersistentPreRunE
+	root.PersistentPreRunE = func(cmd *cobra.Command, args []string) error {
+		if withParent {
+			if err := exitWithParent(os.Stdin, selfSignals); err != nil {
+				return err
+			}
+		}
+		return profStart(cmd, args)
+	}
 	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), versionCmd())
 	err := root.ExecuteContext(ctx)
 	if perr := prof.stop(); perr != nil {

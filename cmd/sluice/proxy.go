@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,6 +27,11 @@ import (
 
 // proxyListen opens the proxy's listener (tests replace it).
 var proxyListen = net.Listen
+
+// proxyOwnMemory is what the proxy process holds besides request bodies
+// (the dispatcher, its queues, buffers, the runtime), with room to spare:
+// the Go memory limit is --max-body-memory plus this.
+const proxyOwnMemory = 256 << 20
 
 // envProxyToken holds the token callers must send when it is set. A token
 // is a secret: it is read from the environment, never from a flag.
@@ -46,6 +53,12 @@ func proxyCmd() *cobra.Command {
 		noProbe     bool
 		idle        time.Duration
 		writeStall  time.Duration
+		noAuth      bool
+		metricsPub  bool
+		connIdle    time.Duration
+		bodyTimeout time.Duration
+		writeTime   time.Duration
+		bodyMemory  byteSize = proxy.DefaultMaxBodyMemory
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen 127.0.0.1:8787",
@@ -56,24 +69,33 @@ ANTHROPIC_BASE_URL=http://127.0.0.1:8787 and every call gets sluice's lanes:
 all keys at once, header pacing, the etiquette caps, AIMD, retries. A call
 waits for capacity (up to --max-wait) instead of failing with a 429.
 
-Callers never hold the real keys: on loopback any key is accepted and thrown
-away. Beyond loopback, set SLUICE_PROXY_TOKEN and give callers the token as
-their API key. Keys come from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY,
+Callers never hold the real keys: they send the proxy's token as their API
+key (ANTHROPIC_API_KEY=$(sluice proxy token)), which the proxy checks and
+throws away. The token is SLUICE_PROXY_TOKEN when set, else a random one kept
+in --state-dir (file "token", 0600). --no-auth serves without a token, on a
+loopback address only. Keys come from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY,
 ANTHROPIC_API_KEY_LOW_PRIO, ANTHROPIC_API_KEYS, ./.env or --keys-file.
+
+One proxy owns a state dir: a second one refuses to start while the first
+serves, and waits (up to --grace + 15 s) while it drains.
 
 Message Batches created through it are routed by the planner
 (--batch-prefer, default cost): sync, Message Batches at half price, or a
 split; the batch part keeps a journal in --state-dir, so a restart adopts
 its batches instead of paying twice.
 
-GET /metrics (Prometheus) and GET /healthz report what it does. SIGINT or
-SIGTERM drains: requests in flight finish (up to --grace); a second signal
-aborts them. See docs/proxy.md.`,
+GET /metrics (Prometheus) and GET /healthz report what it does (with the
+token, unless --metrics-public). SIGINT or SIGTERM drains: requests in
+flight finish (up to --grace); a second signal aborts them. See
+docs/proxy.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			token := os.Getenv(envProxyToken)
 			if _, err := plan.ParsePriority(prefer); err != nil {
 				return fmt.Errorf("--batch-prefer: %w", err)
+			}
+			token, tokenFrom, err := proxyToken(stateDir, noAuth)
+			if err != nil {
+				return err
 			}
 			// The address actually bound decides, not the name asked for:
 			// a name may resolve beyond loopback.
@@ -83,7 +105,16 @@ aborts them. See docs/proxy.md.`,
 			}
 			defer ln.Close()
 			if token == "" && !addrIsLoopback(ln.Addr()) {
-				return fmt.Errorf("proxy: %s listens on %s, which is not a loopback address: set %s, and give callers the token as their API key", listen, ln.Addr(), envProxyToken)
+				return fmt.Errorf("proxy: --no-auth: %s listens on %s, which is not a loopback address: drop --no-auth (callers then send the proxy's token as their API key), or listen on 127.0.0.1", listen, ln.Addr())
+			}
+			out := cmd.ErrOrStderr()
+			if token == "" {
+				fmt.Fprintln(out, "sluice proxy: WARNING: --no-auth: any program of any user on this machine can spend the organizations' keys and read every virtual batch through this proxy")
+			}
+			if os.Getenv("GOMEMLIMIT") == "" && bodyMemory > 0 {
+				// Freed bodies go back to the system rather than waiting
+				// for the heap to double (docs/proxy.md, "Bounds").
+				debug.SetMemoryLimit(int64(bodyMemory) + proxyOwnMemory)
 			}
 			log := newLogger()
 			pool, c, err := eng.keysAndClient(log)
@@ -122,15 +153,25 @@ aborts them. See docs/proxy.md.`,
 			rf := routeFlags{route: "auto", prefer: prefer, limitsFile: limits, observations: obsPath, noProbe: noProbe}
 			world := func(j plan.Job) (plan.World, error) { return rf.world(pool.Keys(), c, nil, j, log) }
 			planner := route.Planner(route.Options{Route: "auto", Prefer: prefer, Log: log, World: world})
-			px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token,
-				MaxWait: maxWait, MaxAttempts: maxAttempts, StreamWriteTimeout: writeStall, StateDir: stateDir, Cache: ch, Logger: log, Plan: planner})
+			lockWait := grace + 15*time.Second
+			maxBody := int64(bodyMemory)
+			if maxBody == 0 {
+				maxBody = -1 // no bound
+			}
+			px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token, MetricsPublic: metricsPub,
+				MaxWait: maxWait, MaxAttempts: maxAttempts, StreamWriteTimeout: writeStall,
+				BodyTimeout: bodyTimeout, WriteTimeout: writeTime, MaxBodyMemory: maxBody,
+				StateDir: stateDir, LockWait: lockWait, OnLockWait: func(holder string) {
+					fmt.Fprintf(out, "sluice proxy: the state dir %s is held by a proxy that is draining (%s); waiting for it to finish, up to %s\n", stateDir, holder, lockWait)
+				},
+				Cache: ch, Logger: log, Plan: planner})
 			if err != nil {
 				return err
 			}
-			out := cmd.ErrOrStderr()
+			defer px.Close()
 			live := pool.Live()
 			fmt.Fprintf(out, "sluice proxy: serving on http://%s (%d live keys in %d organizations)\n", ln.Addr(), len(live), len(pool.GroupByOrg()))
-			fmt.Fprintf(out, "  point an SDK at it: ANTHROPIC_BASE_URL=http://%s\n", ln.Addr())
+			fmt.Fprintf(out, "  point an SDK at it: export ANTHROPIC_BASE_URL=http://%s ANTHROPIC_API_KEY=%s\n", ln.Addr(), tokenFrom)
 			for _, k := range pool.Keys() {
 				fmt.Fprintf(out, "  key %s  org %s\n", k, k.Org())
 			}
@@ -141,6 +182,7 @@ aborts them. See docs/proxy.md.`,
 			// Key rotation (SIGHUP, the keys file changed): new keys join,
 			// removed ones drain and leave, without a restart.
 			rotations := eng.watchKeys(dctx, pool, log)
+			rotator := dispatch.NewRotator(c, pool.Keys(), "claude-sonnet-4-5", log)
 			go func() {
 				cur := pool
 				for {
@@ -150,14 +192,23 @@ aborts them. See docs/proxy.md.`,
 					case <-dctx.Done():
 						return
 					}
-					if _, err := dispatch.ApplyRotation(dctx, c, rot, "claude-sonnet-4-5", log, d); err != nil && dctx.Err() == nil {
+					if _, err := rotator.Apply(dctx, rot, d); err != nil && dctx.Err() == nil {
 						log.Warn("key rotation failed", "err", err)
 					}
-					cur = cur.Rotated(rot.Added, rot.Removed)
+					// The pool drops the keys that retired, not every
+					// removed one: a removed key its org still needs
+					// stays in use (dispatch.Rotator).
+					var retired []*keys.Key
+					for _, k := range cur.Keys() {
+						if k.Retired() {
+							retired = append(retired, k)
+						}
+					}
+					cur = cur.Rotated(rot.Added, retired)
 					px.SetPool(cur)
 				}
 			}()
-			srv := &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second,
+			srv := &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: connIdle,
 				ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}
 			errc := make(chan error, 1)
 			go func() { errc <- srv.Serve(ln) }()
@@ -179,11 +230,11 @@ aborts them. See docs/proxy.md.`,
 	}
 	eng.register(cmd)
 	fl := cmd.Flags()
-	fl.StringVar(&listen, "listen", "127.0.0.1:8787", "address to serve on (HOST:PORT; beyond loopback needs "+envProxyToken+")")
+	fl.StringVar(&listen, "listen", "127.0.0.1:8787", "address to serve on (HOST:PORT)")
 	fl.DurationVar(&maxWait, "max-wait", 60*time.Second, "how long a call may wait for capacity before it gets a 429 with retry-after")
 	fl.IntVar(&maxAttempts, "max-attempts", proxy.DefaultMaxAttempts, "upstream attempts per call at most (then the last 429/529/5xx goes back to the caller with retry-after); negative: no bound but the retry budgets")
 	fl.DurationVar(&grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long requests in flight may finish")
-	fl.StringVar(&stateDir, "state-dir", defaultProxyStateDir(), "where virtual batches are kept across restarts (empty: in memory only)")
+	fl.StringVar(&stateDir, "state-dir", defaultProxyStateDir(), "where virtual batches and the caller token are kept across restarts, by one proxy at a time (empty: in memory only; then the token must come from "+envProxyToken+")")
 	fl.StringVar(&cachePath, "cache", "", "response cache file (bbolt) for plain Messages calls; hits cost nothing")
 	fl.StringVar(&cacheMode, "cache-mode", "on", "with --cache: on, read-only or off")
 	fl.StringVar(&prefer, "batch-prefer", "cost", "what the planner optimises for each Message Batch created through the proxy: cost, latency or balanced")
@@ -191,6 +242,83 @@ aborts them. See docs/proxy.md.`,
 	registerObserveFlags(fl, &obsPath, &noProbe)
 	fl.DurationVar(&idle, "stream-idle", dispatch.DefaultStreamIdle, "end a streamed answer that sends no event for this long (the API sends ping events)")
 	fl.DurationVar(&writeStall, "stream-write-timeout", 60*time.Second, "end a stream whose caller's connection does not take one event for this long (it stopped reading), freeing its slot; 0: the default; negative: never")
+	fl.BoolVar(&noAuth, "no-auth", false, "serve without a token (loopback only): any local program of any user can spend the keys")
+	fl.BoolVar(&metricsPub, "metrics-public", false, "serve /metrics and /healthz without the token (a scraper on a trusted network)")
+	fl.DurationVar(&connIdle, "idle-timeout", 2*time.Minute, "close a kept-alive connection idle this long")
+	fl.DurationVar(&bodyTimeout, "body-timeout", proxy.DefaultBodyTimeout, "end a request whose body has not arrived within this long (408); negative: never")
+	fl.DurationVar(&writeTime, "write-timeout", proxy.DefaultWriteTimeout, "end a non-streaming answer (a message, a batch, a results download) whose caller does not take one write for this long; negative: never")
+	fl.Var(&bodyMemory, "max-body-memory", "request-body bytes held at once (e.g. 1GiB, 512MiB); past it callers wait up to --max-wait, then get a 429; 0: no bound")
+	cmd.AddCommand(proxyTokenCmd())
+	return cmd
+}
+
+// proxyToken is the token callers must send, and how the start message
+// tells them to get it: SLUICE_PROXY_TOKEN when set, else the state dir's
+// (created on first use), else none with --no-auth.
+func proxyToken(stateDir string, noAuth bool) (token, from string, err error) {
+	if t := os.Getenv(envProxyToken); t != "" {
+		if noAuth {
+			return "", "", fmt.Errorf("proxy: --no-auth and %s both given: choose one", envProxyToken)
+		}
+		return t, "$" + envProxyToken, nil
+	}
+	if noAuth {
+		return "", "anything (--no-auth)", nil
+	}
+	if stateDir == "" {
+		return "", "", fmt.Errorf("proxy: no --state-dir to keep the caller token in: set %s, or give a --state-dir (or --no-auth, loopback only)", envProxyToken)
+	}
+	t, err := proxy.StateToken(stateDir)
+	if err != nil {
+		return "", "", err
+	}
+	from = "$(sluice proxy token)"
+	if stateDir != defaultProxyStateDir() {
+		from = fmt.Sprintf("$(sluice proxy token --state-dir %s)", shellQuote(stateDir))
+	}
+	return t, from, nil
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r == '/' || r == '.' || r == '-' || r == '_' || r == '~' || r == ':' || r == '+' || r == '=' || r == ',' || r == '@' ||
+			('0' <= r && r <= '9') || ('a' <= r && r <= 'z') || ('A' <= r && r <= 'Z'))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// proxyTokenCmd is `sluice proxy token`: it prints the token callers send
+// as their API key.
+func proxyTokenCmd() *cobra.Command {
+	var stateDir string
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Print the token callers of `sluice proxy` send as their API key",
+		Long: `token prints the token a caller of 'sluice proxy' sends as its API key:
+SLUICE_PROXY_TOKEN when set, else the one kept in --state-dir (created there,
+0600, when there is none yet; the proxy uses the same one). Use it as
+
+  export ANTHROPIC_API_KEY=$(sluice proxy token)
+
+It is a secret: anyone who holds it can spend the organizations' keys
+through the proxy.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t := os.Getenv(envProxyToken)
+			if t == "" {
+				var err error
+				if t, err = proxy.StateToken(stateDir); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&stateDir, "state-dir", defaultProxyStateDir(), "the proxy's state dir, where its token is kept")
 	return cmd
 }
 

@@ -18,6 +18,11 @@ import (
 // resumed by re-running the same command.
 const exitInterrupted = 2
 
+// resultsLockWait is how long run and judge wait for another holder of
+// their output's lock before refusing: a run SIGKILLed a moment ago can
+// hold it while the kernel tears the process down.
+const resultsLockWait = 10 * time.Second
+
 type exitError struct {
 	code int
 	err  error
@@ -74,7 +79,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 			opts := job.Options{
 				Input: args[0], Output: output, SkipInvalid: skipInvalid, AllowChanged: allowChanged,
 				MaxCost: maxCost, Grace: grace, Dispatch: eng.dispatchConfig(c, pool, log),
-				Terminal: tty, Logger: log, Redact: redactLoaded,
+				Terminal: tty, Logger: log, Redact: redactLoaded, LockWait: resultsLockWait,
 				Rotations:      eng.watchKeys(watchCtx, pool, log),
 				Command:        "sluice " + strings.Join(os.Args[1:], " "),
 				CachePrefixOff: prefixOff, CachePrefixBatch: prefixBatch,

@@ -18,11 +18,16 @@ var errInterrupt = errors.New("interrupted")
 
 type againKey struct{}
 
+// selfSignals receives what the process's one owner of SIGINT and SIGTERM
+// handles: the signals themselves, and a SIGTERM of sluice's own when the
+// parent is gone (--exit-with-parent).
+var selfSignals = make(chan os.Signal, 4)
+
 // notifyInterrupts makes the process's one owner of SIGINT and SIGTERM
 // (two handlers raced: the "stopping" line was lost and the second Ctrl-C
 // ignored). See interrupts.
 func notifyInterrupts(parent context.Context) (context.Context, func()) {
-	sigs := make(chan os.Signal, 4)
+	sigs := selfSignals
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	ctx, stop := interrupts(parent, sigs, func() {
 		fmt.Fprintln(os.Stderr, "\nsluice: interrupted a third time; exiting now (re-run the same command to resume)")
@@ -106,4 +111,30 @@ func underInterrupts(ctx context.Context, w io.Writer, grace time.Duration, fn f
 		return &exitError{code: exitInterrupted, err: err}
 	}
 	return err
+}
+
+// exitWithParent makes the end of standard input — a pipe its parent holds
+// and never writes to — a SIGTERM: a parent that dies (however: SIGKILL
+// too) closes its end, and sluice drains and exits as for SIGTERM instead
+// of running on as an orphan that holds its output's lock. The Python
+// client starts every sluice this way (no preexec_fn, no parent-death
+// signal, which fires when the parent's thread ends and needs fork()).
+// Standard input must be a pipe (or a socket): on a terminal or
+// /dev/null the flag would stop sluice at once, or never.
+func exitWithParent(stdin *os.File, sigs chan<- os.Signal) error {
+	fi, err := stdin.Stat()
+	if err != nil {
+		return fmt.Errorf("--exit-with-parent: standard input: %w", err)
+	}
+	if fi.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
+		return errors.New("--exit-with-parent: standard input must be a pipe its parent holds open (it is not)")
+	}
+	go func() {
+		io.Copy(io.Discard, stdin) // returns at EOF: the parent is gone
+		// Nobody reads stderr any more: a write must fail, not kill
+		// sluice with SIGPIPE in the middle of its drain.
+		signal.Ignore(syscall.SIGPIPE)
+		sigs <- syscall.SIGTERM
+	}()
+	return nil
 }

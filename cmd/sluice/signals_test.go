@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,5 +96,38 @@ func TestThirdInterruptExits(t *testing.T) {
 	case <-exited:
 		t.Fatal("the fourth interrupt called the exit again")
 	case <-time.After(50 * time.Millisecond):
+	}
+}
+
+// TestExitWithParent: with --exit-with-parent, the end of standard input
+// (the parent's end of the pipe closed: it died) is a SIGTERM; a standard
+// input that is not a pipe is refused.
+func TestExitWithParent(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	sigs := make(chan os.Signal, 1)
+	if err := exitWithParent(r, sigs); err != nil {
+		t.Fatal(err)
+	}
+	w.Write([]byte("bytes a parent might write are ignored\n"))
+	select {
+	case s := <-sigs:
+		t.Fatalf("%v before the parent's end closed", s)
+	default:
+	}
+	w.Close()
+	if s := <-sigs; s != syscall.SIGTERM {
+		t.Errorf("got %v, want SIGTERM", s)
+	}
+	f, err := os.Create(t.TempDir() + "/regular")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := exitWithParent(f, sigs); err == nil || !strings.Contains(err.Error(), "pipe") {
+		t.Errorf("a regular file as standard input: %v, want a refusal", err)
 	}
 }

@@ -36,3 +36,19 @@ func procCPU(pid int) time.Duration {
 	}
 	return time.Duration(u+st) * time.Second / clockTicks
 }
+
+// procRSS is process pid's resident set now (VmRSS), in bytes; 0 when it
+// cannot be read.
+func procRSS(pid int) int64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

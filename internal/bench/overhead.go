@@ -151,14 +151,14 @@ func (o OverheadRun) Run(ctx context.Context) (OverheadResult, error) {
 	}
 	defer px.stop()
 	var a0, a1 proxyAllocs
-	const callerKey = "placeholder: the proxy ignores callers' keys"
+	callerKey := px.token
 	pxPids := map[string]int{"simulator": sp.cmd.Process.Pid, "proxy": px.cmd.Process.Pid}
 	res.Proxy, err = o.load(ctx, "through sluice proxy", px.base, callerKey, body, pxPids, 0,
 		func(start bool) {
 			if start {
-				a0, _ = readProxyAllocs(px.base)
+				a0, _ = readProxyAllocs(px)
 			} else {
-				a1, _ = readProxyAllocs(px.base)
+				a1, _ = readProxyAllocs(px)
 			}
 		})
 	if err != nil {
@@ -347,9 +347,9 @@ func (o OverheadRun) load(ctx context.Context, name, base, key string, body []by
 type proxyAllocs struct{ objects, bytes float64 }
 
 // readProxyAllocs reads the allocation counters from the proxy's /metrics.
-func readProxyAllocs(base string) (proxyAllocs, error) {
+func readProxyAllocs(px *proxyProcess) (proxyAllocs, error) {
 	var a proxyAllocs
-	resp, err := http.Get(base + "/metrics")
+	resp, err := px.get("/metrics")
 	if err != nil {
 		return a, err
 	}

@@ -3,6 +3,8 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -122,7 +124,7 @@ func (p ProxyRun) Run(ctx context.Context) (ProxyResult, error) {
 		cl := anthropic.NewClient(
 			option.WithoutEnvironmentDefaults(),
 			option.WithBaseURL(px.base),
-			option.WithAPIKey("placeholder: the proxy ignores callers' keys"),
+			option.WithAPIKey(px.token),
 			option.WithMaxRetries(0),
 			option.WithHTTPClient(&http.Client{Transport: tr}),
 		)
@@ -211,14 +213,25 @@ func (r ProxyResult) Print(w io.Writer) {
 
 // proxyProcess is a `sluice proxy` child process.
 type proxyProcess struct {
-	cmd  *exec.Cmd
-	base string
-	done chan struct{}
+	cmd   *exec.Cmd
+	base  string
+	token string // what callers send as their key (SLUICE_PROXY_TOKEN)
+	done  chan struct{}
+}
+
+// get GETs path from the proxy with its token.
+func (p *proxyProcess) get(path string) (*http.Response, error) {
+	req, err := http.NewRequest("GET", p.base+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set(api.HeaderAPIKey, p.token)
+	return http.DefaultClient.Do(req)
 }
 
 // startProxy runs `binary proxy` in front of the simulator at simBase,
-// with the world's keys in its environment (never on its command line),
-// and waits until /healthz answers 200.
+// with the world's keys and a random caller token in its environment
+// (never on its command line), and waits until /healthz answers 200.
 func startProxy(ctx context.Context, binary, simBase string, cfg sim.Config, dir string, extra []string, logw io.Writer) (*proxyProcess, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -229,7 +242,10 @@ func startProxy(ctx context.Context, binary, simBase string, cfg sim.Config, dir
 	args := append([]string{"proxy", "--listen", addr, "--base-url", simBase, "--no-dotenv", "--state-dir", filepath.Join(dir, "proxy-state")}, extra...)
 	cmd := exec.CommandContext(ctx, binary, args...)
 	cmd.Dir = dir
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}
+	var tok [16]byte
+	rand.Read(tok[:])
+	token := "bench-proxy-token-" + hex.EncodeToString(tok[:])
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir, "SLUICE_PROXY_TOKEN=" + token}
 	for name, k := range simtest.KeyEnv(cfg) {
 		cmd.Env = append(cmd.Env, name+"="+k)
 	}
@@ -240,7 +256,7 @@ func startProxy(ctx context.Context, binary, simBase string, cfg sim.Config, dir
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &proxyProcess{cmd: cmd, base: "http://" + addr, done: make(chan struct{})}
+	p := &proxyProcess{cmd: cmd, base: "http://" + addr, token: token, done: make(chan struct{})}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
@@ -258,7 +274,7 @@ func startProxy(ctx context.Context, binary, simBase string, cfg sim.Config, dir
 			return nil, errors.New("bench: sluice proxy exited before serving")
 		default:
 		}
-		if resp, err := http.Get(p.base + "/healthz"); err == nil {
+		if resp, err := p.get("/healthz"); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
 				return p, nil

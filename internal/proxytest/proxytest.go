@@ -26,18 +26,24 @@ type Options struct {
 	Proxy    func(*proxy.Config)
 }
 
+// Token is the proxy's token in Start's Env unless o.Proxy changes it:
+// callers send it as their API key, as `sluice proxy` requires by default.
+const Token = "sluice-proxy-test-token-0123456789"
+
 // Env is a running simulator and the proxy in front of it.
 type Env struct {
 	Sim        *sim.Server
 	Dispatcher *dispatch.Dispatcher
 	Proxy      *proxy.Proxy
 	URL        string // the proxy's base URL
+	Token      string // the token callers send as their key ("": none needed)
 	Logs       *logbuf.Buffer
 }
 
 // Start serves the three-org simulator at time scale 1000 (changed by
-// o.World), a dispatcher over its keys and a proxy, until the test ends.
-// The proxy logs at debug level into Env.Logs.
+// o.World), a dispatcher over its keys and a proxy that requires Token
+// (o.Proxy may change it), until the test ends. The proxy logs at debug
+// level into Env.Logs.
 func Start(t testing.TB, o Options) *Env {
 	t.Helper()
 	s, base := simtest.Loopback(t, func(c *sim.Config) {
@@ -54,9 +60,16 @@ func Start(t testing.TB, o Options) *Env {
 	if _, err := dispatch.Discover(context.Background(), c, pool.Keys(), "claude-sonnet-4-5"); err != nil {
 		t.Fatal(err)
 	}
+	token := Token
 	st := Serve(t, pool, dispatch.Config{Client: c, Keys: pool.Keys(),
-		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond}}, o.Dispatch, o.Proxy)
-	return &Env{Sim: s, Dispatcher: st.Dispatcher, Proxy: st.Proxy, URL: st.Server.URL, Logs: st.Logs}
+		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 50 * time.Millisecond}}, o.Dispatch, func(c *proxy.Config) {
+		c.Token = Token
+		if o.Proxy != nil {
+			o.Proxy(c)
+		}
+		token = c.Token
+	})
+	return &Env{Sim: s, Dispatcher: st.Dispatcher, Proxy: st.Proxy, URL: st.Server.URL, Token: token, Logs: st.Logs}
 }
 
 // Stack is a serving dispatcher and a proxy over it on loopback HTTP.
@@ -109,6 +122,7 @@ func Serve(t testing.TB, pool *keys.Pool, dcfg dispatch.Config, dispatchOpt func
 			d.Abort()
 			<-d.Done()
 			px.Wait()
+			px.Close()
 		})
 	}
 	t.Cleanup(st.Close)

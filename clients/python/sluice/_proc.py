@@ -241,17 +241,6 @@ def check_args(args: Sequence[str], values: Iterable[str]) -> None:
                                  "--keys-file, never in argv")
 
 
-def _preexec() -> None:  # pragma: no cover - runs in the child
-    # Linux: if this process dies (SIGKILL), the child gets SIGTERM and drains
-    # as for Ctrl-C, rather than running on as an orphan holding the job's lock.
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
-
-
 class Child:
     """One sluice invocation: arguments, environment, and where its lines go.
 
@@ -279,10 +268,17 @@ class Child:
         self._proc = None
 
     def _popen_kwargs(self) -> dict:
-        kw = dict(env=self.env, stdin=subprocess.DEVNULL, start_new_session=True)
-        if sys.platform.startswith("linux"):
-            kw["preexec_fn"] = _preexec
-        return kw
+        # No preexec_fn: it is unsafe with threads (the child can deadlock
+        # before sluice starts) and forces fork(). Parent death is sluice's
+        # own business: it is started with --exit-with-parent and a pipe
+        # on its stdin that this process holds and never writes to; when
+        # this process dies, however it dies, the pipe's end closes and
+        # sluice drains as for SIGTERM. Its own session keeps a terminal's
+        # Ctrl-C for this package to pass on, once.
+        return dict(env=self.env, start_new_session=True)
+
+    def _argv(self) -> List[str]:
+        return [self.bin, "--exit-with-parent"] + self.args
 
     def _line(self, line: str) -> None:
         line = redact(line, self.secrets)
@@ -336,7 +332,7 @@ class Child:
         SIGINT (a second KeyboardInterrupt: another, which aborts requests
         in flight); the call waits for it to exit, then re-raises."""
         with self._stdout() as out:
-            proc = subprocess.Popen([self.bin] + self.args, stdout=out, stderr=subprocess.PIPE,
+            proc = subprocess.Popen(self._argv(), stdin=subprocess.PIPE, stdout=out, stderr=subprocess.PIPE,
                                     **self._popen_kwargs())
             self._proc = proc
             reader = threading.Thread(target=self._read, args=(proc.stderr,), daemon=True)
@@ -348,6 +344,10 @@ class Child:
                 self._stop(proc)
                 reader.join()
                 raise
+            finally:
+                # Held open while sluice runs: closing it tells sluice its
+                # parent is gone.
+                proc.stdin.close()
             reader.join()
         self._raise_callback_error()
         self._result(rc)
@@ -382,7 +382,8 @@ class Child:
         for it without blocking. Cancelling the task sends the child SIGINT,
         waits for it to exit, then lets the cancellation through."""
         with self._stdout() as out:
-            proc = await asyncio.create_subprocess_exec(self.bin, *self.args, stdout=out,
+            argv = self._argv()
+            proc = await asyncio.create_subprocess_exec(argv[0], *argv[1:], stdin=asyncio.subprocess.PIPE, stdout=out,
                                                         stderr=asyncio.subprocess.PIPE, **self._popen_kwargs())
             self._proc = proc
             reader = asyncio.ensure_future(self._read_async(proc.stderr))
@@ -393,6 +394,8 @@ class Child:
                 self.interrupted = True
                 await self._stop_async(proc, reader)
                 raise
+            finally:
+                proc.stdin.close()  # see run
         self._raise_callback_error()
         self._result(rc)
 

@@ -8,6 +8,7 @@ re-call sends exactly the items without a complete results line.
 """
 
 import asyncio
+import glob
 import json
 import os
 import signal
@@ -28,15 +29,28 @@ EARLY = 40  # stop once this many rows are written
 KW = dict(force_sync=True, echo=False, sluice_args=ARGS + ["--cache-mode", "off"])
 
 SCRIPT = textwrap.dedent("""
-    import json, signal, sys
+    import asyncio, json, signal, sys, threading, time
     import sluice
     # Ctrl-C must raise KeyboardInterrupt here even when the tests run as a
     # background job, where the shell starts every process with SIGINT
     # ignored and Python then installs no handler for it.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     comps = json.load(open(sys.argv[1]))
+    kw = json.loads(sys.argv[3])
+    mode = sys.argv[4] if len(sys.argv) > 4 else "sync"
     try:
-        sluice.judge_completions_batch(comps, checkpoint_dir=sys.argv[2], **json.loads(sys.argv[3]))
+        if mode == "async":
+            # The async path, with other threads running: the case where
+            # a preexec_fn could deadlock the child before sluice started.
+            def busy():
+                while True:
+                    bytearray(4096)
+                    time.sleep(0.001)
+            for _ in range(4):
+                threading.Thread(target=busy, daemon=True).start()
+            asyncio.run(sluice.judge_completions_batch_async(comps, checkpoint_dir=sys.argv[2], **kw))
+        else:
+            sluice.judge_completions_batch(comps, checkpoint_dir=sys.argv[2], **kw)
         print("DONE")
     except KeyboardInterrupt:
         print("INTERRUPTED")
@@ -53,18 +67,32 @@ def setUpModule():
     simworld.setup()
 
 
+def locked(path):
+    """Whether another process holds an flock on path."""
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 class InterruptTest(SimTest):
-    def start(self, tag):
-        """Starts a Python process judging N items into a checkpoint dir and
-        waits until it has written EARLY rows; returns it, its sluice child
-        and the input."""
+    def start(self, tag, mode="sync"):
+        """Starts a Python process judging N items into a checkpoint dir (on
+        the sync or the async path) and waits until it has written EARLY
+        rows; returns it, its sluice child and the input."""
         comps = completions(N_PERSONAS, N_QUESTIONS, N_COMPLETIONS, tag=tag)
-        inp, ck, script = self.path("in.json"), self.path("ck"), self.path("job.py")
+        inp, ck, script = self.path(tag + ".json"), self.path("ck-" + tag), self.path("job.py")
         with open(inp, "w") as f:
             json.dump(comps, f)
         with open(script, "w") as f:
             f.write(SCRIPT)
-        py = subprocess.Popen([PY, script, inp, ck, json.dumps(KW)], env=simworld.python_env(),
+        py = subprocess.Popen([PY, script, inp, ck, json.dumps(KW), mode], env=simworld.python_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: (py.poll() is None and py.kill(), py.communicate()))
         wait_for(lambda: len(complete_ids(results_file(ck) or "")) >= EARLY or py.poll() is not None,
@@ -98,11 +126,27 @@ class InterruptTest(SimTest):
         self.resume(comps, ck)
 
     def test_sigkill_of_the_python_process_drains_sluice_and_resumes(self):
-        py, kid, comps, ck = self.start("pykill")
-        py.kill()
-        py.wait()
-        wait_for(lambda: not alive(kid), "the orphaned sluice to drain and exit")
-        self.resume(comps, ck)
+        for mode in ("sync", "async"):
+            with self.subTest(mode=mode):
+                py, kid, comps, ck = self.start("pykill" + mode, mode)
+                with open("/proc/%d/cmdline" % kid, "rb") as f:
+                    self.assertIn(b"--exit-with-parent", f.read().split(b"\0"))
+                py.kill()
+                py.wait()
+                # sluice sees its stdin pipe close, drains as for SIGTERM and
+                # exits; every lock of the folder is free then.
+                wait_for(lambda: not alive(kid), "the orphaned sluice to drain and exit")
+                locks = glob.glob(os.path.join(ck, "judge_*", "*.lock"))
+                self.assertTrue(any(p.endswith("py.lock") for p in locks), locks)
+                for path in locks:
+                    self.assertFalse(locked(path), "%s is still held" % path)
+                self.resume(comps, ck)
+
+    def test_no_preexec_fn(self):
+        # preexec_fn is unsafe with threads and forces fork(): never passed.
+        child = sluice._proc.Child(["version"], dict(os.environ))
+        self.assertNotIn("preexec_fn", child._popen_kwargs())
+        self.assertEqual(child._argv()[:2], [child.bin, "--exit-with-parent"])
 
     def test_sigkill_of_sluice_and_the_next_call_resumes(self):
         py, kid, comps, ck = self.start("kidkill")

@@ -21,8 +21,8 @@ import (
 
 const model = "claude-sonnet-4-5"
 
-// callerKey is what a migrated program sends as its key: anything works
-// on loopback, and it is never forwarded.
+// callerKey is a key that is not the proxy's token: the proxy refuses it
+// (and never forwards it).
 const callerKey = "sk-ant-callers-own-key-never-forwarded"
 
 type line interface {
@@ -82,7 +82,7 @@ func ctxOf(t *testing.T) context.Context {
 func TestMessage(t *testing.T) {
 	forEachLine(t, func(t *testing.T, l line) {
 		e := proxytest.Start(t, proxytest.Options{})
-		m, err := l.Connect(e.URL, callerKey).Message(ctxOf(t), model, 64, "Hello through the proxy.")
+		m, err := l.Connect(e.URL, e.Token).Message(ctxOf(t), model, 64, "Hello through the proxy.")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,7 +95,7 @@ func TestMessage(t *testing.T) {
 func TestStream(t *testing.T) {
 	forEachLine(t, func(t *testing.T, l line) {
 		e := proxytest.Start(t, proxytest.Options{})
-		events, m, err := l.Connect(e.URL, callerKey).Stream(ctxOf(t), 300, "Stream through the proxy.")
+		events, m, err := l.Connect(e.URL, e.Token).Stream(ctxOf(t), 300, "Stream through the proxy.")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func TestStream(t *testing.T) {
 func TestBatchRoundTrip(t *testing.T) {
 	forEachLine(t, func(t *testing.T, l line) {
 		e := proxytest.Start(t, proxytest.Options{Proxy: func(c *proxy.Config) { c.StateDir = t.TempDir() }})
-		c := l.Connect(e.URL, callerKey)
+		c := l.Connect(e.URL, e.Token)
 		ctx := ctxOf(t)
 		ids := []string{"row-a", "row-b", "row-c"}
 		b, err := c.BatchCreate(ctx, ids, []string{"first question", "second question", "third question"})
@@ -159,7 +159,7 @@ func TestBatchRoundTrip(t *testing.T) {
 func TestErrorsAreTheSDKsOwn(t *testing.T) {
 	forEachLine(t, func(t *testing.T, l line) {
 		e := proxytest.Start(t, proxytest.Options{})
-		c := l.Connect(e.URL, callerKey)
+		c := l.Connect(e.URL, e.Token)
 		for _, tc := range []struct {
 			name      string
 			model     string
@@ -208,7 +208,7 @@ func TestWaitExpiredIsRateLimitError(t *testing.T) {
 			Dispatch: func(c *dispatch.Config) { c.Keys = c.Keys[:1]; c.Caps = map[api.Family]int{api.FamilySonnet: 1} },
 			Proxy:    func(c *proxy.Config) { c.MaxWait = 20 * time.Millisecond },
 		})
-		c := l.Connect(e.URL, callerKey)
+		c := l.Connect(e.URL, e.Token)
 		done := make(chan error, 1)
 		go func() { _, err := c.Message(ctxOf(t), model, 16, "slow, holds the slot"); done <- err }()
 		for e.InFlight() == 0 {

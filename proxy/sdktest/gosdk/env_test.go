@@ -13,18 +13,19 @@ import (
 	"github.com/sluice-dev/sluice/internal/proxytest"
 )
 
-// TestOneEnvironmentVariable checks the migration guide's claim for Go: a
-// program that builds its client with NewClient and no base URL reaches
-// the proxy once ANTHROPIC_BASE_URL points at it; its own key stays as it
-// is. (Not parallel: it sets the environment.)
-func TestOneEnvironmentVariable(t *testing.T) {
+// TestTwoEnvironmentVariables checks the migration guide's claim for Go:
+// a program that builds its client with NewClient and no base URL or key
+// reaches the proxy once ANTHROPIC_BASE_URL points at it and
+// ANTHROPIC_API_KEY holds the proxy's token. (Not parallel: it sets the
+// environment.)
+func TestTwoEnvironmentVariables(t *testing.T) {
 	e := proxytest.Start(t, proxytest.Options{})
 	t.Setenv("HOME", t.TempDir()) // no profile files
 	for _, name := range []string{"ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_PROFILE", "ANTHROPIC_CUSTOM_HEADERS", "ANTHROPIC_CONFIG_DIR"} {
 		t.Setenv(name, "")
 		os.Unsetenv(name)
 	}
-	t.Setenv("ANTHROPIC_API_KEY", callerKey)
+	t.Setenv("ANTHROPIC_API_KEY", e.Token)
 	t.Setenv("ANTHROPIC_BASE_URL", e.URL)
 
 	v1 := anthropic1.NewClient(option1.WithMaxRetries(0))

@@ -11,13 +11,11 @@ import (
 	"github.com/sluice-dev/sluice/sim"
 )
 
-// proxyToken is the token of the proxy that requires one.
-const proxyToken = "sluice-proxy-token-for-the-ts-test"
-
 // TestTypeScriptSDKThroughProxy runs js/proxy.test.mjs with the official
 // TypeScript SDK against `sluice proxy` (package proxy) in front of the
-// simulator: messages, streams, a batch round trip and errors as the SDK's
-// own classes.
+// simulator, the proxy's token as the SDK's key (as `sluice proxy`
+// requires by default): messages, streams, a batch round trip and errors
+// as the SDK's own classes.
 func TestTypeScriptSDKThroughProxy(t *testing.T) {
 	if testing.Short() {
 		t.Skip("skipped under -short: shells out to node and npm")
@@ -26,7 +24,6 @@ func TestTypeScriptSDKThroughProxy(t *testing.T) {
 	ensureNodeModules(t, npm)
 
 	fast := proxytest.Start(t, proxytest.Options{Proxy: func(c *proxy.Config) { c.StateDir = t.TempDir() }})
-	guarded := proxytest.Start(t, proxytest.Options{Proxy: func(c *proxy.Config) { c.Token = proxyToken }})
 	// One slot, answers that take 2 s, a 20 ms wait limit: a second call
 	// while the first is in flight gets the proxy's 429.
 	slow := proxytest.Start(t, proxytest.Options{
@@ -42,8 +39,7 @@ func TestTypeScriptSDKThroughProxy(t *testing.T) {
 
 	runNodeTest(t, node, "proxy.test.mjs",
 		"PROXY_URL="+fast.URL,
-		"PROXY_GUARDED_URL="+guarded.URL,
-		"PROXY_TOKEN="+proxyToken,
+		"PROXY_TOKEN="+proxytest.Token,
 		"PROXY_SLOW_URL="+slow.URL,
 		"SIM_MODEL="+model,
 	)

@@ -1,15 +1,15 @@
 // The official TypeScript SDK (@anthropic-ai/sdk, pinned in package.json)
 // against `sluice proxy` in front of the simulator. Run by the Go test in
-// ../proxy_test.go, which starts three proxies and passes:
+// ../proxy_test.go, which starts two proxies and passes:
 //
-//   PROXY_URL          a proxy on the three-org world (any key accepted)
-//   PROXY_GUARDED_URL  a proxy that requires PROXY_TOKEN as the key
-//   PROXY_TOKEN        that token
+//   PROXY_URL          a proxy on the three-org world
+//   PROXY_TOKEN        the token both proxies require as the key
 //   PROXY_SLOW_URL     a proxy with one slot, 2 s answers and a 20 ms wait
 //                      limit: a second call while one is in flight gets 429
 //   SIM_MODEL          a model id of the Sonnet 4 pool
 //
-// The program's own key is never forwarded: the proxy holds the real ones.
+// The program's key (the token) is never forwarded: the proxy holds the
+// real ones.
 
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -17,16 +17,15 @@ import Anthropic from '@anthropic-ai/sdk';
 import { env, sleep, textOf, paramsFor } from './helpers.mjs';
 
 const baseURL = env('PROXY_URL');
-const guardedURL = env('PROXY_GUARDED_URL');
 const token = env('PROXY_TOKEN');
 const slowURL = env('PROXY_SLOW_URL');
 const model = env('SIM_MODEL');
-const callerKey = 'sk-ant-the-programs-own-key';
+const wrongKey = 'sk-ant-not-the-proxy-token';
 
 const params = paramsFor(model);
 
 test('messages.create through the proxy', { timeout: 20_000 }, async () => {
-  const client = new Anthropic({ apiKey: callerKey, baseURL, maxRetries: 0 });
+  const client = new Anthropic({ apiKey: token, baseURL, maxRetries: 0 });
   const { data: msg, response } = await client.messages.create(params('Hello through the proxy.')).withResponse();
   assert.equal(msg.type, 'message');
   assert.ok(textOf(msg).startsWith('sim-'), JSON.stringify(msg));
@@ -37,7 +36,7 @@ test('messages.create through the proxy', { timeout: 20_000 }, async () => {
 });
 
 test('messages.stream through the proxy', { timeout: 20_000 }, async () => {
-  const client = new Anthropic({ apiKey: callerKey, baseURL, maxRetries: 0 });
+  const client = new Anthropic({ apiKey: token, baseURL, maxRetries: 0 });
   const stream = client.messages.stream(params('Stream through the proxy.', { max_tokens: 300 }));
   let streamed = '';
   const events = [];
@@ -55,7 +54,7 @@ test('messages.stream through the proxy', { timeout: 20_000 }, async () => {
 });
 
 test('batches through the proxy: create, poll, results, list', { timeout: 30_000 }, async () => {
-  const client = new Anthropic({ apiKey: callerKey, baseURL, maxRetries: 0 });
+  const client = new Anthropic({ apiKey: token, baseURL, maxRetries: 0 });
   const ids = ['row-a', 'row-b', 'row-c'];
   const created = await client.messages.batches.create({
     requests: ids.map((custom_id, i) => ({ custom_id, params: params(`batch question ${i}`) })),
@@ -89,7 +88,7 @@ test('batches through the proxy: create, poll, results, list', { timeout: 30_000
 });
 
 test('the API\'s own errors come back as the SDK\'s classes', { timeout: 20_000 }, async () => {
-  const client = new Anthropic({ apiKey: callerKey, baseURL, maxRetries: 0 });
+  const client = new Anthropic({ apiKey: token, baseURL, maxRetries: 0 });
   await assert.rejects(client.messages.create(params('hi', { model: 'claude-nonexistent-9' })), (e) => {
     assert.ok(e instanceof Anthropic.NotFoundError, `want NotFoundError, got ${e?.constructor?.name}: ${e}`);
     assert.equal(e.status, 404);
@@ -104,24 +103,24 @@ test('the API\'s own errors come back as the SDK\'s classes', { timeout: 20_000 
   });
 });
 
-test('a proxy token: AuthenticationError without it', { timeout: 20_000 }, async () => {
-  const wrong = new Anthropic({ apiKey: callerKey, baseURL: guardedURL, maxRetries: 0 });
+test('the proxy token: AuthenticationError without it', { timeout: 20_000 }, async () => {
+  const wrong = new Anthropic({ apiKey: wrongKey, baseURL, maxRetries: 0 });
   await assert.rejects(wrong.messages.create(params('let me in')), (e) => {
     assert.ok(e instanceof Anthropic.AuthenticationError, `want AuthenticationError, got ${e?.constructor?.name}: ${e}`);
     assert.equal(e.status, 401);
     return true;
   });
-  const right = new Anthropic({ apiKey: token, baseURL: guardedURL, maxRetries: 0 });
+  const right = new Anthropic({ apiKey: token, baseURL, maxRetries: 0 });
   const msg = await right.messages.create(params('let me in'));
   assert.ok(textOf(msg).startsWith('sim-'));
 });
 
 test('no capacity within the wait limit: RateLimitError with retry-after', { timeout: 30_000 }, async () => {
-  const client = new Anthropic({ apiKey: callerKey, baseURL: slowURL, maxRetries: 0 });
+  const client = new Anthropic({ apiKey: token, baseURL: slowURL, maxRetries: 0 });
   const first = client.messages.create(params('slow, holds the only slot', { max_tokens: 16 }));
   // Wait until the first call is in flight on the proxy's lane.
   for (;;) {
-    const metrics = await (await fetch(new URL('/metrics', slowURL))).text();
+    const metrics = await (await fetch(new URL('/metrics', slowURL), { headers: { 'x-api-key': token } })).text();
     const inFlight = metrics
       .split('\n')
       .filter((l) => l.startsWith('sluice_lane_in_flight{'))

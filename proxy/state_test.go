@@ -1,0 +1,218 @@
+package proxy_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/proxy"
+)
+
+// another starts a second proxy over e's dispatcher and keys on dir, as
+// a second process would, with cfg changed by opt.
+func (e *env) another(dir string, opt func(*proxy.Config)) (*proxy.Proxy, error) {
+	cfg := proxy.Config{Dispatcher: e.d, Client: client.New(client.Config{BaseURL: e.base}), Pool: e.pool, StateDir: dir}
+	if opt != nil {
+		opt(&cfg)
+	}
+	return proxy.New(cfg)
+}
+
+// TestOneProxyPerStateDir: while one proxy serves on a state dir, a second
+// is refused at once, with the holder named; while the holder drains, a
+// second waits for it (bounded) and starts once it is closed; past the
+// wait it is refused too.
+func TestOneProxyPerStateDir(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+	waited := false
+	_, err := e.another(dir, func(c *proxy.Config) {
+		c.LockWait = 10 * time.Second // a serving holder is never waited for
+		c.OnLockWait = func(string) { waited = true }
+	})
+	if !errors.Is(err, proxy.ErrStateInUse) || !strings.Contains(err.Error(), "serving") || !strings.Contains(err.Error(), "pid ") {
+		t.Fatalf("a second proxy on a served state dir: %v, want ErrStateInUse naming the serving holder", err)
+	}
+	if waited {
+		t.Error("a second proxy waited for a holder that serves")
+	}
+
+	e.px.Drain()
+	if _, err := e.another(dir, nil); !errors.Is(err, proxy.ErrStateInUse) || !strings.Contains(err.Error(), "still draining") {
+		t.Fatalf("no wait for a draining holder: %v, want ErrStateInUse saying it still drains", err)
+	}
+	var holder string
+	px, err := e.another(dir, func(c *proxy.Config) {
+		c.LockWait = 10 * time.Second
+		// The predecessor finishes its drain once the successor waits.
+		c.OnLockWait = func(h string) { holder = h; e.close() }
+	})
+	if err != nil {
+		t.Fatalf("a restart during the drain: %v", err)
+	}
+	defer px.Close()
+	if !strings.Contains(holder, "draining since") {
+		t.Errorf("the successor was told %q, want the holder's draining line", holder)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "lock"))
+	if !strings.Contains(string(raw), "serving since") {
+		t.Errorf("the lock file says %q once the successor holds it", raw)
+	}
+}
+
+// TestStateTokenIsPrivateAndKept: the token is made once, 0600, and read
+// back the same; a token file others can read, or an empty one, is
+// refused with a message that says what to do.
+func TestStateTokenIsPrivateAndKept(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	tok, err := proxy.StateToken(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "token"))
+	if err != nil || fi.Mode().Perm() != 0o600 || len(tok) < 32 {
+		t.Fatalf("token file %v (%v), token of %d characters: want 0600 and a long token", fi.Mode(), err, len(tok))
+	}
+	again, err := proxy.StateToken(dir)
+	if err != nil || again != tok {
+		t.Fatalf("read again: %v, same token %v", err, again == tok)
+	}
+	if other, _ := proxy.StateToken(t.TempDir()); other == tok {
+		t.Fatal("two state dirs got the same token")
+	}
+	os.Chmod(filepath.Join(dir, "token"), 0o644)
+	if _, err := proxy.StateToken(dir); err == nil || !strings.Contains(err.Error(), "other users") || strings.Contains(err.Error(), tok) {
+		t.Fatalf("a token file others can read: %v, want a refusal that does not show the token", err)
+	}
+	os.WriteFile(filepath.Join(dir, "token"), nil, 0o600)
+	os.Chmod(filepath.Join(dir, "token"), 0o600)
+	if _, err := proxy.StateToken(dir); err == nil || !strings.Contains(err.Error(), "holds no token") {
+		t.Fatalf("an empty token file: %v", err)
+	}
+	if _, err := proxy.StateToken(""); err == nil {
+		t.Fatal("a token without a state dir")
+	}
+}
+
+// TestMetricsAndHealthNeedTheToken: with a token, /metrics and /healthz
+// answer 401 without it, unless MetricsPublic; any other path too.
+func TestMetricsAndHealthNeedTheToken(t *testing.T) {
+	const token = "proxy-token-for-the-metrics-test"
+	guarded := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.Token = token }})
+	public := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.Token = token; c.MetricsPublic = true }})
+	for _, path := range []string{"/metrics", "/healthz", "/nowhere"} {
+		if resp, b := guarded.do("GET", path, nil, "x-api-key", "not-the-token"); resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("%s without the token: %d %s, want 401", path, resp.StatusCode, b)
+		}
+	}
+	for _, path := range []string{"/metrics", "/healthz"} {
+		if resp, b := guarded.do("GET", path, nil, "x-api-key", token); resp.StatusCode != 200 {
+			t.Errorf("%s with the token: %d %s", path, resp.StatusCode, b)
+		}
+		if resp, b := public.do("GET", path, nil, "x-api-key", ""); resp.StatusCode != 200 {
+			t.Errorf("%s with --metrics-public, no token: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	if resp, _ := public.do("POST", "/v1/messages", message("hi"), "x-api-key", ""); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("--metrics-public opened /v1/messages: %d", resp.StatusCode)
+	}
+}
+
+// TestEndedBatchLeavesMemory: an ended batch keeps neither its rows' state
+// nor its custom_ids in memory; once archived it is not held at all, yet
+// it is still retrieved and listed (from its meta file), before and after
+// a restart.
+func TestEndedBatchLeavesMemory(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{t: time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)}
+	e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Now = clk.now }})
+	old := e.createBatch(30, "old")
+	e.pollBatch(old.ID)
+	if live, rows, ids := proxy.BatchMemory(e.px, old.ID); !live || rows || ids != 0 {
+		t.Errorf("an ended batch holds: live %v, rows' state %v, %d custom_ids; want only its summary", live, rows, ids)
+	}
+	clk.add(24 * time.Hour)
+	young := e.createBatch(2, "young")
+	e.pollBatch(young.ID)
+	clk.add(api.ResultsRetention - time.Hour) // old is due, young is not
+	listed := func(e *env) []string {
+		_, b := e.do("GET", "/v1/messages/batches?limit=10", nil)
+		var page api.Page[api.MessageBatch]
+		if err := json.Unmarshal(b, &page); err != nil {
+			t.Fatalf("list: %s", b)
+		}
+		var out []string
+		for _, m := range page.Data {
+			out = append(out, m.ID)
+			if m.ID == old.ID && (m.ArchivedAt == nil || m.RequestCounts.Succeeded != 30) {
+				t.Errorf("the archived batch listed as %+v", m)
+			}
+		}
+		return out
+	}
+	for _, ex := range []*env{e, nil} {
+		if ex == nil { // again after a restart
+			e.close()
+			ex = newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Now = clk.now }})
+		}
+		if got := listed(ex); len(got) != 2 || got[0] != young.ID || got[1] != old.ID {
+			t.Errorf("list %v, want [%s %s] (newest first)", got, young.ID, old.ID)
+		}
+		if live, _, _ := proxy.BatchMemory(ex.px, old.ID); live {
+			t.Error("an archived batch is held in memory")
+		}
+		resp, b := ex.do("GET", "/v1/messages/batches/"+old.ID, nil)
+		var m api.MessageBatch
+		if resp.StatusCode != 200 || json.Unmarshal(b, &m) != nil || m.ArchivedAt == nil || m.RequestCounts.Succeeded != 30 || m.ProcessingStatus != api.BatchEnded {
+			t.Errorf("retrieve an archived batch: %d %s", resp.StatusCode, b)
+		}
+		if resp, _ := ex.do("GET", "/v1/messages/batches/"+old.ID+"/results", nil); resp.StatusCode != 404 {
+			t.Errorf("results of an archived batch: %d, want 404", resp.StatusCode)
+		}
+		e = ex
+	}
+	if resp, b := e.do("DELETE", "/v1/messages/batches/"+old.ID, nil); resp.StatusCode != 200 {
+		t.Errorf("delete an archived batch: %d %s", resp.StatusCode, b)
+	}
+	if got := listed(e); len(got) != 1 || got[0] != young.ID {
+		t.Errorf("list after the delete: %v", got)
+	}
+	if resp, _ := e.do("GET", "/v1/messages/batches/"+old.ID, nil); resp.StatusCode != 404 {
+		t.Errorf("retrieve a deleted archived batch: %d, want 404", resp.StatusCode)
+	}
+}
+
+// TestUnreadableMetaIsSetAside: a meta file that does not parse is renamed
+// aside with a warning; the proxy starts and serves the other batches.
+func TestUnreadableMetaIsSetAside(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+	good := e.createBatch(3, "good")
+	e.pollBatch(good.ID)
+	e.close()
+	bad := filepath.Join(dir, "msgbatch_sluice000000000000000000000bad.json")
+	if err := os.WriteFile(bad, []byte(`{"id":"msgbatch_sluice0000`), 0o600); err != nil { // torn
+		t.Fatal(err)
+	}
+	e2 := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+	if _, err := os.Stat(bad + ".unreadable"); err != nil {
+		t.Errorf("the unreadable meta was not set aside: %v", err)
+	}
+	if _, err := os.Stat(bad); !os.IsNotExist(err) {
+		t.Errorf("the unreadable meta is still in place: %v", err)
+	}
+	if logs := e2.logs.String(); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, "msgbatch_sluice000000000000000000000bad") {
+		t.Errorf("no warning naming the batch:\n%s", logs)
+	}
+	if resp, b := e2.do("GET", "/v1/messages/batches/"+good.ID+"/results", nil); resp.StatusCode != 200 || bytes.Count(b, []byte("\n")) != 3 {
+		t.Errorf("the good batch after the restart: %d %s", resp.StatusCode, b)
+	}
+}
