@@ -152,10 +152,20 @@ func TestPoolOf(t *testing.T) {
 	for model, want := range map[string]Pool{
 		"claude-sonnet-4-5-20250929": PoolSonnet4, "claude-sonnet-4-5": PoolSonnet4, "claude-sonnet-4-6": PoolSonnet4,
 		"claude-haiku-4-5": PoolHaiku45, "claude-opus-4-8": PoolOpus4, "claude-opus-5": PoolOpus5,
-		"claude-sonnet-9-future": PoolSonnet4, "gpt-x": PoolUnknown,
+		"claude-haiku-5-5": "haiku-5-5", "claude-opus-5-5": "opus-5-5",
+		// A model the catalog does not know is a pool of its own (issue 39):
+		// its limits are its own headers', never another family's.
+		"claude-sonnet-9-future": "claude-sonnet-9-future", "gpt-x": "gpt-x",
 	} {
 		if got := PoolOf(model); got != want {
 			t.Errorf("PoolOf(%q) = %s want %s", model, got, want)
+		}
+	}
+	// Its cap is its family's when the name shows one.
+	for pool, want := range map[Pool]Family{PoolSonnet4: FamilySonnet, "haiku-5-5": FamilyHaiku,
+		"claude-sonnet-9-future": FamilySonnet, "claude-opus-7": FamilyOpus, "gpt-x": FamilyUnknown} {
+		if got := FamilyOfPool(pool); got != want {
+			t.Errorf("FamilyOfPool(%q) = %s want %s", pool, got, want)
 		}
 	}
 }

@@ -531,22 +531,13 @@ func (d *Dispatcher) ensureLanes(pool api.Pool, now time.Time) {
 // addLane creates the lane of org o for pool. Loop-owned.
 func (d *Dispatcher) addLane(o *orgState, pool api.Pool, now time.Time) {
 	cfg := d.cfg.Lane
-	cfg.Cap = d.capFor(familyOfPool(pool))
+	cfg.Cap = d.capFor(api.FamilyOfPool(pool))
 	s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.id, pool), now), meter: d.meter(pool)}
 	d.lanes[laneKey{o.id, pool}] = s
 	d.byPool[pool] = append(d.byPool[pool], s)
 	d.mu.Lock()
 	d.laneList = append(d.laneList, s)
 	d.mu.Unlock()
-}
-
-func familyOfPool(p api.Pool) api.Family {
-	for _, m := range api.Models() {
-		if m.Pool == p {
-			return m.Family
-		}
-	}
-	return api.FamilyUnknown
 }
 
 // admit launches every attempt that can go now and returns when the loop
