@@ -316,7 +316,14 @@ func (r *Report) Summary(w io.Writer) {
 				fmtDur(time.Duration(rp.PredictedSeconds*float64(time.Second))), rp.Why)
 		}
 	}
-	fmt.Fprintf(w, "  cost: $%.4f (sync $%.4f, batch $%.4f)\n", r.Cost.Total.USD, r.Cost.Total.SyncUSD, r.Cost.Total.BatchUSD)
+	if t := r.Cost.Total; t.Known() {
+		fmt.Fprintf(w, "  cost: $%.4f (sync $%.4f, batch $%.4f)\n", t.USD, t.SyncUSD, t.BatchUSD)
+	} else {
+		fmt.Fprintf(w, "  cost: %s; no price for %s (--models FILE with its prices makes it exact)\n", t.FormatUSD(), strings.Join(r.Cost.UnknownModels, ", "))
+	}
+	if n := r.Cost.Total.LongContextRequests; n > 0 {
+		fmt.Fprintf(w, "  long context: %d requests over their model's threshold, billed at its multiple\n", n)
+	}
 	if r.Cache.Mode != "" {
 		fmt.Fprintf(w, "  cache (%s): %d answered at no cost (saved $%.4f), %d new answers stored, %d non-answers not stored",
 			r.Cache.Mode, r.Cache.Hits, r.Cache.SavedUSD, r.Cache.Stored, r.Cache.Refused)

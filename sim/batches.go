@@ -164,6 +164,7 @@ func (q *batchQueue) end(b *simBatch, t time.Time, rest string) {
 			q.counters.CacheReadTokens += row.cacheRead
 			q.counters.CacheWriteTokens += row.cacheWrite
 			q.counters.OutputTokens += ans.outputTokens
+			q.counters.Billed.add(row.model, row.in-row.cacheRead-row.cacheWrite, row.cacheWrite, row.cacheTTL, row.cacheRead, ans.outputTokens)
 			w.bodies.answered(row.hash)
 		case api.ResultErrored:
 			c.Errored++

@@ -106,7 +106,7 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 	} else {
 		usage.CacheCreation.Ephemeral5m = cacheWrite
 	}
-	ln.count(func(st *LaneStats) { st.bill(usage) })
+	ln.count(func(st *LaneStats) { st.bill(usage); st.billModel(p.model, usage) })
 	finished := false
 	finish := func() {
 		if !finished {

@@ -25,8 +25,10 @@ type LaneStats struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
-	PeakConcurrency  int   `json:"peak_concurrency"`
-	InFlight         int   `json:"in_flight"`
+	// Billed is the same by model and price class (billing.go).
+	Billed          Bills `json:"billed,omitempty"`
+	PeakConcurrency int   `json:"peak_concurrency"`
+	InFlight        int   `json:"in_flight"`
 	// AdmittedPerSecond[i] counts admissions in real second i since the
 	// lane was created (its first request, or the world's start for a lane
 	// with colleagues).
@@ -82,6 +84,9 @@ type BatchCounters struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	// Billed is the succeeded rows' tokens by model and price class
+	// (billing.go).
+	Billed Bills `json:"billed,omitempty"`
 	// Queued is the number of requests waiting in the processing queue.
 	Queued int64 `json:"queued"`
 }
@@ -146,6 +151,7 @@ func (s *Server) Stats() Stats {
 				ls.LimitedBy[k] = v
 			}
 			ls.AdmittedPerSecond = append([]int64(nil), l.stats.AdmittedPerSecond...)
+			ls.Billed = l.stats.Billed.clone()
 			ls.Levels = &Levels{Requests: l.req.levelAt(now), InputTokens: l.in.levelAt(now), OutputTokens: l.out.levelAt(now)}
 			l.mu.Unlock()
 			os.Pools[l.pool] = ls
@@ -154,6 +160,7 @@ func (s *Server) Stats() Stats {
 		q.mu.Lock()
 		q.advance(now)
 		os.Batches = q.counters
+		os.Batches.Billed = q.counters.Billed.clone()
 		os.Batches.Queued = q.queued()
 		q.mu.Unlock()
 		st.Orgs[o.cfg.Name] = os

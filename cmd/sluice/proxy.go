@@ -71,6 +71,11 @@ SIGTERM drains: requests in flight finish (up to --grace); a second signal
 aborts them. See docs/proxy.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			restoreModels, err := useCatalog(eng.models)
+			if err != nil {
+				return err
+			}
+			defer restoreModels()
 			token := os.Getenv(envProxyToken)
 			if _, err := plan.ParsePriority(prefer); err != nil {
 				return fmt.Errorf("--batch-prefer: %w", err)
