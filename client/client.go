@@ -252,6 +252,9 @@ func refuseRedirect(*http.Request, []*http.Request) error { return http.ErrUseLa
 // BaseURL returns the API base URL in use.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }
 
+// Version returns the anthropic-version the client sends.
+func (c *Client) Version() string { return c.cfg.Version }
+
 // maxBody bounds what is read of one response: far above any Message.
 const maxBody = 256 << 20
 

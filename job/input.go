@@ -114,7 +114,7 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 	}
 	defer f.Close()
 	p := &surveyed{changedSet: map[string]bool{}, redrive: map[string]bool{}}
-	var v jsonl.Validator
+	v := jsonl.Validator{Version: o.apiVersion()}
 	r := jsonl.NewReader(f)
 	for {
 		line, n, err := r.Next()
@@ -185,7 +185,7 @@ func feed(ctx context.Context, o Options, st *results.State, accepted *jsonl.Acc
 	r := jsonl.NewReader(f)
 	// The same checks as the survey, uniqueness included, so a duplicated
 	// custom_id is never sent or recorded twice.
-	var v jsonl.Validator
+	v := jsonl.Validator{Version: o.apiVersion()}
 	for {
 		line, n, err := r.Next()
 		if err == io.EOF {
@@ -332,4 +332,13 @@ func cachePrefixTTL(req *dispatch.Request) string {
 		return "1h"
 	}
 	return "5m"
+}
+
+// apiVersion is the anthropic-version the job's requests go out with: the
+// input is checked against what it refuses (docs/models.md).
+func (o Options) apiVersion() string {
+	if o.Dispatch.Client == nil {
+		return ""
+	}
+	return o.Dispatch.Client.Version()
 }

@@ -335,6 +335,8 @@ func (s *Server) handleBatchCreate(rw http.ResponseWriter, r *http.Request) {
 		row := batchRow{customID: rq.CustomID, hash: BodyHash(rq.Params)}
 		if p, rerr := readPrompt(&s.cfg, rq.Params, true); rerr != nil {
 			row.invalid = rerr
+		} else if rerr := versionRefusal(c.version, p); rerr != nil {
+			row.invalid = rerr
 		} else {
 			row.model, row.in, row.maxTokens, row.verdict = p.model, p.inputTokens, p.maxTokens(), p.verdict
 			row.cachePrefix, row.cacheKey, row.cacheTTL = p.cachePrefix, p.cacheKey, p.cacheTTL

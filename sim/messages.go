@@ -24,6 +24,9 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, rerr := readPrompt(&s.cfg, body, false)
+	if rerr == nil {
+		rerr = versionRefusal(c.version, p)
+	}
 	if rerr != nil {
 		c.fail(rerr)
 		return

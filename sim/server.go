@@ -372,6 +372,8 @@ type call struct {
 	key   *keyEntry
 	org   *org
 	now   time.Time
+	// version is the request's anthropic-version (version.go).
+	version string
 }
 
 // begin authenticates r and checks its version. On failure it has already
@@ -413,6 +415,8 @@ func (s *Server) begin(rw http.ResponseWriter, r *http.Request) *call {
 	rw.Header()["Anthropic-Workspace-Id"] = []string{"wrkspc_sim_" + e.org.cfg.Name}
 	switch v := r.Header.Get(api.HeaderVersion); v {
 	case api.Version20230601, api.Version20261021:
+		c.version = v
+		c.org.saw(v, r.Header.Get(api.HeaderWorkspaceID))
 	case "":
 		c.fail(badRequest("anthropic-version: header is required"))
 		return nil

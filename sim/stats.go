@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"time"
 
@@ -61,6 +62,10 @@ type Levels struct {
 // OrgCounters are org-level counts outside the Messages lanes.
 type OrgCounters struct {
 	TokenCountLimited int64 `json:"token_count_limited"`
+	// Versions counts authenticated calls by anthropic-version, and
+	// Workspaces by the anthropic-workspace-id they sent ("" : none).
+	Versions   map[string]int64 `json:"versions,omitempty"`
+	Workspaces map[string]int64 `json:"workspaces,omitempty"`
 }
 
 // BatchCounters count an org's Message Batches activity.
@@ -140,6 +145,8 @@ func (s *Server) Stats() Stats {
 			lanes = append(lanes, l)
 		}
 		os.Counters = o.counters
+		os.Counters.Versions = maps.Clone(o.counters.Versions)
+		os.Counters.Workspaces = maps.Clone(o.counters.Workspaces)
 		o.mu.Unlock()
 		for _, l := range lanes {
 			l.mu.Lock()
