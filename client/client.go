@@ -255,6 +255,17 @@ func (c *Client) BaseURL() string { return c.cfg.BaseURL }
 // Version returns the anthropic-version the client sends.
 func (c *Client) Version() string { return c.cfg.Version }
 
+// WithVersion returns a client that sends anthropic-version v ("" : c's
+// own) over c's connections: a gateway relays each caller's version.
+func (c *Client) WithVersion(v string) *Client {
+	if v == "" || v == c.cfg.Version {
+		return c
+	}
+	d := *c
+	d.cfg.Version = v
+	return &d
+}
+
 // maxBody bounds what is read of one response: far above any Message.
 const maxBody = 256 << 20
 

@@ -53,6 +53,9 @@ type vbatch struct {
 	// or when the proxy drains (errShutdown).
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// version is the caller's anthropic-version ("" : the proxy's own):
+	// every row goes upstream with it (batchrun.go). Fixed at create.
+	version string
 	// results carries the end of each row still to drive to the
 	// collector; its capacity is their number, so a row's end never waits
 	// (the dispatcher's loop delivers most of them).
@@ -107,6 +110,9 @@ type batchMeta struct {
 	Route             string            `json:"route,omitempty"`
 	ResultsOrdered    bool              `json:"results_ordered,omitempty"`
 	CustomIDs         []string          `json:"custom_ids,omitempty"`
+	// Version is the caller's anthropic-version: the batch's rows are
+	// sent with it, as the API would apply it.
+	Version string `json:"anthropic_version,omitempty"`
 }
 
 func (s *batchSet) metaPath(id string) string     { return filepath.Join(s.dir, id+".json") }
@@ -186,6 +192,7 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 	b = s.newVbatch(m.ID, m.CustomIDs, m.CreatedAt, m.ExpiresAt, 0)
 	b.n = m.N
 	b.cancelAt, b.endedAt, b.archivedAt, b.counts, b.route, b.ordered = m.CancelInitiatedAt, m.EndedAt, m.ArchivedAt, m.Counts, m.Route, m.ResultsOrdered
+	b.version = m.Version
 	if b.endedAt != nil {
 		b.cancel(nil)
 		// Left by a stop between the end and the clean-up.
@@ -313,7 +320,7 @@ func (s *batchSet) save(b *vbatch) error {
 	}
 	m := batchMeta{ID: b.id, CreatedAt: b.created, ExpiresAt: b.expires, CancelInitiatedAt: b.cancelAt,
 		EndedAt: b.endedAt, ArchivedAt: b.archivedAt, Counts: b.counts, N: b.n, Route: b.route,
-		ResultsOrdered: b.ordered, CustomIDs: b.ids}
+		ResultsOrdered: b.ordered, CustomIDs: b.ids, Version: b.version}
 	raw, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -453,6 +460,7 @@ func (p *Proxy) handleBatchCreate(w http.ResponseWriter, r *http.Request) {
 	now := p.now().UTC()
 	s.archive(now)
 	b := s.newVbatch(newBatchID(), ids, now, now.Add(api.BatchLifetime), n)
+	b.version = r.Header.Get(api.HeaderVersion)
 	refuse := func(err error) {
 		b.cancel(nil)
 		if b.store != nil {
