@@ -65,8 +65,10 @@ const (
 	// ScopeKeyModel: this key for the request's model pool (403
 	// permission_error: a key can be refused one model and allowed others).
 	ScopeKeyModel
-	// ScopeOrg: the key's organization (402, the spend cap, an exhausted
-	// credit balance or self-set usage limit): every key of it.
+	// ScopeOrg: the key's organization: a refusal (402, the spend cap, an
+	// exhausted credit balance or self-set usage limit) of every key of
+	// it, or a 429 naming a limit on its usage across all models, which
+	// slows every lane of it.
 	ScopeOrg
 	// ScopeLane: the org × model pool's rate limits (429 rate_limit_error):
 	// the lane's congestion, or a bucket the headers already showed empty.
@@ -141,8 +143,15 @@ type Outcome struct {
 	Sent bool
 }
 
-// Scope returns the scope of the outcome.
-func (o *Outcome) Scope() Scope { return ScopeOf(o.Class, o.Status) }
+// Scope returns the scope of the outcome: ScopeOf its class and status,
+// except a 429 whose message names an organization-wide limit (Named.Org),
+// which is the organization's.
+func (o *Outcome) Scope() Scope {
+	if o.Class == RateLimited && o.Named.Org {
+		return ScopeOrg
+	}
+	return ScopeOf(o.Class, o.Status)
+}
 
 // Config configures a Client.
 type Config struct {

@@ -720,6 +720,7 @@ func (d *Dispatcher) finish(a *attempt) {
 	}
 	d.capRetryAfter(a.ls, o)
 	a.ls.l.Done(now, a.ticket, laneResult(a, o))
+	d.orgLimited(a, now)
 	d.count(a, o)
 
 	retry := false

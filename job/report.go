@@ -156,7 +156,11 @@ type LaneReport struct {
 	// Explained429 counts the 429s the headers (or the message) put on a
 	// bucket, which cut nothing; the rest were congestion episodes.
 	Explained429 int64 `json:"explained_429s"`
-	Breaker      int64 `json:"breaker_opens,omitempty"`
+	// OrgLimited counts the 429s, this lane's or another lane's of its
+	// organization, that named the organization's limit across all
+	// models: each slowed this lane.
+	OrgLimited int64 `json:"org_limited,omitempty"`
+	Breaker    int64 `json:"breaker_opens,omitempty"`
 	// Buckets are the rate-limit dimensions the lane paced by, each with
 	// its per-minute limit and the depth learned from the headers.
 	Buckets []BucketReport `json:"buckets,omitempty"`
@@ -225,7 +229,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, b *batchCounts, l *cost.Ledger, 
 		if st.OK > 0 {
 			lr.Share = float64(v.OK) / float64(st.OK)
 		}
-		lr.Explained429, lr.Breaker = v.State.Stats.Explained, v.State.Stats.Breaker
+		lr.Explained429, lr.Breaker, lr.OrgLimited = v.State.Stats.Explained, v.State.Stats.Breaker, v.State.Stats.OrgLimited
 		for i, b := range v.State.Buckets {
 			switch {
 			case b.Known && b.Limit > 0:

@@ -355,11 +355,17 @@ func FromModel(m apimodel.Model, caps map[api.Family]int) World {
 	}
 	for _, o := range m.Orgs {
 		po := Org{Name: o.Name, Limits: map[api.Pool]Limits{}, BatchQueueCap: int(o.BatchQueueCap)}
+		// A limit on the organization's usage across all pools bounds a
+		// one-model job's pool too.
 		for p, l := range o.Limits {
-			po.Limits[p] = scaleL(l)
+			po.Limits[p] = scaleL(l.Within(o.OrgLimits))
 		}
-		if o.DefaultLimits != nil {
-			d := scaleL(*o.DefaultLimits)
+		switch {
+		case o.DefaultLimits != nil:
+			d := scaleL(o.DefaultLimits.Within(o.OrgLimits))
+			po.DefaultLimits = &d
+		case o.OrgLimits != nil:
+			d := scaleL(*o.OrgLimits)
 			po.DefaultLimits = &d
 		}
 		if o.Batch != nil {

@@ -142,6 +142,10 @@ func (c Config) Model() apimodel.Model {
 			b := *o.Batch
 			mo.Batch = &b
 		}
+		if o.OrgLimits != nil {
+			w := *o.OrgLimits
+			mo.OrgLimits = &w
+		}
 		m.Orgs = append(m.Orgs, mo)
 	}
 	return m
@@ -156,6 +160,10 @@ type OrgConfig struct {
 	// neither is unlimited.
 	Limits        map[api.Pool]Limits `json:"limits"`
 	DefaultLimits *Limits             `json:"default_limits"`
+	// OrgLimits, when set, limit the organization's usage across all
+	// pools (the rate-limits page's "Organization (all API usage)"): a
+	// call must fit them and its pool's limits (orglimit.go).
+	OrgLimits *Limits `json:"org_limits,omitempty"`
 	// Capacity is the org's server capacity in concurrent Messages calls;
 	// beyond it calls get 529 overloaded_error. 0 is unlimited.
 	Capacity int `json:"capacity,omitempty"`
@@ -362,6 +370,9 @@ func (c *Config) Validate() error {
 			if err := validateBatch(*o.Batch, "org "+o.Name+" batch"); err != nil {
 				return err
 			}
+		}
+		if l := o.OrgLimits; l != nil && (l.RPM < 0 || l.ITPM < 0 || l.OTPM < 0) {
+			return fmt.Errorf("sim: org %q: org_limits must not be negative", o.Name)
 		}
 	}
 	for i, cl := range c.Colleagues {

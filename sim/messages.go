@@ -85,8 +85,13 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 	if s.cfg.OTPMMode == OTPMReserveMaxTokens {
 		outCharge, refund = p.maxTokens(), p.maxTokens()-ans.outputTokens
 	}
+	wideOK, release := c.admitOrgWide(ln, itpmCharge, outCharge)
+	if !wideOK {
+		return
+	}
 	adm := ln.admit(c.now, itpmCharge, outCharge)
 	if !adm.ok {
+		release()
 		ln.setHeaders(h, c.now)
 		c.rateLimited(adm.retryAfter, ln.limitMessage(adm.limitedBy, p.model))
 		return

@@ -150,6 +150,9 @@ type org struct {
 	tokenCount bucket
 	batchRPM   bucket
 	counters   OrgCounters
+	// wide is the organization's limit across all pools (orglimit.go),
+	// nil without one.
+	wide *orgLimit
 
 	cacheMu sync.Mutex
 	cache   map[uint64]cacheEntry // prompt-cache prefix (per model: the key hashes it) → entry
@@ -168,6 +171,7 @@ func newOrg(w *world, cfg *OrgConfig, now time.Time) *org {
 		return newBucket(r, r/60, now)
 	}
 	o.tokenCount, o.batchRPM = perMin(cfg.TokenCountRPM), perMin(cfg.BatchRPM)
+	o.wide = newOrgLimit(cfg.OrgLimits, w.cfg, now)
 	o.batches.init(o, now)
 	// A colleague's lane exists from the world's start, so it spends before
 	// sluice's first request and GET /_sim/stats advances it.

@@ -66,6 +66,9 @@ type OrgCounters struct {
 	// Workspaces by the anthropic-workspace-id they sent ("" : none).
 	Versions   map[string]int64 `json:"versions,omitempty"`
 	Workspaces map[string]int64 `json:"workspaces,omitempty"`
+	// OrgLimited counts the calls the organization's limit across all
+	// pools refused, by limiter (orglimit.go).
+	OrgLimited map[string]int64 `json:"org_limited,omitempty"`
 }
 
 // BatchCounters count an org's Message Batches activity.
@@ -147,6 +150,7 @@ func (s *Server) Stats() Stats {
 		os.Counters = o.counters
 		os.Counters.Versions = maps.Clone(o.counters.Versions)
 		os.Counters.Workspaces = maps.Clone(o.counters.Workspaces)
+		os.Counters.OrgLimited = o.orgWideStats()
 		o.mu.Unlock()
 		for _, l := range lanes {
 			l.mu.Lock()
