@@ -159,6 +159,9 @@ func (r *Runner) create(ctx context.Context, c *chunk) (bool, error) {
 		}
 		r.mu.Lock()
 		o.paused = r.now().Add(wait)
+		if full, named := queueFull(&out); full {
+			r.queueRefused(o, c, named) // queuebound.go
+		}
 		r.mu.Unlock()
 		r.log.Info("batch: create refused with 429; the org pauses", "org", o.label, "wait", wait, "err", out.Err)
 		return false, r.abandon(c, "create: HTTP 429", moveRequeue)

@@ -271,6 +271,9 @@ type Stats struct {
 	// (created_at to ended_at): what the planner's queue model is checked
 	// against (package observe records it).
 	Turnaround map[string]Turnaround
+	// QueueBound is, per org label, the bound its full processing queue
+	// showed (queuebound.go).
+	QueueBound map[string]QueueBound
 }
 
 // Turnaround sums one organization's ended batches.
@@ -717,6 +720,7 @@ func (r *Runner) Stats() Stats {
 		s.InFlight[o.label] = o.inflight
 	}
 	s.Turnaround = maps.Clone(r.stats.Turnaround)
+	s.QueueBound = maps.Clone(r.stats.QueueBound)
 	return s
 }
 
