@@ -108,7 +108,7 @@ func TestParseNamedLimit(t *testing.T) {
 		{"This request would exceed your organization's rate limit of 2,000,000 input tokens per minute (org: x, model: y).", NamedLimit{Limiter: LimiterInputTokens, PerMinute: 2_000_000}},
 		{"This request would exceed the rate limit for your organization (abc) of 400,000 output tokens per minute. For details…", NamedLimit{Limiter: LimiterOutputTokens, PerMinute: 400_000}},
 		{"rate limit of 50 requests per minute", NamedLimit{Limiter: LimiterRequests, PerMinute: 50}},
-		{"Workspace limit: 90,000 tokens per minute exceeded", NamedLimit{Limiter: LimiterTokens, PerMinute: 90_000}},
+		{"Workspace limit: 90,000 tokens per minute exceeded", NamedLimit{Limiter: LimiterTokens, PerMinute: 90_000, Workspace: true}},
 		{"This request was rate limited because your organization's usage increased too sharply.", NamedLimit{}},
 		{"Number of request tokens has exceeded your per-minute rate limit", NamedLimit{}},
 		{"", NamedLimit{}},

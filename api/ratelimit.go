@@ -219,6 +219,9 @@ type NamedLimit struct {
 	// (the rate-limits page's "Organization (all API usage)" table), not
 	// the model pool's: every pool of the organization is slowed by it.
 	Org bool
+	// Workspace: the message names a workspace's limit (limits can be set
+	// per workspace, lower than the organization's).
+	Workspace bool
 }
 
 var namedLimitRE = regexp.MustCompile(`(?i)\b([0-9][0-9,]*)\s+(requests|input tokens|output tokens|tokens)\s+per\s+minute`)
@@ -229,16 +232,19 @@ var namedLimitRE = regexp.MustCompile(`(?i)\b([0-9][0-9,]*)\s+(requests|input to
 // limit ("… (org: …, model: …)") or none of these stays the lane's.
 var orgWideRE = regexp.MustCompile(`(?i)across all models|all (?:API )?usage|organization[- ]wide`)
 
+// workspaceRE recognises a workspace's limit.
+var workspaceRE = regexp.MustCompile(`(?i)\bworkspace`)
+
 // ParseNamedLimit reads the limit a rate-limit error message names.
 func ParseNamedLimit(message string) NamedLimit {
-	org := orgWideRE.MatchString(message)
+	org, ws := orgWideRE.MatchString(message), workspaceRE.MatchString(message)
 	m := namedLimitRE.FindStringSubmatch(message)
 	if m == nil {
-		return NamedLimit{Org: org}
+		return NamedLimit{Org: org, Workspace: ws}
 	}
 	n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64)
 	if err != nil || n <= 0 {
-		return NamedLimit{Org: org}
+		return NamedLimit{Org: org, Workspace: ws}
 	}
 	var l Limiter
 	switch strings.ToLower(m[2]) {
@@ -251,7 +257,7 @@ func ParseNamedLimit(message string) NamedLimit {
 	default:
 		l = LimiterTokens
 	}
-	return NamedLimit{Limiter: l, PerMinute: n, Org: org}
+	return NamedLimit{Limiter: l, PerMinute: n, Org: org, Workspace: ws}
 }
 
 // RoundThousand rounds n to the nearest thousand, the precision the API

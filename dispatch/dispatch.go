@@ -153,6 +153,13 @@ type orgState struct {
 	keys  []*keys.Key // live keys; loop-owned
 	live  atomic.Int32
 	rr    int
+	// ws is the workspace this state's keys send once the organization's
+	// lanes were split by workspace ("" : the organization's own lanes);
+	// ws is written under d.mu (Snapshot reads it), the split record is
+	// loop-owned (workspace.go).
+	ws    string
+	split *wsSplit
+	bid   string // budgetID's, for a workspace split off; fixed
 }
 
 type laneState struct {
@@ -474,7 +481,7 @@ func (d *Dispatcher) addKeysNow(ks []*keys.Key, now time.Time) {
 		if dead, _ := k.Dead(); dead || k.Retired() {
 			continue
 		}
-		o, ok := d.orgs[k.Org()]
+		o, ok := d.orgFor(k)
 		if !ok {
 			o = &orgState{id: k.Org(), label: k.Label()}
 			d.orgs[o.id] = o
@@ -532,8 +539,8 @@ func (d *Dispatcher) ensureLanes(pool api.Pool, now time.Time) {
 func (d *Dispatcher) addLane(o *orgState, pool api.Pool, now time.Time) {
 	cfg := d.cfg.Lane
 	cfg.Cap = d.capFor(api.FamilyOfPool(pool))
-	s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.id, pool), now), meter: d.meter(pool)}
-	d.lanes[laneKey{o.id, pool}] = s
+	s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.budgetID(), pool), now), meter: d.meter(pool)}
+	d.lanes[laneKey{o.budgetID(), pool}] = s
 	d.byPool[pool] = append(d.byPool[pool], s)
 	d.mu.Lock()
 	d.laneList = append(d.laneList, s)
@@ -721,6 +728,7 @@ func (d *Dispatcher) finish(a *attempt) {
 	d.capRetryAfter(a.ls, o)
 	a.ls.l.Done(now, a.ticket, laneResult(a, o))
 	d.orgLimited(a, now)
+	d.noteWorkspace(a, now)
 	d.count(a, o)
 
 	retry := false
@@ -1019,6 +1027,7 @@ func (d *Dispatcher) count(a *attempt, o *client.Outcome) {
 		ls = &LaneStats{Org: a.ls.org.label, OrgID: a.ls.org.id, Pool: a.ls.pool}
 		d.stats.Lanes[name] = ls
 	}
+	ls.Workspace = a.ls.org.ws
 	ls.Attempts++
 	switch o.Class {
 	case client.OK:

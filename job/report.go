@@ -129,8 +129,11 @@ type CacheReport struct {
 
 // LaneReport is one lane's share of the run.
 type LaneReport struct {
-	Org          string  `json:"org"`
-	Pool         string  `json:"pool"`
+	Org  string `json:"org"`
+	Pool string `json:"pool"`
+	// Workspace names the workspace whose lane this is, once its
+	// organization's lanes were split by workspace (docs/models.md).
+	Workspace    string  `json:"workspace,omitempty"`
 	Attempts     int64   `json:"attempts"`
 	OK           int64   `json:"ok"`
 	Share        float64 `json:"share"` // of all OK answers
@@ -183,7 +186,9 @@ type KeyReport struct {
 	Label string `json:"label"`
 	Last4 string `json:"last4"`
 	Org   string `json:"org"`
-	Dead  bool   `json:"dead"`
+	// Workspace is the anthropic-workspace-id the key sends, if any.
+	Workspace string `json:"workspace,omitempty"`
+	Dead      bool   `json:"dead"`
 	// Suspect: refused lately (401/403) and not yet answered again nor
 	// dead; a live key's suspicion is not a fault of the run.
 	Suspect bool   `json:"suspect,omitempty"`
@@ -219,7 +224,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, b *batchCounts, l *cost.Ledger, 
 	waited := map[string]time.Duration{}
 	for _, v := range lanes {
 		lr := LaneReport{
-			Org: v.Org, Pool: string(v.Pool), Attempts: v.Attempts, OK: v.OK,
+			Org: v.Org, Pool: string(v.Pool), Workspace: v.Workspace, Attempts: v.Attempts, OK: v.OK,
 			RateLimited: v.RateLimited, Overloaded: v.Overloaded, Failed: v.Failed,
 			FinalLimit: v.State.Limit, Cap: v.State.Cap, Dead: v.Dead,
 			Decreases: v.State.Stats.Decreases, PausedSecond: v.State.Stats.PausedTime.Seconds(),
@@ -372,6 +377,9 @@ func (r *Report) Summary(w io.Writer) {
 		dead := ""
 		if l.Dead {
 			dead = "  (dead)"
+		}
+		if l.Workspace != "" && !strings.HasSuffix(l.Org, "/"+l.Workspace) {
+			dead += "  (workspace " + l.Workspace + ")"
 		}
 		fmt.Fprintf(w, "  %-12s %-10s %8d %6.1f%% %6d %6d %6d %4d/%-4d  %s%s\n", l.Org, l.Pool, l.OK, 100*l.Share, l.RateLimited, l.Overloaded, l.Failed, l.FinalLimit, l.Cap, strings.Join(bs, "; "), dead)
 	}

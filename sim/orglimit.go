@@ -22,6 +22,10 @@ type orgLimit struct {
 	req, in, out    bucket
 	// Limited counts refusals by limiter (LimitedBy's names).
 	limited map[string]int64
+	// clock and fine format the resets of a workspace limit's headers
+	// (workspace.go).
+	clock serverClock
+	fine  bool
 }
 
 // newOrgLimit returns the org-wide buckets of lim (nil: none).
