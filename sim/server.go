@@ -112,10 +112,10 @@ type world struct {
 type keyEntry struct {
 	label     string
 	org       *org
-	workspace string // the workspace a workspace-scoped key belongs to
-	status atomic.Value // string
-	used   atomic.Int64
-	denied atomic.Int64
+	workspace string       // the workspace a workspace-scoped key belongs to
+	status    atomic.Value // string
+	used      atomic.Int64
+	denied    atomic.Int64
 }
 
 func newWorld(cfg *Config, now time.Time) *world {
