@@ -160,6 +160,10 @@ type orgState struct {
 	ws    string
 	split *wsSplit
 	bid   string // budgetID's, for a workspace split off; fixed
+	// wide paces every lane of the organization together at a limit on
+	// its usage across all models that a 429 named (orgwide.go); nil
+	// until one did. Loop-owned pointer; the budget is safe to share.
+	wide budget.Budget
 }
 
 type laneState struct {
@@ -179,9 +183,12 @@ type laneState struct {
 }
 
 type item struct {
-	req       *Request
-	cb        func(Result)
-	pool      api.Pool
+	req  *Request
+	cb   func(Result)
+	pool api.Pool
+	// wide is what the attempt in flight took from its organization's
+	// limit across all models (orgwide.go); loop-owned.
+	wide      *budget.Grant
 	attempts  int
 	congested int
 	failed    int
@@ -667,11 +674,20 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *lane
 			continue // its writer's answer wakes the loop
 		}
 		dem := x.ls.l.Demand(float64(it.req.EstInput), float64(it.req.MaxTokens))
+		og, ow := x.ls.org.takeWide(now, dem) // orgwide.go
+		if ow > 0 {
+			if wait == 0 || ow < wait {
+				wait = ow
+			}
+			continue
+		}
 		tk, r, w := x.ls.l.TryAcquire(now, dem, float64(it.req.EstInput))
 		if r == budget.Granted {
 			x.ls.prefixSent(it, now)
+			it.wide = og
 			return x.ls, x.key, tk, 0, false, false
 		}
+		x.ls.org.settleWide(now, og, budget.Demand{})
 		if w > 0 && (wait == 0 || w < wait) {
 			wait = w
 		}
@@ -727,6 +743,8 @@ func (d *Dispatcher) finish(a *attempt) {
 	}
 	d.capRetryAfter(a.ls, o)
 	a.ls.l.Done(now, a.ticket, laneResult(a, o))
+	a.ls.org.settleWide(now, it.wide, wideCharge(o))
+	it.wide = nil
 	d.orgLimited(a, now)
 	d.noteWorkspace(a, now)
 	d.count(a, o)

@@ -51,7 +51,7 @@ func (d *Dispatcher) orgFor(k *keys.Key) (*orgState, bool) {
 		return w, true
 	}
 	// A new workspace of a split organization: lanes of its own.
-	w := &orgState{id: o.id, label: o.label + "/" + k.Workspace(), bid: o.id + "/" + k.Workspace(), split: &wsSplit{done: true}}
+	w := &orgState{id: o.id, label: o.label + "/" + k.Workspace(), bid: o.id + "/" + k.Workspace(), split: &wsSplit{done: true}, wide: o.wide}
 	d.mu.Lock()
 	w.ws = k.Workspace()
 	d.mu.Unlock()
@@ -135,7 +135,7 @@ func (d *Dispatcher) splitWorkspaces(o *orgState, why string, now time.Time) {
 	o.live.Store(int32(len(o.keys)))
 	var split []string
 	for _, ws := range names[1:] {
-		w := &orgState{id: o.id, label: o.label + "/" + ws, bid: o.id + "/" + ws, keys: groups[ws], split: &wsSplit{done: true}}
+		w := &orgState{id: o.id, label: o.label + "/" + ws, bid: o.id + "/" + ws, keys: groups[ws], split: &wsSplit{done: true}, wide: o.wide}
 		w.live.Store(int32(len(w.keys)))
 		d.mu.Lock()
 		w.ws = ws
