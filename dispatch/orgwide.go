@@ -4,9 +4,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/lane"
 )
 
 // An organization's limit on its usage across all models (docs/models.md)
@@ -45,7 +45,7 @@ func (d *Dispatcher) orgLimited(a *attempt, now time.Time) {
 		}
 	}
 	paced := false
-	if dim, ok := wideDim(o.Named.Limiter); ok && o.Named.PerMinute > 0 {
+	if dim, ok := lane.DimOf(o.Named.Limiter); ok && o.Named.PerMinute > 0 {
 		limit := wideShare * float64(o.Named.PerMinute)
 		var v budget.View
 		v[dim] = budget.DimView{Known: true, Limit: limit, Depth: math.Max(1, wideDepth*limit/60), Remaining: 0}
@@ -75,20 +75,6 @@ func (d *Dispatcher) orgLimited(a *attempt, now time.Time) {
 // wideShare is the share of a named organization-wide limit the lanes pace
 // at together (the same cushion as a lane's own named limit).
 const wideShare = 0.98
-
-func wideDim(l api.Limiter) (budget.Dim, bool) {
-	switch l {
-	case api.LimiterRequests:
-		return budget.Requests, true
-	case api.LimiterInputTokens:
-		return budget.InputTokens, true
-	case api.LimiterOutputTokens:
-		return budget.OutputTokens, true
-	case api.LimiterTokens:
-		return budget.Tokens, true
-	}
-	return 0, false
-}
 
 // takeWide takes dem from the organization's limit across all models, if
 // a 429 named one: the grant to settle when the attempt ends, or how long

@@ -1,15 +1,12 @@
 package dispatch
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/budget"
 	"github.com/sluice-dev/sluice/client"
-	"github.com/sluice-dev/sluice/keys"
 )
 
 // TestOrgWidePacing: a 429 naming the organization's limit across all
@@ -18,22 +15,8 @@ import (
 // the figure, empty now: a request waits for it on every pool, and
 // refills at the named rate; another organization is not touched.
 func TestOrgWidePacing(t *testing.T) {
-	dir := t.TempDir()
-	kf := filepath.Join(dir, "keys")
-	os.WriteFile(kf, []byte("a=sk-ant-api03-aaaaaaaaaaaaaaaa\nb=sk-ant-api03-bbbbbbbbbbbbbbbb workspace=wrkspc_b\nc=sk-ant-api03-cccccccccccccccc\n"), 0o600)
-	pool, err := keys.Load(keys.LoadOptions{KeysFile: kf, NoDotEnv: true, Env: keys.EnvMap(nil)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, k := range pool.Keys() {
-		k.SetOrg("org-1")
-	}
-	kc, _ := pool.ByLabel("c")
-	kc.SetOrg("org-2")
-	d, err := New(Config{Client: client.New(client.Config{BaseURL: "http://127.0.0.1:1"}), Keys: pool.Keys()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, d := keyedDispatcher(t, "a=sk-ant-api03-aaaaaaaaaaaaaaaa\nb=sk-ant-api03-bbbbbbbbbbbbbbbb workspace=wrkspc_b\nc=sk-ant-api03-cccccccccccccccc\n",
+		map[string]string{"c": "org-2"})
 	now := time.Now()
 	d.ensureLanes(api.PoolSonnet4, now)
 	d.ensureLanes(api.PoolHaiku45, now)

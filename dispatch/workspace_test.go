@@ -11,25 +11,38 @@ import (
 	"github.com/sluice-dev/sluice/keys"
 )
 
-// TestWorkspaceSplitOnANamed429: a 429 whose message names a workspace's
-// limit splits the organization's keys by workspace, each with lanes of
-// its own for every pool in use; a second sign changes nothing; a key of
-// the same workspace that joins later goes to its workspace's lanes.
-func TestWorkspaceSplitOnANamed429(t *testing.T) {
-	dir := t.TempDir()
-	kf := filepath.Join(dir, "keys")
-	os.WriteFile(kf, []byte("a=sk-ant-api03-aaaaaaaaaaaaaaaa workspace=wrkspc_a\nb=sk-ant-api03-bbbbbbbbbbbbbbbb\nc=sk-ant-api03-cccccccccccccccc workspace=wrkspc_c\n"), 0o600)
+// keyedDispatcher loads the keys-file lines (of organization org-1, but
+// for the labels orgs names) into a dispatcher that is never served.
+func keyedDispatcher(t *testing.T, lines string, orgs map[string]string) (*keys.Pool, *Dispatcher) {
+	t.Helper()
+	kf := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(kf, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	pool, err := keys.Load(keys.LoadOptions{KeysFile: kf, NoDotEnv: true, Env: keys.EnvMap(nil)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range pool.Keys() {
-		k.SetOrg("org-1")
+		org := "org-1"
+		if o, ok := orgs[k.Label()]; ok {
+			org = o
+		}
+		k.SetOrg(org)
 	}
 	d, err := New(Config{Client: client.New(client.Config{BaseURL: "http://127.0.0.1:1"}), Keys: pool.Keys()})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pool, d
+}
+
+// TestWorkspaceSplitOnANamed429: a 429 whose message names a workspace's
+// limit splits the organization's keys by workspace, each with lanes of
+// its own for every pool in use; a second sign changes nothing; a key of
+// the same workspace that joins later goes to its workspace's lanes.
+func TestWorkspaceSplitOnANamed429(t *testing.T) {
+	pool, d := keyedDispatcher(t, "a=sk-ant-api03-aaaaaaaaaaaaaaaa workspace=wrkspc_a\nb=sk-ant-api03-bbbbbbbbbbbbbbbb\nc=sk-ant-api03-cccccccccccccccc workspace=wrkspc_c\n", nil)
 	now := time.Now()
 	d.ensureLanes(api.PoolSonnet4, now)
 	d.ensureLanes(api.PoolHaiku45, now)

@@ -1,6 +1,15 @@
 package lane
 
-import "time"
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/budget"
+)
+
+// DimOf returns the budget dimension of a limiter the headers or a 429
+// name (the dispatcher's organization-wide bucket uses it).
+func DimOf(l api.Limiter) (budget.Dim, bool) { return dimOf(l) }
 
 // An organization-wide limit (the rate-limits page's limits on an
 // organization's usage across all models, docs/models.md) binds every pool

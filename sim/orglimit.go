@@ -82,15 +82,21 @@ func (l *orgLimit) give(now time.Time, in, out int64) {
 	l.out.give(float64(out), now)
 }
 
-// message is the 429's text for a refusal by why.
-func (l *orgLimit) message(why, orgID string) string {
-	n, unit := l.rpm, "requests"
+// figure is the per-minute limit that refused a call by why, and its unit
+// in the API's words.
+func (l *orgLimit) figure(why string) (int64, string) {
 	switch why {
 	case limitedInput:
-		n, unit = l.itpm, "input tokens"
+		return l.itpm, "input tokens"
 	case limitedOutput:
-		n, unit = l.otpm, "output tokens"
+		return l.otpm, "output tokens"
 	}
+	return l.rpm, "requests"
+}
+
+// message is the 429's text for a refusal by why.
+func (l *orgLimit) message(why, orgID string) string {
+	n, unit := l.figure(why)
 	return fmt.Sprintf("This request would exceed your organization's rate limit of %s %s per minute across all models (org: %s). For details, refer to: https://docs.claude.com/en/api/rate-limits.", commas(n), unit, orgID)
 }
 

@@ -88,13 +88,7 @@ func (c *call) admitWorkspace(ln *lane, in, out int64) (ok bool, release func())
 			st.LimitedBy["workspace_"+why]++
 		})
 		wl.setHeaders(c.rw.Header(), c.now)
-		n, unit := wl.rpm, "requests"
-		switch why {
-		case limitedInput:
-			n, unit = wl.itpm, "input tokens"
-		case limitedOutput:
-			n, unit = wl.otpm, "output tokens"
-		}
+		n, unit := wl.figure(why)
 		c.rateLimited(wait, fmt.Sprintf("This request would exceed your workspace's rate limit of %s %s per minute (workspace: %s, model pool: %s). For details, refer to: https://docs.claude.com/en/api/rate-limits.", commas(n), unit, c.workspace, ln.pool))
 		return false, nil
 	}
