@@ -206,7 +206,11 @@ func (r *run) warnUnpriced() {
 		if known {
 			what = "has no price in the model table"
 		}
-		r.o.Logger.Warn("model " + m + " " + what + " and its cost is unknown; --models FILE or SLUICE_MODELS with its prices makes it exact (docs/models.md)")
+		capNote := ""
+		if r.o.MaxCost > 0 {
+			capNote = "; --max-cost counts its requests at the table's highest prices"
+		}
+		r.o.Logger.Warn("model " + m + " " + what + " and its cost is unknown" + capNote + "; --models FILE or SLUICE_MODELS with its prices makes it exact (docs/models.md)")
 	}
 }
 
