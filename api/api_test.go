@@ -105,13 +105,17 @@ func TestParseNamedLimit(t *testing.T) {
 		msg  string
 		want NamedLimit
 	}{
-		{"This request would exceed your organization's rate limit of 2,000,000 input tokens per minute (org: x, model: y).", NamedLimit{LimiterInputTokens, 2_000_000}},
-		{"This request would exceed the rate limit for your organization (abc) of 400,000 output tokens per minute. For details…", NamedLimit{LimiterOutputTokens, 400_000}},
-		{"rate limit of 50 requests per minute", NamedLimit{LimiterRequests, 50}},
-		{"Workspace limit: 90,000 tokens per minute exceeded", NamedLimit{LimiterTokens, 90_000}},
+		{"This request would exceed your organization's rate limit of 2,000,000 input tokens per minute (org: x, model: y).", NamedLimit{Limiter: LimiterInputTokens, PerMinute: 2_000_000}},
+		{"This request would exceed the rate limit for your organization (abc) of 400,000 output tokens per minute. For details…", NamedLimit{Limiter: LimiterOutputTokens, PerMinute: 400_000}},
+		{"rate limit of 50 requests per minute", NamedLimit{Limiter: LimiterRequests, PerMinute: 50}},
+		{"Workspace limit: 90,000 tokens per minute exceeded", NamedLimit{Limiter: LimiterTokens, PerMinute: 90_000, Workspace: true}},
 		{"This request was rate limited because your organization's usage increased too sharply.", NamedLimit{}},
 		{"Number of request tokens has exceeded your per-minute rate limit", NamedLimit{}},
 		{"", NamedLimit{}},
+		// A limit on the organization's usage across all models.
+		{"This request would exceed your organization's rate limit of 8,000,000 input tokens per minute across all models (org: x).", NamedLimit{Limiter: LimiterInputTokens, PerMinute: 8_000_000, Org: true}},
+		{"Your organization has exceeded its rate limit for all API usage.", NamedLimit{Org: true}},
+		{"organization-wide limit of 20,000 requests per minute reached", NamedLimit{Limiter: LimiterRequests, PerMinute: 20_000, Org: true}},
 	} {
 		if got := ParseNamedLimit(tt.msg); got != tt.want {
 			t.Errorf("ParseNamedLimit(%q) = %+v want %+v", tt.msg, got, tt.want)
@@ -152,10 +156,20 @@ func TestPoolOf(t *testing.T) {
 	for model, want := range map[string]Pool{
 		"claude-sonnet-4-5-20250929": PoolSonnet4, "claude-sonnet-4-5": PoolSonnet4, "claude-sonnet-4-6": PoolSonnet4,
 		"claude-haiku-4-5": PoolHaiku45, "claude-opus-4-8": PoolOpus4, "claude-opus-5": PoolOpus5,
-		"claude-sonnet-9-future": PoolSonnet4, "gpt-x": PoolUnknown,
+		"claude-haiku-5-5": "haiku-5-5", "claude-opus-5-5": "opus-5-5",
+		// A model the catalog does not know is a pool of its own (issue 39):
+		// its limits are its own headers', never another family's.
+		"claude-sonnet-9-future": "claude-sonnet-9-future", "gpt-x": "gpt-x",
 	} {
 		if got := PoolOf(model); got != want {
 			t.Errorf("PoolOf(%q) = %s want %s", model, got, want)
+		}
+	}
+	// Its cap is its family's when the name shows one.
+	for pool, want := range map[Pool]Family{PoolSonnet4: FamilySonnet, "haiku-5-5": FamilyHaiku,
+		"claude-sonnet-9-future": FamilySonnet, "claude-opus-7": FamilyOpus, "gpt-x": FamilyUnknown} {
+		if got := FamilyOfPool(pool); got != want {
+			t.Errorf("FamilyOfPool(%q) = %s want %s", pool, got, want)
 		}
 	}
 }

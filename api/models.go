@@ -7,10 +7,13 @@ import (
 
 // Pool names a rate-limit pool: models in one pool share an organization's
 // RPM / ITPM / OTPM limits (rate-limits page, 2026-09: "Sonnet 4.x" is one
-// pool, "Opus 4.x" another, Haiku 4.5 its own, Opus 5 and Sonnet 5 separate).
+// pool, "Opus 4.x" another, Haiku 4.5 its own, Opus 5 and Sonnet 5
+// separate). A model the catalog does not know is a pool of its own, named
+// by its id (PoolOf).
 type Pool string
 
-// The pools of the current public model line-up.
+// The pools of the built-in catalog that code names; the catalog file
+// (models.json) is the authority on which model is in which.
 const (
 	PoolSonnet4 Pool = "sonnet-4"
 	PoolOpus4   Pool = "opus-4"
@@ -19,7 +22,6 @@ const (
 	PoolOpus5   Pool = "opus-5"
 	PoolFable5  Pool = "fable-5"
 	PoolHaiku35 Pool = "haiku-3-5"
-	PoolUnknown Pool = "unknown"
 )
 
 // Family is the coarse model family that sluice's etiquette caps are set by
@@ -35,13 +37,78 @@ const (
 	FamilyUnknown Family = "unknown"
 )
 
-// Prices are USD per million tokens at standard (non-batch) rates.
+// Families lists the families a catalog entry may name.
+var Families = []Family{FamilySonnet, FamilyHaiku, FamilyOpus, FamilyFable, FamilyUnknown}
+
+// Prices are USD per million tokens at standard (non-batch) rates, below
+// any long-context threshold.
 type Prices struct {
-	Input, CacheWrite5m, CacheWrite1h, CacheRead, Output float64
+	Input        float64 `json:"input"`
+	CacheWrite5m float64 `json:"cache_write_5m"`
+	CacheWrite1h float64 `json:"cache_write_1h"`
+	CacheRead    float64 `json:"cache_read"`
+	Output       float64 `json:"output"`
 }
 
-// BatchDiscount multiplies every price category for Message Batches usage.
+// BatchDiscount is the default Message Batches multiplier of every price
+// category ("All usage is charged at 50% of the standard API prices").
 const BatchDiscount = 0.5
+
+// Long-context measures: what counts toward a LongContext threshold.
+const (
+	// MeasurePrompt counts the whole prompt: uncached input, cache writes
+	// and cache reads (the 2025 long-context rule's reading, the default).
+	MeasurePrompt = "prompt"
+	// MeasureInput counts uncached input tokens only.
+	MeasureInput = "input"
+)
+
+// LongContext is a pricing rule: a request whose prompt is over Threshold
+// tokens (by Measure) is billed at Multiplier × every price, output
+// included, on every token of that request.
+type LongContext struct {
+	Threshold  int64   `json:"threshold"`
+	Multiplier float64 `json:"multiplier"`
+	Measure    string  `json:"measure,omitempty"`
+}
+
+// Over reports whether a request with this usage is over the threshold.
+// A nil rule is never over.
+func (lc *LongContext) Over(u Usage) bool {
+	if lc == nil || lc.Threshold <= 0 {
+		return false
+	}
+	n := u.InputTokens
+	if lc.Measure != MeasureInput {
+		n += u.CacheCreationInputTokens + u.CacheReadInputTokens
+	}
+	return n > lc.Threshold
+}
+
+// Sampling says which sampling parameters (temperature, top_p, top_k) a
+// request may carry.
+type Sampling string
+
+// Sampling rules, from the mildest.
+const (
+	// SamplingAny: any valid value.
+	SamplingAny Sampling = "any"
+	// SamplingDefaultOnly: only at the defaults — temperature 1, top_p 1
+	// (a reading: the docs give top_p no default), no top_k.
+	SamplingDefaultOnly Sampling = "default_only"
+	// SamplingRefused: refused when present at all, even at a default.
+	SamplingRefused Sampling = "refused"
+)
+
+func (s Sampling) rank() int {
+	switch s {
+	case SamplingDefaultOnly:
+		return 1
+	case SamplingRefused:
+		return 2
+	}
+	return 0
+}
 
 // ModelInfo is what sluice knows about one model id.
 type ModelInfo struct {
@@ -50,7 +117,16 @@ type ModelInfo struct {
 	DisplayName string
 	Pool        Pool
 	Family      Family
-	Prices      Prices
+	// Prices are the standard prices; Priced is false for a model the
+	// catalog lists without prices (its cost is unknown, like a model it
+	// does not know).
+	Prices Prices
+	Priced bool
+	// LongContext, when set, bills a request over its threshold at a
+	// multiple of every price.
+	LongContext *LongContext
+	// BatchDiscount multiplies every price for Message Batches usage.
+	BatchDiscount float64
 	// MinCacheable is the shortest prefix, in tokens, that prompt caching
 	// stores; shorter prefixes are silently not cached.
 	MinCacheable int
@@ -66,6 +142,13 @@ type ModelInfo struct {
 	// CacheReadsCountITPM is true for the few models whose cache reads count
 	// toward ITPM (Haiku 3.5 in current docs).
 	CacheReadsCountITPM bool
+	// Sampling is the model's own sampling rule by API version ("*": every
+	// version); Catalog.Rules combines it with the version's.
+	Sampling map[string]Sampling
+	// Source and Read say where the entry was read and when; Origin is
+	// "built-in" or the overlay file that last changed it; Note says why a
+	// figure is what it is.
+	Source, Read, Origin, Note string
 }
 
 // DefaultMinCacheable is the minimum cacheable prefix taken for a model
@@ -76,8 +159,8 @@ const DefaultMinCacheable = 1024
 
 // CacheReliefMinimum is the shortest prefix the planner counts as cached:
 // the larger of the readings (MinCacheable, MinCacheableSeen), or for a
-// model the catalog does not know the largest minimum any current model
-// has, 4,096, so an unknown model's relief is never overstated.
+// model whose minimum is not known the largest minimum any current model
+// has, 4,096, so its relief is never overstated.
 func (m ModelInfo) CacheReliefMinimum() int {
 	if m.MinCacheable == 0 {
 		return 4096
@@ -93,8 +176,7 @@ func CacheMinimums(model string) (min, relief int64) {
 	return int64(m.CacheMinimum()), int64(m.CacheReliefMinimum())
 }
 
-// CacheMinimum is m.MinCacheable, or DefaultMinCacheable when unset (a
-// model the catalog does not know).
+// CacheMinimum is m.MinCacheable, or DefaultMinCacheable when unset.
 func (m ModelInfo) CacheMinimum() int {
 	if m.MinCacheable > 0 {
 		return m.MinCacheable
@@ -102,81 +184,37 @@ func (m ModelInfo) CacheMinimum() int {
 	return DefaultMinCacheable
 }
 
-var (
-	pricesSonnet4 = Prices{3, 3.75, 6, 0.30, 15}
-	pricesOpus45  = Prices{5, 6.25, 10, 0.50, 25}
-	pricesOpus41  = Prices{15, 18.75, 30, 1.50, 75}
-	pricesHaiku45 = Prices{1, 1.25, 2, 0.10, 5}
-)
-
-// catalog lists the models, newest first within a family. Prices: pricing
-// page ~2026-09; pools: rate-limits page 2026-09; cache minimums: prompt
-// caching page 2026.
-var catalog = []ModelInfo{
-	{ID: "claude-sonnet-4-5-20250929", Aliases: []string{"claude-sonnet-4-5"}, DisplayName: "Claude Sonnet 4.5", Pool: PoolSonnet4, Family: FamilySonnet, Prices: pricesSonnet4, MinCacheable: 1024, MaxOutput: 64000, CreatedAt: "2025-09-29T00:00:00Z"},
-	{ID: "claude-sonnet-4-6", DisplayName: "Claude Sonnet 4.6", Pool: PoolSonnet4, Family: FamilySonnet, Prices: pricesSonnet4, MinCacheable: 1024, MinCacheableSeen: 2048, MaxOutput: 64000, CreatedAt: "2026-02-17T00:00:00Z"},
-	{ID: "claude-sonnet-4-20250514", Aliases: []string{"claude-sonnet-4-0"}, DisplayName: "Claude Sonnet 4", Pool: PoolSonnet4, Family: FamilySonnet, Prices: pricesSonnet4, MinCacheable: 1024, MaxOutput: 64000, CreatedAt: "2025-05-14T00:00:00Z"},
-	{ID: "claude-haiku-4-5-20251001", Aliases: []string{"claude-haiku-4-5"}, DisplayName: "Claude Haiku 4.5", Pool: PoolHaiku45, Family: FamilyHaiku, Prices: pricesHaiku45, MinCacheable: 4096, MaxOutput: 64000, CreatedAt: "2025-10-01T00:00:00Z"},
-	{ID: "claude-opus-4-8", DisplayName: "Claude Opus 4.8", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 1024, MaxOutput: 64000, CreatedAt: "2026-06-01T00:00:00Z"},
-	{ID: "claude-opus-4-7", DisplayName: "Claude Opus 4.7", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 2048, MinCacheableSeen: 4096, MaxOutput: 64000, CreatedAt: "2026-04-01T00:00:00Z"},
-	{ID: "claude-opus-4-6", DisplayName: "Claude Opus 4.6", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 4096, MaxOutput: 64000, CreatedAt: "2026-02-05T00:00:00Z"},
-	{ID: "claude-opus-4-5-20251101", Aliases: []string{"claude-opus-4-5"}, DisplayName: "Claude Opus 4.5", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 4096, MaxOutput: 64000, CreatedAt: "2025-11-24T00:00:00Z"},
-	{ID: "claude-opus-4-1-20250805", Aliases: []string{"claude-opus-4-1"}, DisplayName: "Claude Opus 4.1", Pool: PoolOpus4, Family: FamilyOpus, Prices: pricesOpus41, MinCacheable: 1024, MaxOutput: 32000, CreatedAt: "2025-08-05T00:00:00Z"},
-	{ID: "claude-sonnet-5", DisplayName: "Claude Sonnet 5", Pool: PoolSonnet5, Family: FamilySonnet, Prices: Prices{2, 2.5, 4, 0.2, 10}, MinCacheable: 1024, MaxOutput: 64000, CreatedAt: "2026-06-09T00:00:00Z"},
-	{ID: "claude-opus-5", DisplayName: "Claude Opus 5", Pool: PoolOpus5, Family: FamilyOpus, Prices: pricesOpus45, MinCacheable: 512, MaxOutput: 64000, CreatedAt: "2026-08-01T00:00:00Z"},
-	{ID: "claude-fable-5", DisplayName: "Claude Fable 5", Pool: PoolFable5, Family: FamilyFable, Prices: Prices{10, 12.5, 20, 1, 50}, MinCacheable: 512, MaxOutput: 64000, CreatedAt: "2026-06-09T00:00:00Z"},
-	{ID: "claude-3-5-haiku-20241022", Aliases: []string{"claude-3-5-haiku-latest"}, DisplayName: "Claude Haiku 3.5", Pool: PoolHaiku35, Family: FamilyHaiku, Prices: Prices{0.8, 1, 1.6, 0.08, 4}, MinCacheable: 2048, MaxOutput: 8192, CreatedAt: "2024-10-22T00:00:00Z", CacheReadsCountITPM: true},
-}
-
-var byName = func() map[string]*ModelInfo {
-	m := make(map[string]*ModelInfo, 2*len(catalog))
-	for i := range catalog {
-		m[catalog[i].ID] = &catalog[i]
-		for _, a := range catalog[i].Aliases {
-			m[a] = &catalog[i]
-		}
+// Discount is m's batch multiplier (BatchDiscount when unset).
+func (m ModelInfo) Discount() float64 {
+	if m.BatchDiscount > 0 {
+		return m.BatchDiscount
 	}
-	return m
-}()
-
-// LookupModel returns the catalog entry for a model id or alias.
-func LookupModel(name string) (ModelInfo, bool) {
-	m, ok := byName[name]
-	if !ok {
-		return ModelInfo{}, false
-	}
-	return *m, true
+	return BatchDiscount
 }
 
-// Models returns every catalog entry, in catalog order. The slice is a copy.
-func Models() []ModelInfo {
-	return append([]ModelInfo(nil), catalog...)
-}
+// LookupModel returns the current catalog's entry for a model id or alias.
+func LookupModel(name string) (ModelInfo, bool) { return Current().Lookup(name) }
 
-// PoolOf returns the rate-limit pool of a model id or alias. Unknown names
-// fall back on their family substring ("…sonnet…" → the Sonnet 4 pool and so
-// on), else PoolUnknown.
+// Models returns every entry of the current catalog, in its order. The
+// slice is a copy.
+func Models() []ModelInfo { return Current().Models() }
+
+// PoolOf returns the rate-limit pool of a model id or alias: the catalog's,
+// or, for a model it does not know, a pool of its own named by the id, so
+// its limits are learned from its own headers and it never shares a lane
+// with another model's limits.
 func PoolOf(model string) Pool {
-	if m, ok := byName[model]; ok {
+	if m, ok := LookupModel(model); ok {
 		return m.Pool
 	}
-	switch FamilyOf(model) {
-	case FamilySonnet:
-		return PoolSonnet4
-	case FamilyHaiku:
-		return PoolHaiku45
-	case FamilyOpus:
-		return PoolOpus4
-	case FamilyFable:
-		return PoolFable5
-	}
-	return PoolUnknown
+	return Pool(model)
 }
 
 // FamilyOf returns the family of a model by catalog entry, else by the first
-// family name found in the lower-cased id.
+// family name found in the lower-cased id (a new "claude-sonnet-…" is a
+// Sonnet for its etiquette cap), else FamilyUnknown.
 func FamilyOf(model string) Family {
-	if m, ok := byName[model]; ok {
+	if m, ok := LookupModel(model); ok {
 		return m.Family
 	}
 	low := strings.ToLower(model)
@@ -188,10 +226,34 @@ func FamilyOf(model string) Family {
 	return FamilyUnknown
 }
 
+// FamilyOfPool returns the family of the models in pool p: the catalog's
+// for one of its pools, else (a pool of one unknown model, named by its
+// id) the family its name shows.
+func FamilyOfPool(p Pool) Family {
+	c := Current()
+	for i := range c.models {
+		if c.models[i].Pool == p {
+			return c.models[i].Family
+		}
+	}
+	return FamilyOf(string(p))
+}
+
+// KnownPool reports whether p is a pool of the current catalog.
+func KnownPool(p Pool) bool {
+	c := Current()
+	for i := range c.models {
+		if c.models[i].Pool == p {
+			return true
+		}
+	}
+	return false
+}
+
 // PoolModels returns the catalog ids in pool p, sorted.
 func PoolModels(p Pool) []string {
 	var ids []string
-	for _, m := range catalog {
+	for _, m := range Current().models {
 		if m.Pool == p {
 			ids = append(ids, m.ID)
 		}

@@ -235,19 +235,36 @@ func ParseDate(h http.Header) time.Time {
 type NamedLimit struct {
 	Limiter   Limiter // "" when the message names none
 	PerMinute int64
+	// Org: the limit is on the organization's usage across all models
+	// (the rate-limits page's "Organization (all API usage)" table), not
+	// the model pool's: every pool of the organization is slowed by it.
+	Org bool
+	// Workspace: the message names a workspace's limit (limits can be set
+	// per workspace, lower than the organization's).
+	Workspace bool
 }
 
 var namedLimitRE = regexp.MustCompile(`(?i)\b([0-9][0-9,]*)\s+(requests|input tokens|output tokens|tokens)\s+per\s+minute`)
 
+// orgWideRE recognises a limit on an organization's usage across models.
+// The API's wording is not published (docs/models.md): these are the forms
+// the rate-limits page uses for the table; a 429 that names a model pool's
+// limit ("… (org: …, model: …)") or none of these stays the lane's.
+var orgWideRE = regexp.MustCompile(`(?i)across all models|all (?:API )?usage|organization[- ]wide`)
+
+// workspaceRE recognises a workspace's limit.
+var workspaceRE = regexp.MustCompile(`(?i)\bworkspace`)
+
 // ParseNamedLimit reads the limit a rate-limit error message names.
 func ParseNamedLimit(message string) NamedLimit {
+	org, ws := orgWideRE.MatchString(message), workspaceRE.MatchString(message)
 	m := namedLimitRE.FindStringSubmatch(message)
 	if m == nil {
-		return NamedLimit{}
+		return NamedLimit{Org: org, Workspace: ws}
 	}
 	n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64)
 	if err != nil || n <= 0 {
-		return NamedLimit{}
+		return NamedLimit{Org: org, Workspace: ws}
 	}
 	var l Limiter
 	switch strings.ToLower(m[2]) {
@@ -260,7 +277,7 @@ func ParseNamedLimit(message string) NamedLimit {
 	default:
 		l = LimiterTokens
 	}
-	return NamedLimit{Limiter: l, PerMinute: n}
+	return NamedLimit{Limiter: l, PerMinute: n, Org: org, Workspace: ws}
 }
 
 // RoundThousand rounds n to the nearest thousand, the precision the API

@@ -149,8 +149,29 @@ type Org struct {
 	Name          string
 	Limits        map[api.Pool]Limits
 	DefaultLimits *Limits
+	// OrgLimits, when set, limit the organization's usage across all
+	// pools: a job of one model is bound by the smaller of each.
+	OrgLimits     *Limits
 	BatchQueueCap int64
 	Batch         *BatchModel
+}
+
+// Within returns l bounded by the organization-wide limits w (nil: l);
+// 0 is unlimited on either side.
+func (l Limits) Within(w *Limits) Limits {
+	if w == nil {
+		return l
+	}
+	lo := func(a, b int64) int64 {
+		switch {
+		case a <= 0:
+			return b
+		case b <= 0:
+			return a
+		}
+		return min(a, b)
+	}
+	return Limits{RPM: lo(l.RPM, w.RPM), ITPM: lo(l.ITPM, w.ITPM), OTPM: lo(l.OTPM, w.OTPM)}
 }
 
 // Model is a world's API-facing description, in simulated time: every

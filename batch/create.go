@@ -181,6 +181,9 @@ func (r *Runner) createDone(rep *createReport) {
 			wait = max(r.retryAfter(o, out), r.cfg.PollMin)
 		}
 		o.paused = now.Add(wait)
+		if full, named := queueFull(out); full {
+			r.queueRefused(o, c, named) // queuebound.go
+		}
 		r.log.Info("batch: create refused with 429; the org pauses", "org", o.label, "wait", wait, "err", out.Err)
 		r.abandon(c, "create: HTTP 429", moveRequeue)
 		return

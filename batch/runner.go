@@ -418,6 +418,7 @@ func (r *Runner) publish() {
 		s.InFlight[o.label] = o.inflight
 	}
 	s.Turnaround = maps.Clone(r.stats.Turnaround)
+	s.QueueBound = maps.Clone(r.stats.QueueBound)
 	r.pub.mu.Lock()
 	r.pub.stats, r.pub.parked = s, len(r.parked)
 	r.pub.mu.Unlock()
@@ -435,6 +436,7 @@ func (r *Runner) Stats() Stats {
 	s.Pending += arrived
 	s.InFlight = maps.Clone(s.InFlight)
 	s.Turnaround = maps.Clone(s.Turnaround)
+	s.QueueBound = maps.Clone(s.QueueBound)
 	return s
 }
 

@@ -35,6 +35,9 @@ type Stats struct {
 	// (created_at to ended_at): what the planner's queue model is checked
 	// against (package observe records it).
 	Turnaround map[string]Turnaround
+	// QueueBound is, per org label, the bound its full processing queue
+	// showed (queuebound.go).
+	QueueBound map[string]QueueBound
 }
 
 // Turnaround sums one organization's ended batches.

@@ -65,8 +65,10 @@ const (
 	// ScopeKeyModel: this key for the request's model pool (403
 	// permission_error: a key can be refused one model and allowed others).
 	ScopeKeyModel
-	// ScopeOrg: the key's organization (402, the spend cap, an exhausted
-	// credit balance or self-set usage limit): every key of it.
+	// ScopeOrg: the key's organization: a refusal (402, the spend cap, an
+	// exhausted credit balance or self-set usage limit) of every key of
+	// it, or a 429 naming a limit on its usage across all models, which
+	// slows every lane of it.
 	ScopeOrg
 	// ScopeLane: the org × model pool's rate limits (429 rate_limit_error):
 	// the lane's congestion, or a bucket the headers already showed empty.
@@ -145,10 +147,14 @@ type Outcome struct {
 	Sent bool
 }
 
-// Scope returns the scope of the outcome: ScopeOf, and ScopeWorkspace for
-// a workspace's own usage limit, which the status alone does not tell
-// from the organization's.
+// Scope returns the scope of the outcome: ScopeOf its class and status,
+// except a 429 whose message names an organization-wide limit (Named.Org),
+// which is the organization's, and a workspace's own usage limit (a 400),
+// which the status alone does not tell from the organization's.
 func (o *Outcome) Scope() Scope {
+	if o.Class == RateLimited && o.Named.Org {
+		return ScopeOrg
+	}
 	s := ScopeOf(o.Class, o.Status)
 	if s == ScopeOrg && o.Status == 400 && isWorkspaceLimit(o.Body) {
 		return ScopeWorkspace
@@ -263,6 +269,20 @@ func refuseRedirect(*http.Request, []*http.Request) error { return http.ErrUseLa
 
 // BaseURL returns the API base URL in use.
 func (c *Client) BaseURL() string { return c.cfg.BaseURL }
+
+// Version returns the anthropic-version the client sends.
+func (c *Client) Version() string { return c.cfg.Version }
+
+// WithVersion returns a client that sends anthropic-version v ("" : c's
+// own) over c's connections: a gateway relays each caller's version.
+func (c *Client) WithVersion(v string) *Client {
+	if v == "" || v == c.cfg.Version {
+		return c
+	}
+	d := *c
+	d.cfg.Version = v
+	return &d
+}
 
 // maxBody bounds what is read of one response: far above any Message.
 const maxBody = 256 << 20

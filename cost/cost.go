@@ -2,12 +2,16 @@
 // response from its usage block, a Ledger of totals per organization for
 // reports, and estimates for spend caps before a request is sent.
 //
-// Prices come from the api package's model catalog, in USD per million
-// tokens; Message Batches usage is discounted by api.BatchDiscount in every
-// category.
+// Prices come from the api package's model catalog (docs/models.md), in
+// USD per million tokens; Message Batches usage is discounted by the
+// model's batch discount in every category, and a request over its model's
+// long-context threshold is billed at the rule's multiple of every price.
+// A model without a price has an unknown cost, never a number.
 package cost
 
 import (
+	"math"
+
 	"github.com/sluice-dev/sluice/api"
 )
 
@@ -47,78 +51,156 @@ func (t *Tokens) add(o Tokens) {
 }
 
 // Price returns the standard (non-batch) prices of a model id or alias, in
-// USD per million tokens, and false for a model the catalog does not know.
+// USD per million tokens, below any long-context threshold, and false for
+// a model the catalog does not know or lists without prices.
 func Price(model string) (api.Prices, bool) {
 	m, ok := api.LookupModel(model)
-	if !ok {
+	if !ok || !m.Priced {
 		return api.Prices{}, false
 	}
 	return m.Prices, true
 }
 
+// rate is how one bucket of usage is priced: the prices and the
+// multiplier of every price (the batch discount, the long-context rule's).
+type rate struct {
+	prices api.Prices
+	mult   float64
+	known  bool
+}
+
+// rateOf returns the rate of model m's usage: batch, and over its
+// long-context threshold or not.
+func rateOf(m api.ModelInfo, known, batch, long bool) rate {
+	if !known || !m.Priced {
+		return rate{}
+	}
+	r := rate{prices: m.Prices, mult: 1, known: true}
+	if batch {
+		r.mult *= m.Discount()
+	}
+	if long && m.LongContext != nil {
+		r.mult *= m.LongContext.Multiplier
+	}
+	return r
+}
+
 // Cost returns the USD cost of one response's usage: each category of
-// TokensOf(u) at its price per million tokens, all discounted by
-// api.BatchDiscount when batch is true or u.ServiceTier is "batch". An
-// unknown model costs 0 and known is false.
+// TokensOf(u) at its price per million tokens, times the model's
+// long-context multiplier when this request's prompt is over its threshold
+// (every category, output included), times the model's batch discount
+// when batch is true or u.ServiceTier is "batch". A model without a price
+// costs 0 and known is false: its cost is unknown, not zero.
 func Cost(model string, u api.Usage, batch bool) (usd float64, known bool) {
-	p, ok := Price(model)
-	if !ok {
+	m, ok := api.LookupModel(model)
+	r := rateOf(m, ok, batch || u.ServiceTier == api.TierBatch, m.LongContext.Over(u))
+	if !r.known {
 		return 0, false
 	}
-	return priceTokens(p, TokensOf(u), batch || u.ServiceTier == api.TierBatch), true
+	return r.price(TokensOf(u)), true
 }
 
 // TokensCost returns the USD cost of t for model at its catalog prices,
-// discounted for batch, and false for a model the catalog does not know.
+// discounted for batch, as requests below any long-context threshold, and
+// false for a model without a price.
 func TokensCost(model string, t Tokens, batch bool) (usd float64, known bool) {
-	p, ok := Price(model)
-	if !ok {
-		return 0, false
-	}
-	return priceTokens(p, t, batch), true
+	return BandCost(model, t, batch, false)
 }
 
-// priceTokens returns the USD cost of t at prices p, discounted for batch.
-func priceTokens(p api.Prices, t Tokens, batch bool) float64 {
+// BandCost is TokensCost for tokens of requests that are all over the
+// model's long-context threshold (long) or all below it.
+func BandCost(model string, t Tokens, batch, long bool) (usd float64, known bool) {
+	m, ok := api.LookupModel(model)
+	r := rateOf(m, ok, batch, long)
+	if !r.known {
+		return 0, false
+	}
+	return r.price(t), true
+}
+
+// Long reports whether a request of model with prompt tokens (uncached
+// input, cache writes, cache reads) and uncached input is over the
+// model's long-context threshold.
+func Long(model string, prompt, uncached int64) bool {
+	m, _ := api.LookupModel(model)
+	return m.LongContext.Over(api.Usage{InputTokens: uncached, CacheReadInputTokens: prompt - uncached})
+}
+
+// price returns the USD cost of t at r.
+func (r rate) price(t Tokens) float64 {
+	return priceTokens(r.prices, t, r.mult)
+}
+
+// priceTokens returns the USD cost of t at prices p, times mult.
+func priceTokens(p api.Prices, t Tokens, mult float64) float64 {
 	micro := float64(t.Input)*p.Input +
 		float64(t.CacheWrite5m)*p.CacheWrite5m +
 		float64(t.CacheWrite1h)*p.CacheWrite1h +
 		float64(t.CacheRead)*p.CacheRead +
 		float64(t.Output)*p.Output
-	d := micro / 1e6
-	if batch {
-		d *= api.BatchDiscount
-	}
-	return d
+	return micro / 1e6 * mult
 }
 
-// maxPrices is the highest price of each category across the catalog.
-var maxPrices = func() api.Prices {
-	var mp api.Prices
+// maxRate is the highest price of each category across the catalog, at
+// the highest long-context multiplier: what a cap takes for a model
+// without a price, so it errs on the side of stopping.
+func maxRate() rate {
+	r := rate{mult: 1, known: true}
 	for _, m := range api.Models() {
+		if !m.Priced {
+			continue
+		}
 		p := m.Prices
-		mp.Input = max(mp.Input, p.Input)
-		mp.CacheWrite5m = max(mp.CacheWrite5m, p.CacheWrite5m)
-		mp.CacheWrite1h = max(mp.CacheWrite1h, p.CacheWrite1h)
-		mp.CacheRead = max(mp.CacheRead, p.CacheRead)
-		mp.Output = max(mp.Output, p.Output)
+		r.prices.Input = max(r.prices.Input, p.Input)
+		r.prices.CacheWrite5m = max(r.prices.CacheWrite5m, p.CacheWrite5m)
+		r.prices.CacheWrite1h = max(r.prices.CacheWrite1h, p.CacheWrite1h)
+		r.prices.CacheRead = max(r.prices.CacheRead, p.CacheRead)
+		r.prices.Output = max(r.prices.Output, p.Output)
 	}
-	return mp
-}()
+	return r
+}
 
-// Estimate returns the USD cost a request would have if it used inTokens
-// input tokens at the base input price and outTokens output tokens (pass
-// max_tokens for an upper bound), discounted for batch. It is meant for
-// spend caps checked before sending. Prompt caching moves the real input
-// cost from 0.1× (reads) to 2× (1-hour writes) of the base price. For a
-// model the catalog does not know it uses the highest input and output
-// prices in the catalog, so a cap errs on the side of stopping.
+// Estimate returns the USD cost one request would have if it used
+// inTokens input tokens at the base input price and outTokens output
+// tokens (pass max_tokens for an upper bound), discounted for batch and at
+// the long-context multiplier when inTokens is over the model's threshold.
+// It is meant for spend caps checked before sending. Prompt caching moves
+// the real input cost from the model's cache-read price to its 1-hour
+// write price. For a model without a price it uses the highest input and
+// output prices in the catalog, so a cap errs on the side of stopping.
 func Estimate(model string, inTokens, outTokens int64, batch bool) float64 {
-	p, ok := Price(model)
-	if !ok {
-		p = maxPrices
+	m, ok := api.LookupModel(model)
+	long := m.LongContext.Over(api.Usage{InputTokens: inTokens})
+	r := rateOf(m, ok, batch, long)
+	if !r.known {
+		r = maxRate()
+		if batch {
+			r.mult *= api.BatchDiscount
+		}
 	}
-	return priceTokens(p, Tokens{Input: inTokens, Output: outTokens}, batch)
+	return r.price(Tokens{Input: inTokens, Output: outTokens})
+}
+
+// EstimateN is Estimate for n requests of mean input and output tokens,
+// priced together (n × mean, rounded, per category), each in the
+// long-context band when the mean input is over the threshold; known is
+// false for a model without a price (the figure then takes the highest
+// prices: for comparing routes, never to show as a cost).
+func EstimateN(model string, n int, meanIn, meanOut float64, batch bool) (usd float64, known bool) {
+	if n <= 0 {
+		return 0, true
+	}
+	m, ok := api.LookupModel(model)
+	long := m.LongContext.Over(api.Usage{InputTokens: int64(math.Round(meanIn))})
+	r := rateOf(m, ok, batch, long)
+	if known = r.known; !known {
+		r = maxRate()
+		if batch {
+			r.mult *= api.BatchDiscount
+		}
+	}
+	t := Tokens{Input: int64(math.Round(float64(n) * meanIn)), Output: int64(math.Round(float64(n) * meanOut))}
+	return r.price(t), known
 }
 
 // CacheBreakEven1h is the share of rows that must read a prefix written

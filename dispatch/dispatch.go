@@ -153,6 +153,17 @@ type orgState struct {
 	keys  []*keys.Key // live keys; loop-owned
 	live  atomic.Int32
 	rr    int
+	// ws is the workspace this state's keys send once the organization's
+	// lanes were split by workspace ("" : the organization's own lanes);
+	// ws is written under d.mu (Snapshot reads it), the split record is
+	// loop-owned (workspace.go).
+	ws    string
+	split *wsSplit
+	bid   string // budgetID's, for a workspace split off; fixed
+	// wide paces every lane of the organization together at a limit on
+	// its usage across all models that a 429 named (orgwide.go); nil
+	// until one did. Loop-owned pointer; the budget is safe to share.
+	wide budget.Budget
 }
 
 type laneState struct {
@@ -172,9 +183,12 @@ type laneState struct {
 }
 
 type item struct {
-	req       *Request
-	cb        func(Result)
-	pool      api.Pool
+	req  *Request
+	cb   func(Result)
+	pool api.Pool
+	// wide is what the attempt in flight took from its organization's
+	// limit across all models (orgwide.go); loop-owned.
+	wide      *budget.Grant
 	attempts  int
 	congested int
 	failed    int
@@ -474,7 +488,7 @@ func (d *Dispatcher) addKeysNow(ks []*keys.Key, now time.Time) {
 		if dead, _ := k.Dead(); dead || k.Retired() {
 			continue
 		}
-		o, ok := d.orgs[k.Org()]
+		o, ok := d.orgFor(k)
 		if !ok {
 			o = &orgState{id: k.Org(), label: k.Label()}
 			d.orgs[o.id] = o
@@ -531,22 +545,13 @@ func (d *Dispatcher) ensureLanes(pool api.Pool, now time.Time) {
 // addLane creates the lane of org o for pool. Loop-owned.
 func (d *Dispatcher) addLane(o *orgState, pool api.Pool, now time.Time) {
 	cfg := d.cfg.Lane
-	cfg.Cap = d.capFor(familyOfPool(pool))
-	s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.id, pool), now), meter: d.meter(pool)}
-	d.lanes[laneKey{o.id, pool}] = s
+	cfg.Cap = d.capFor(api.FamilyOfPool(pool))
+	s := &laneState{org: o, pool: pool, l: lane.New(cfg, d.cfg.NewBudget(o.budgetID(), pool), now), meter: d.meter(pool)}
+	d.lanes[laneKey{o.budgetID(), pool}] = s
 	d.byPool[pool] = append(d.byPool[pool], s)
 	d.mu.Lock()
 	d.laneList = append(d.laneList, s)
 	d.mu.Unlock()
-}
-
-func familyOfPool(p api.Pool) api.Family {
-	for _, m := range api.Models() {
-		if m.Pool == p {
-			return m.Family
-		}
-	}
-	return api.FamilyUnknown
 }
 
 // admit launches every attempt that can go now and returns when the loop
@@ -669,11 +674,20 @@ func (d *Dispatcher) pick(lanes []*laneState, it *item, now time.Time) (ls *lane
 			continue // its writer's answer wakes the loop
 		}
 		dem := x.ls.l.Demand(float64(it.req.EstInput), float64(it.req.MaxTokens))
+		og, ow := x.ls.org.takeWide(now, dem) // orgwide.go
+		if ow > 0 {
+			if wait == 0 || ow < wait {
+				wait = ow
+			}
+			continue
+		}
 		tk, r, w := x.ls.l.TryAcquire(now, dem, float64(it.req.EstInput))
 		if r == budget.Granted {
 			x.ls.prefixSent(it, now)
+			it.wide = og
 			return x.ls, x.key, tk, 0, false, false
 		}
+		x.ls.org.settleWide(now, og, budget.Demand{})
 		if w > 0 && (wait == 0 || w < wait) {
 			wait = w
 		}
@@ -729,6 +743,10 @@ func (d *Dispatcher) finish(a *attempt) {
 	}
 	d.capRetryAfter(a.ls, o)
 	a.ls.l.Done(now, a.ticket, laneResult(a, o))
+	a.ls.org.settleWide(now, it.wide, wideCharge(o))
+	it.wide = nil
+	d.orgLimited(a, now)
+	d.noteWorkspace(a, now)
 	d.count(a, o)
 
 	retry := false
@@ -1011,6 +1029,7 @@ func (d *Dispatcher) count(a *attempt, o *client.Outcome) {
 		ls = &LaneStats{Org: a.ls.org.label, OrgID: a.ls.org.id, Pool: a.ls.pool}
 		d.stats.Lanes[name] = ls
 	}
+	ls.Workspace = a.ls.org.ws
 	ls.Attempts++
 	switch o.Class {
 	case client.OK:

@@ -22,8 +22,11 @@ type Stats struct {
 
 // LaneStats counts one lane's attempts.
 type LaneStats struct {
-	Org          string // the org's label
-	OrgID        string // the organization id (anthropic-organization-id): what observations are keyed by
+	Org   string // the org's label
+	OrgID string // the organization id (anthropic-organization-id): what observations are keyed by
+	// Workspace is the workspace whose lane this is, once the
+	// organization's lanes were split by workspace ("" : the org's own).
+	Workspace    string
 	Pool         api.Pool
 	Attempts     int64
 	OK           int64
@@ -59,6 +62,7 @@ func (d *Dispatcher) Snapshot() (Stats, []LaneView) {
 			views[i].LaneStats = *c
 		}
 		views[i].Org, views[i].OrgID, views[i].Pool = ls.org.label, ls.org.id, ls.pool
+		views[i].Workspace = ls.org.ws // set under d.mu (workspace.go)
 		views[i].Dead = ls.org.live.Load() == 0 || ls.noKey.Load()
 	}
 	d.mu.Unlock()

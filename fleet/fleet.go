@@ -302,13 +302,7 @@ func (f *Fleet) NewBudget(org string, pool api.Pool) budget.Budget {
 }
 
 func (f *Fleet) capFor(p api.Pool) int {
-	fam := api.FamilyUnknown
-	for _, m := range api.Models() {
-		if m.Pool == p {
-			fam = m.Family
-			break
-		}
-	}
+	fam := api.FamilyOfPool(p)
 	if c, ok := f.cfg.Caps[fam]; ok && c > 0 {
 		return c
 	}

@@ -114,7 +114,7 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 	}
 	defer f.Close()
 	p := &surveyed{changedSet: map[string]bool{}, redrive: map[string]bool{}}
-	var v jsonl.Validator
+	v := jsonl.Validator{Version: o.apiVersion()}
 	r := jsonl.NewReader(f)
 	for {
 		line, n, err := r.Next()
@@ -185,7 +185,7 @@ func feed(ctx context.Context, o Options, st *results.State, accepted *jsonl.Acc
 	r := jsonl.NewReader(f)
 	// The same checks as the survey, uniqueness included, so a duplicated
 	// custom_id is never sent or recorded twice.
-	var v jsonl.Validator
+	v := jsonl.Validator{Version: o.apiVersion()}
 	for {
 		line, n, err := r.Next()
 		if err == io.EOF {
@@ -280,7 +280,7 @@ func keyReports(disc []dispatch.Discovery) []KeyReport {
 	var out []KeyReport
 	for _, d := range disc {
 		dead, why := d.Key.Dead()
-		out = append(out, KeyReport{Label: d.Key.Label(), Last4: d.Key.Last4(), Org: d.Key.Org(), Dead: dead,
+		out = append(out, KeyReport{Label: d.Key.Label(), Last4: d.Key.Last4(), Org: d.Key.Org(), Workspace: d.Key.Workspace(), Dead: dead,
 			Suspect: !dead && d.Key.Suspect(keys.AllPools), Reason: why})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })
@@ -332,4 +332,13 @@ func cachePrefixTTL(req *dispatch.Request) string {
 		return "1h"
 	}
 	return "5m"
+}
+
+// apiVersion is the anthropic-version the job's requests go out with: the
+// input is checked against what it refuses (docs/models.md).
+func (o Options) apiVersion() string {
+	if o.Dispatch.Client == nil {
+		return ""
+	}
+	return o.Dispatch.Client.Version()
 }

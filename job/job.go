@@ -35,7 +35,9 @@ type Options struct {
 	// is already done (the old result is dropped).
 	AllowChanged bool
 	// MaxCost stops admitting new requests once the ledger reaches it (USD;
-	// 0 = no limit).
+	// 0 = no limit). Requests of a model without a price count at the
+	// catalog's highest prices (cost.Ledger.Bound): a cap errs on the side
+	// of stopping.
 	MaxCost float64
 	// Dispatch configures the engine; Client and Keys are required.
 	Dispatch dispatch.Config

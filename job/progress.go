@@ -48,6 +48,13 @@ func (p *progress) run(stop <-chan struct{}) {
 	}
 }
 
+// cost is the cost so far for the progress line: "$0.1234", or unknown
+// when requests of a model without a price were answered (never their
+// cost as a number).
+func (p *progress) cost() string {
+	return p.ledger.Snapshot().Total.FormatUSD()
+}
+
 func (p *progress) render(final bool) {
 	now := p.o.Now()
 	st, lanes := p.d.Snapshot()
@@ -64,8 +71,8 @@ func (p *progress) render(final bool) {
 	}
 	var b strings.Builder
 	if !p.o.Terminal {
-		fmt.Fprintf(&b, "progress: %d/%d done, %.0f req/min, in flight %d, 429s %d, 529s %d, 5xx %d, elapsed %s, eta %s, cost $%.4f\n",
-			done, p.todo, rate, inFlight(lanes), st.RetriesRateLimited, st.RetriesOverloaded, st.RetriesFailed, fmtDur(elapsed), eta, p.ledger.Total())
+		fmt.Fprintf(&b, "progress: %d/%d done, %.0f req/min, in flight %d, 429s %d, 529s %d, 5xx %d, elapsed %s, eta %s, cost %s\n",
+			done, p.todo, rate, inFlight(lanes), st.RetriesRateLimited, st.RetriesOverloaded, st.RetriesFailed, fmtDur(elapsed), eta, p.cost())
 		fmt.Fprint(p.o.Progress, b.String())
 		return
 	}
@@ -73,8 +80,8 @@ func (p *progress) render(final bool) {
 	if p.todo > 0 {
 		pct = 100 * float64(done) / float64(p.todo)
 	}
-	fmt.Fprintf(&b, "sluice run  %d / %d done (%.1f%%)  %.0f req/min  elapsed %s  eta %s  cost $%.4f\x1b[K\n",
-		done, p.todo, pct, rate, fmtDur(elapsed), eta, p.ledger.Total())
+	fmt.Fprintf(&b, "sluice run  %d / %d done (%.1f%%)  %.0f req/min  elapsed %s  eta %s  cost %s\x1b[K\n",
+		done, p.todo, pct, rate, fmtDur(elapsed), eta, p.cost())
 	fmt.Fprintf(&b, "  %-12s %-10s %14s %9s %16s %6s %6s\x1b[K\n", "org", "pool", "in flight/limit", "req/min", "tok/min in/out", "429", "5xx")
 	dt := now.Sub(p.prevTime).Minutes()
 	for _, l := range lanes {

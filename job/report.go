@@ -129,8 +129,11 @@ type CacheReport struct {
 
 // LaneReport is one lane's share of the run.
 type LaneReport struct {
-	Org          string  `json:"org"`
-	Pool         string  `json:"pool"`
+	Org  string `json:"org"`
+	Pool string `json:"pool"`
+	// Workspace names the workspace whose lane this is, once its
+	// organization's lanes were split by workspace (docs/models.md).
+	Workspace    string  `json:"workspace,omitempty"`
 	Attempts     int64   `json:"attempts"`
 	OK           int64   `json:"ok"`
 	Share        float64 `json:"share"` // of all OK answers
@@ -156,7 +159,11 @@ type LaneReport struct {
 	// Explained429 counts the 429s the headers (or the message) put on a
 	// bucket, which cut nothing; the rest were congestion episodes.
 	Explained429 int64 `json:"explained_429s"`
-	Breaker      int64 `json:"breaker_opens,omitempty"`
+	// OrgLimited counts the 429s, this lane's or another lane's of its
+	// organization, that named the organization's limit across all
+	// models: each slowed this lane.
+	OrgLimited int64 `json:"org_limited,omitempty"`
+	Breaker    int64 `json:"breaker_opens,omitempty"`
 	// Buckets are the rate-limit dimensions the lane paced by, each with
 	// its per-minute limit and the depth learned from the headers.
 	Buckets []BucketReport `json:"buckets,omitempty"`
@@ -179,7 +186,9 @@ type KeyReport struct {
 	Label string `json:"label"`
 	Last4 string `json:"last4"`
 	Org   string `json:"org"`
-	Dead  bool   `json:"dead"`
+	// Workspace is the anthropic-workspace-id the key sends, if any.
+	Workspace string `json:"workspace,omitempty"`
+	Dead      bool   `json:"dead"`
 	// Suspect: refused lately (401/403) and not yet answered again nor
 	// dead; a live key's suspicion is not a fault of the run.
 	Suspect bool   `json:"suspect,omitempty"`
@@ -215,7 +224,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, b *batchCounts, l *cost.Ledger, 
 	waited := map[string]time.Duration{}
 	for _, v := range lanes {
 		lr := LaneReport{
-			Org: v.Org, Pool: string(v.Pool), Attempts: v.Attempts, OK: v.OK,
+			Org: v.Org, Pool: string(v.Pool), Workspace: v.Workspace, Attempts: v.Attempts, OK: v.OK,
 			RateLimited: v.RateLimited, Overloaded: v.Overloaded, Failed: v.Failed,
 			FinalLimit: v.State.Limit, Cap: v.State.Cap, Dead: v.Dead,
 			Decreases: v.State.Stats.Decreases, PausedSecond: v.State.Stats.PausedTime.Seconds(),
@@ -225,7 +234,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, b *batchCounts, l *cost.Ledger, 
 		if st.OK > 0 {
 			lr.Share = float64(v.OK) / float64(st.OK)
 		}
-		lr.Explained429, lr.Breaker = v.State.Stats.Explained, v.State.Stats.Breaker
+		lr.Explained429, lr.Breaker, lr.OrgLimited = v.State.Stats.Explained, v.State.Stats.Breaker, v.State.Stats.OrgLimited
 		for i, b := range v.State.Buckets {
 			switch {
 			case b.Known && b.Limit > 0:
@@ -316,7 +325,14 @@ func (r *Report) Summary(w io.Writer) {
 				fmtDur(time.Duration(rp.PredictedSeconds*float64(time.Second))), rp.Why)
 		}
 	}
-	fmt.Fprintf(w, "  cost: $%.4f (sync $%.4f, batch $%.4f)\n", r.Cost.Total.USD, r.Cost.Total.SyncUSD, r.Cost.Total.BatchUSD)
+	if t := r.Cost.Total; t.Known() {
+		fmt.Fprintf(w, "  cost: $%.4f (sync $%.4f, batch $%.4f)\n", t.USD, t.SyncUSD, t.BatchUSD)
+	} else {
+		fmt.Fprintf(w, "  cost: %s; no price for %s (--models FILE with its prices makes it exact)\n", t.FormatUSD(), strings.Join(r.Cost.UnknownModels, ", "))
+	}
+	if n := r.Cost.Total.LongContextRequests; n > 0 {
+		fmt.Fprintf(w, "  long context: %d requests over their model's threshold, billed at its multiple\n", n)
+	}
 	if r.Cache.Mode != "" {
 		fmt.Fprintf(w, "  cache (%s): %d answered at no cost (saved $%.4f), %d new answers stored, %d non-answers not stored",
 			r.Cache.Mode, r.Cache.Hits, r.Cache.SavedUSD, r.Cache.Stored, r.Cache.Refused)
@@ -361,6 +377,9 @@ func (r *Report) Summary(w io.Writer) {
 		dead := ""
 		if l.Dead {
 			dead = "  (dead)"
+		}
+		if l.Workspace != "" && !strings.HasSuffix(l.Org, "/"+l.Workspace) {
+			dead += "  (workspace " + l.Workspace + ")"
 		}
 		fmt.Fprintf(w, "  %-12s %-10s %8d %6.1f%% %6d %6d %6d %4d/%-4d  %s%s\n", l.Org, l.Pool, l.OK, 100*l.Share, l.RateLimited, l.Overloaded, l.Failed, l.FinalLimit, l.Cap, strings.Join(bs, "; "), dead)
 	}

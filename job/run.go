@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,7 +186,33 @@ func (r *run) validate() error {
 	if r.o.AllowChanged {
 		r.rep.Requests.Redriven += r.in.nChanged
 	}
+	r.warnUnpriced()
 	return nil
+}
+
+// warnUnpriced logs, once per model, that the model table has no price for
+// a model of the input (docs/models.md): its lane is its own and its cost
+// unknown until an overlay prices it.
+func (r *run) warnUnpriced() {
+	models := make([]string, 0, len(r.in.summary.Models))
+	for m := range r.in.summary.Models {
+		if _, ok := cost.Price(m); !ok {
+			models = append(models, m)
+		}
+	}
+	sort.Strings(models)
+	for _, m := range models {
+		_, known := api.LookupModel(m)
+		what := "is not in the model table: it gets a lane of its own (pool " + string(api.PoolOf(m)) + ", the " + string(api.FamilyOf(m)) + " cap)"
+		if known {
+			what = "has no price in the model table"
+		}
+		capNote := ""
+		if r.o.MaxCost > 0 {
+			capNote = "; --max-cost counts its requests at the table's highest prices"
+		}
+		r.o.Logger.Warn("model " + m + " " + what + " and its cost is unknown" + capNote + "; --models FILE or SLUICE_MODELS with its prices makes it exact (docs/models.md)")
+	}
 }
 
 // drop names the rows driven again: only ids of this input (a row of
@@ -334,7 +361,7 @@ func (r *run) sink(res dispatch.Result, batchID string) {
 		r.cache.store(res.Request, res.Body, via)
 		r.ledger.Add(res.Org, res.Request.Model, res.Usage, batchID != "")
 		r.countPromptCache(res, batchID != "")
-		if r.o.MaxCost > 0 && r.ledger.Total() >= r.o.MaxCost {
+		if r.o.MaxCost > 0 && r.ledger.Bound() >= r.o.MaxCost {
 			r.halt(fmt.Sprintf("--max-cost $%.2f reached", r.o.MaxCost))
 		}
 	}
@@ -719,7 +746,7 @@ func (r *run) primed(p batch.Prime) {
 	r.pc.ReadTokens += p.Usage.CacheReadInputTokens
 	r.pc.SavedUSD -= usd
 	r.pcMu.Unlock()
-	if r.o.MaxCost > 0 && r.ledger.Total() >= r.o.MaxCost {
+	if r.o.MaxCost > 0 && r.ledger.Bound() >= r.o.MaxCost {
 		r.halt(fmt.Sprintf("--max-cost $%.2f reached", r.o.MaxCost))
 	}
 }

@@ -66,6 +66,11 @@ func mean(sum int64, n int) float64 {
 // use. A Validator is not safe for concurrent use, and must not be copied
 // once used (go vet reports a copy).
 type Validator struct {
+	// Version, when set, is the API version the lines will be sent with:
+	// a line that it or the line's model refuses (CheckCompat, under the
+	// model table's rules) is invalid. Set it before the first Check.
+	Version string
+
 	seen idset.Set // custom_id → line first seen on
 	sum  Summary
 }
@@ -97,7 +102,7 @@ func (v *Validator) CheckAgainst(lineNo int, line []byte, a *Accepted) (Info, er
 
 func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error) {
 	info, err := validate(line, copyParams)
-	return v.tally(lineNo, info, err)
+	return v.tally(lineNo, info, v.compat(info, err))
 }
 
 // tally applies custom_id uniqueness to a line validate judged (err is its

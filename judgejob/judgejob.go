@@ -215,6 +215,9 @@ func run(ctx context.Context, source string, items func(func(int, judge.Item, er
 	if err := cfg.Rubric.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkCompat(cfg); err != nil {
+		return nil, err
+	}
 	fp := judge.Fingerprint(cfg.Rubric, cfg.Model)
 	p := pathsOf(cfg.Output)
 	// One judge job per output: its requests, meta and verdicts files are
@@ -562,6 +565,30 @@ func writeVerdicts(p paths, cfg Config, fp string, set *itemSet, keep bool) (*Re
 func writeAtomic(path string, fill func(io.Writer) error) error {
 	if err := atomicfile.Write(path, 0o644, fill); err != nil {
 		return fmt.Errorf("judgejob: %w", err)
+	}
+	return nil
+}
+
+// checkCompat refuses, before anything is built or sent, a request shape
+// the model or the API version the engine sends refuses (docs/models.md):
+// a --temperature Sonnet 5 or API version 2026-10-21 would answer with a
+// 400 on every item.
+func checkCompat(cfg Config) error {
+	c := cfg.Engine.Dispatch.Client
+	if c == nil {
+		return nil
+	}
+	// The shape every judge request has (judge.Build): the model,
+	// max_tokens, the temperature when given, a system prompt and one user
+	// message of text.
+	shape := map[string]any{"model": cfg.Model, "max_tokens": cfg.MaxTokens, "system": "s",
+		"messages": []map[string]any{{"role": "user", "content": "u"}}}
+	if cfg.Temperature != nil {
+		shape["temperature"] = *cfg.Temperature
+	}
+	params, _ := json.Marshal(shape)
+	if reason := jsonl.CheckCompat(params, api.Current().Rules(c.Version(), cfg.Model)); reason != "" {
+		return fmt.Errorf("judgejob: %s; nothing was sent", strings.Replace(reason, "params.temperature", "--temperature", 1))
 	}
 	return nil
 }

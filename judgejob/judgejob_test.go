@@ -433,3 +433,38 @@ func TestInterruptedRedriveResumes(t *testing.T) {
 		t.Fatalf("a new redrive: %v, %d calls", err, e.calls()-calls)
 	}
 }
+
+// TestTemperatureTheModelRefuses: a temperature Sonnet 5 refuses (on
+// every API version) or any temperature under API version 2026-10-21 is an
+// error at start; nothing is built, sent or written. The default request
+// (no temperature) goes.
+func TestTemperatureTheModelRefuses(t *testing.T) {
+	e := newEnv(t, nil)
+	items := filepath.Join(e.dir, "items.jsonl")
+	os.WriteFile(items, []byte(`{"id":"a","question":"q","completion":"c"}`+"\n"), 0o644)
+	warm := 0.7
+	for _, tc := range []struct {
+		name, model, version string
+		temp                 *float64
+		want                 string
+	}{
+		{"Sonnet 5 at 0.7", "claude-sonnet-5", api.Version20230601, &warm, "--temperature: claude-sonnet-5 refuses temperature at 0.7"},
+		{"2026-10-21, any temperature", judge.DefaultModel, api.Version20261021, &warm, "--temperature: API version 2026-10-21 refuses temperature"},
+	} {
+		eng := e.engine()
+		eng.Dispatch.Client = client.New(client.Config{BaseURL: e.base, Version: tc.version})
+		out := filepath.Join(e.dir, tc.name+".jsonl")
+		_, err := judgejob.RunFile(t.Context(), items, judgejob.Config{Output: out, Model: tc.model, Temperature: tc.temp, Engine: eng})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || e.calls() != 0 {
+			t.Errorf("%s: %v (calls %d), want %q", tc.name, err, e.calls(), tc.want)
+		}
+		if _, err := os.Stat(out + ".requests.jsonl"); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: a requests file was written", tc.name)
+		}
+	}
+	eng := e.engine()
+	eng.Dispatch.Client = client.New(client.Config{BaseURL: e.base, Version: api.Version20261021})
+	if _, err := judgejob.RunFile(t.Context(), items, judgejob.Config{Output: filepath.Join(e.dir, "ok.jsonl"), MaxTokens: 1024, Engine: eng}); err != nil {
+		t.Errorf("the default request under 2026-10-21: %v", err)
+	}
+}

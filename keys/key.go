@@ -84,6 +84,9 @@ type key struct {
 	source   string
 	last4    string
 	redacted string
+	// workspace is the anthropic-workspace-id the key sends ("" : none),
+	// from its keys-file line; not a secret.
+	workspace string
 
 	mu      sync.Mutex
 	org     string // guarded by mu
@@ -111,6 +114,16 @@ func (k Key) Label() string {
 		return ""
 	}
 	return k.k.label
+}
+
+// Workspace returns the workspace id the key sends as
+// anthropic-workspace-id, or "" when its line names none (a key scoped to
+// one workspace needs none).
+func (k Key) Workspace() string {
+	if k.k == nil {
+		return ""
+	}
+	return k.k.workspace
 }
 
 // Last4 returns the last four characters of the value, or "" when the value
@@ -166,9 +179,12 @@ func (k Key) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
 func (k Key) LogValue() slog.Value { return slog.StringValue(k.String()) }
 
 // Apply puts the key on a request's headers: x-api-key for AuthXAPIKey,
-// "Authorization: Bearer" for AuthBearer. It sets only that one header. It is
-// the only way the value leaves this package. It panics on the zero Key or
-// an unknown style.
+// "Authorization: Bearer" for AuthBearer, and, for a key that names its
+// workspace, anthropic-workspace-id (personal and service-account keys
+// span workspaces; the header picks one). It sets only those headers —
+// a workspace header from elsewhere is replaced by the key's. It is the
+// only way the value leaves this package. It panics on the zero Key or an
+// unknown style.
 func (k Key) Apply(h http.Header, style AuthStyle) {
 	k.mustBeReal("Apply")
 	switch style {
@@ -178,6 +194,9 @@ func (k Key) Apply(h http.Header, style AuthStyle) {
 		h.Set("Authorization", "Bearer "+k.k.secret())
 	default:
 		panic(fmt.Sprintf("keys: Apply with unknown %v", style))
+	}
+	if w := k.k.workspace; w != "" {
+		h[api.HeaderWorkspaceID] = []string{w}
 	}
 }
 

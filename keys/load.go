@@ -54,7 +54,7 @@ func EnvMap(m map[string]string) func(string) (string, bool) {
 }
 
 // candidate is one key value found by Load, before de-duplication.
-type candidate struct{ label, value, source string }
+type candidate struct{ label, value, source, workspace string }
 
 // Load gathers keys from every source, merged in this order:
 // ANTHROPIC_API_KEY (label high_prio), ANTHROPIC_BATCH_KEY (batch),
@@ -100,7 +100,7 @@ func Load(opts LoadOptions) (*Pool, error) {
 		if err := checkValue(value); err != nil {
 			return nil, fmt.Errorf("keys: %s: %w", source, err)
 		}
-		l.cands = append(l.cands, candidate{v.label, value, source})
+		l.cands = append(l.cands, candidate{v.label, value, source, ""})
 	}
 	if err := l.readList(); err != nil {
 		return nil, err
@@ -201,7 +201,7 @@ func (l *loader) readList() error {
 		if err := checkValue(value); err != nil {
 			return fmt.Errorf("keys: %s: %w", where, err)
 		}
-		l.cands = append(l.cands, candidate{label, value, where})
+		l.cands = append(l.cands, candidate{label, value, where, ""})
 	}
 	return nil
 }
@@ -229,7 +229,7 @@ func (l *loader) readKeysFile() error {
 			l.warnings = append(l.warnings, fmt.Sprintf("%s: label %s has no key: skipped", where, e.label))
 			continue
 		}
-		l.cands = append(l.cands, candidate{e.label, e.value, where})
+		l.cands = append(l.cands, candidate{e.label, e.value, where, e.workspace})
 	}
 	return nil
 }

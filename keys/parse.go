@@ -155,15 +155,18 @@ func validEnvName(s string) bool {
 // fileEntry is one label=key line of a keys file.
 type fileEntry struct {
 	label, value string
+	workspace    string
 	line         int
 }
 
 // parseKeysFile parses a keys file: one label=key per line, label matching
 // [A-Za-z0-9_.-]+, spaces allowed around =, the key optionally in matching
-// single or double quotes; blank lines, lines starting with # and inline
+// single or double quotes, then optional attributes separated by spaces:
+// workspace=ID, the anthropic-workspace-id the key sends (ID matching
+// wrkspc_[A-Za-z0-9_-]+); blank lines, lines starting with # and inline
 // comments (a # after a space or tab) are skipped. An entry with an empty
 // key is returned with value "" for the caller to skip. A malformed line, a
-// bad label or a bad key is an error naming the line.
+// bad label, a bad key or attribute is an error naming the line.
 func parseKeysFile(data string) ([]fileEntry, error) {
 	var out []fileEntry
 	for i, line := range strings.Split(strings.TrimPrefix(data, "\ufeff"), "\n") {
@@ -180,6 +183,19 @@ func parseKeysFile(data string) ([]fileEntry, error) {
 		if !validLabel(label) {
 			return nil, &lineError{n, errBadLabel.Error()}
 		}
+		whole := value
+		value, attrs := splitAttrs(value)
+		for _, a := range attrs {
+			if !strings.HasPrefix(a, "workspace=") {
+				// Not an attribute: a key with a space in it, as before
+				// attributes were allowed.
+				reason := "after the key only workspace=ID may follow"
+				if err := checkValue(whole); err != nil {
+					reason = err.Error() + " (" + reason + ")"
+				}
+				return nil, &lineError{n, reason}
+			}
+		}
 		if len(value) >= 2 && (value[0] == '"' || value[0] == '\'') && value[len(value)-1] == value[0] {
 			value = strings.TrimSpace(value[1 : len(value)-1])
 		}
@@ -188,7 +204,49 @@ func parseKeysFile(data string) ([]fileEntry, error) {
 				return nil, &lineError{n, err.Error()}
 			}
 		}
-		out = append(out, fileEntry{label, value, n})
+		e := fileEntry{label: label, value: value, line: n}
+		for _, a := range attrs {
+			v := strings.TrimPrefix(a, "workspace=")
+			if !validWorkspace(v) {
+				return nil, &lineError{n, "workspace must match wrkspc_[A-Za-z0-9_-]+"}
+			}
+			e.workspace = v
+		}
+		out = append(out, e)
 	}
 	return out, nil
+}
+
+// splitAttrs splits the value part of a keys-file line into the key (as
+// written, quotes included) and the attributes after it: the key ends at
+// its closing quote, or at the first space or tab.
+func splitAttrs(v string) (key string, attrs []string) {
+	end := strings.IndexAny(v, " \t")
+	if len(v) > 0 && (v[0] == '"' || v[0] == '\'') {
+		if i := strings.IndexByte(v[1:], v[0]); i >= 0 {
+			end = i + 2
+			if end == len(v) {
+				end = -1
+			}
+		}
+	}
+	if end < 0 {
+		return v, nil
+	}
+	return v[:end], strings.Fields(v[end:])
+}
+
+// validWorkspace reports whether s matches wrkspc_[A-Za-z0-9_-]+.
+func validWorkspace(s string) bool {
+	rest, ok := strings.CutPrefix(s, "wrkspc_")
+	if !ok || rest == "" {
+		return false
+	}
+	for i := 0; i < len(rest); i++ {
+		c := rest[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }

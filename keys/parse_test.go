@@ -80,8 +80,12 @@ func TestParseKeysFile(t *testing.T) {
 		wantWhy  string
 	}{
 		{"lines, comments, blanks", "# keys\n\nprod=" + v + "\n  dev.1 = '" + v + "x' # spare\nci-2=\"" + v + "y\"\n",
-			[]fileEntry{{"prod", v, 3}, {"dev.1", v + "x", 4}, {"ci-2", v + "y", 5}}, 0, ""},
-		{"empty key is returned for the caller to skip", "a=\nb=''", []fileEntry{{"a", "", 1}, {"b", "", 2}}, 0, ""},
+			[]fileEntry{{label: "prod", value: v, line: 3}, {label: "dev.1", value: v + "x", line: 4}, {label: "ci-2", value: v + "y", line: 5}}, 0, ""},
+		{"empty key is returned for the caller to skip", "a=\nb=''", []fileEntry{{label: "a", line: 1}, {label: "b", line: 2}}, 0, ""},
+		{"a workspace after the key", "a=" + v + " workspace=wrkspc_01AbC-d_9\nb='" + v + "x'  workspace=wrkspc_2 # a comment",
+			[]fileEntry{{label: "a", value: v, workspace: "wrkspc_01AbC-d_9", line: 1}, {label: "b", value: v + "x", workspace: "wrkspc_2", line: 2}}, 0, ""},
+		{"a bad workspace", "a=" + v + " workspace=ws_1", nil, 1, "workspace must match"},
+		{"an unknown attribute", "a=" + v + " region=us", nil, 1, "whitespace"},
 		{"no =", "a=" + v + "\n" + v, nil, 2, "expected label=key"},
 		{"bad label", "my key=" + v, nil, 1, "label must match"},
 		{"empty label", "=" + v, nil, 1, "label must match"},

@@ -44,6 +44,7 @@ func newPool(cands []candidate, warnings []string) *Pool {
 			warnings = append(warnings, fmt.Sprintf("label %s (%s) is already taken: using %s", c.label, c.source, label))
 		}
 		k := newKey(label, c.source, c.value)
+		k.k.workspace = c.workspace
 		p.keys = append(p.keys, k)
 		p.byLabel[label] = k
 		byValue[c.value] = k

@@ -244,7 +244,11 @@ type Stats struct {
 	RateLimited int64 // 429s
 	// Explained 429s are those the headers (or the message) put on a
 	// bucket: no cut. The rest are congestion.
-	Explained  int64
+	Explained int64
+	// OrgLimited counts the 429s, on this lane or another of its
+	// organization, that named a limit on the organization's usage across
+	// all models: each slows every lane of it (orgwide.go).
+	OrgLimited int64
 	Overloaded int64 // 529s
 	Failed     int64
 	Decreases  int64
@@ -639,6 +643,13 @@ func dimOf(l api.Limiter) (budget.Dim, bool) {
 // message put it on one, else a congestion episode. Requires l.mu.
 func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 	l.stats.RateLimited++
+	if r.Named.Org {
+		// The organization's limit across all models, not this pool's:
+		// no bucket of the lane explains it (orgwide.go).
+		l.stats.OrgLimited++
+		l.congestion(now, t.at, r.RetryAfter)
+		return
+	}
 	states := limitStates(&r.Limits)
 	for i, s := range states {
 		tol := 0.0
@@ -688,11 +699,17 @@ func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 	if !atFloor {
 		return
 	}
-	// Congestion (an acceleration limit, a limit the headers do not
-	// describe): one cut per episode. Only an attempt sent after the last
-	// cut may cut again, and not within a latency of it: the rest of a
-	// burst was already in flight when the first 429 came back.
-	if t.at.After(l.lastCut) && now.Sub(l.lastCut) >= l.cutSpacing() {
+	l.congestion(now, t.at, r.RetryAfter)
+}
+
+// congestion is a 429 no bucket explains (an acceleration limit, a limit
+// the headers do not describe, the organization's across all models): one
+// cut per episode, and a pause for retryAfter. Only an attempt sent after
+// the last cut may cut again, and not within a latency of it: the rest of
+// a burst was already in flight when the first 429 came back. Requires
+// l.mu.
+func (l *Lane) congestion(now, sent time.Time, retryAfter time.Duration) {
+	if sent.After(l.lastCut) && now.Sub(l.lastCut) >= l.cutSpacing() {
 		pre := math.Min(float64(l.cfg.Cap), l.limit)
 		minL := float64(l.cfg.MinLimit)
 		l.good = math.Max(minL, returnShare*pre)
@@ -701,12 +718,12 @@ func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 		l.lastCut = now
 		l.stats.Decreases++
 	}
-	if r.RetryAfter > 0 {
-		if until := now.Add(r.RetryAfter); until.After(l.pausedUntil) {
+	if retryAfter > 0 {
+		if until := now.Add(retryAfter); until.After(l.pausedUntil) {
 			if now.Before(l.pausedUntil) {
 				l.stats.PausedTime += until.Sub(l.pausedUntil)
 			} else {
-				l.stats.PausedTime += r.RetryAfter
+				l.stats.PausedTime += retryAfter
 			}
 			l.pausedUntil = until
 			l.stats.Pauses++

@@ -80,6 +80,18 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 			prov = append(prov, fmt.Sprintf("%s batch queue: observed mean turnaround %s for %.0f-request batches over %d batch(es) (%s): the model's queue ×%.2f",
 				o.Label, time.Duration(b.MeanSeconds*float64(time.Second)).Round(time.Second), b.MeanRequests, b.Batches, ago(b.At), k))
 		}
+		org.BatchQueueCap = int(plan.DocumentedBatchQueue)
+		if fo := f.Orgs[o.ID]; fo != nil && fo.BatchQueue != nil {
+			q := fo.BatchQueue
+			org.BatchQueueCap = int(q.Requests)
+			how := "the requests in flight when a create was refused for a full queue"
+			if q.Named {
+				how = "the figure a create's 429 named"
+			}
+			prov = append(prov, fmt.Sprintf("%s batch queue bound: %d requests (%s, %s)", o.Label, q.Requests, how, ago(q.At)))
+		} else {
+			prov = append(prov, fmt.Sprintf("%s batch queue bound: %d requests (the lowest documented tier's; never observed full)", o.Label, plan.DocumentedBatchQueue))
+		}
 		w.Orgs = append(w.Orgs, org)
 	}
 	if depth > 0 {

@@ -60,6 +60,18 @@ type Org struct {
 	// Batch is the org's Message Batches turnaround (a queue is the
 	// org's, whatever the model).
 	Batch *Batch `json:"batch,omitempty"`
+	// BatchQueue is the bound the org's processing queue showed when a
+	// create was refused for a full queue (the smallest seen, a named
+	// figure over an inferred one).
+	BatchQueue *BatchQueue `json:"batch_queue,omitempty"`
+}
+
+// BatchQueue is a full processing queue's bound: the most batch requests
+// it took (batch.QueueBound).
+type BatchQueue struct {
+	Requests int64     `json:"requests"`
+	Named    bool      `json:"named,omitempty"` // the 429's message named it
+	At       time.Time `json:"at"`
 }
 
 // Batch is the last run's ended batches of an organization: how many,
@@ -326,22 +338,34 @@ func (f *File) Add(samples ...Sample) {
 	}
 }
 
-// BatchSample is one organization's ended batches in one run.
+// BatchSample is one organization's ended batches in one run, and the
+// bound its full processing queue showed, if it did.
 type BatchSample struct {
 	OrgID, Label string
 	batch.Turnaround
-	At time.Time
+	Queue *batch.QueueBound
+	At    time.Time
 }
 
 // FromBatch turns a batch path's Stats (at the end of a run) into samples,
-// one per organization whose batches ended.
+// one per organization whose batches ended or whose queue was full.
 func FromBatch(s batch.Stats, now time.Time) []BatchSample {
 	var out []BatchSample
 	for label, t := range s.Turnaround {
 		if t.OrgID == "" || t.Batches == 0 {
 			continue
 		}
-		out = append(out, BatchSample{OrgID: t.OrgID, Label: label, Turnaround: t, At: now})
+		bs := BatchSample{OrgID: t.OrgID, Label: label, Turnaround: t, At: now}
+		if q, ok := s.QueueBound[label]; ok {
+			bs.Queue = &q
+		}
+		out = append(out, bs)
+	}
+	for label, q := range s.QueueBound {
+		if _, ok := s.Turnaround[label]; ok || q.OrgID == "" {
+			continue
+		}
+		out = append(out, BatchSample{OrgID: q.OrgID, Label: label, Queue: &q, At: now})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].OrgID < out[j].OrgID })
 	return out
@@ -351,7 +375,8 @@ func FromBatch(s batch.Stats, now time.Time) []BatchSample {
 // older (the queue as it is now).
 func (f *File) AddBatch(samples ...BatchSample) {
 	for _, s := range samples {
-		if s.Batches <= 0 || s.Requests <= 0 {
+		ended := s.Batches > 0 && s.Requests > 0
+		if !ended && s.Queue == nil {
 			continue
 		}
 		o := f.Orgs[s.OrgID]
@@ -362,8 +387,20 @@ func (f *File) AddBatch(samples ...BatchSample) {
 		if s.Label != "" {
 			o.Label = s.Label
 		}
-		o.Batch = &Batch{Batches: s.Batches, MeanRequests: float64(s.Requests) / float64(s.Batches),
-			MeanSeconds: s.Seconds / float64(s.Batches), At: s.At}
+		if ended {
+			o.Batch = &Batch{Batches: s.Batches, MeanRequests: float64(s.Requests) / float64(s.Batches),
+				MeanSeconds: s.Seconds / float64(s.Batches), At: s.At}
+		}
+		if q := s.Queue; q != nil && q.Requests > 0 {
+			// The bound is the org's tier's: it moves only with the tier.
+			// A named figure wins over an inferred one, a smaller over a
+			// larger of the same kind; a newer named one replaces an
+			// older (a tier changed).
+			old := o.BatchQueue
+			if old == nil || q.Named && (!old.Named || q.Requests != old.Requests) || q.Named == old.Named && q.Requests < old.Requests {
+				o.BatchQueue = &BatchQueue{Requests: q.Requests, Named: q.Named, At: s.At}
+			}
+		}
 	}
 }
 

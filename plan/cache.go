@@ -147,10 +147,13 @@ func (p *planner) cachedCost(n int, batch bool) float64 {
 	cached := float64(n) * c.Share
 	round := func(x float64) int64 { return int64(math.Round(x)) }
 	t := cost.Tokens{Input: round(math.Max(0, float64(n)*j.MeanInput-cached*c.Tokens)), Output: round(float64(n) * j.MeanOutput)}
+	// A request's band (a long-context rule) from the mean prompt, all of
+	// it and its uncached part.
+	long := cost.Long(j.Model, round(j.MeanInput), round(math.Max(0, j.MeanInput-c.Share*c.Tokens)))
 	if !batch {
 		reads := j.syncHits(n, orgs)
 		t.CacheRead, t.CacheWrite5m = round(reads*c.Tokens), round((cached-reads)*c.Tokens)
-		usd, _ := cost.TokensCost(j.Model, t, false)
+		usd, _ := cost.BandCost(j.Model, t, false, long)
 		return usd
 	}
 	if c.BatchShare <= 0 || c.BatchTokens <= 0 {
@@ -160,7 +163,7 @@ func (p *planner) cachedCost(n int, batch bool) float64 {
 	t.Input = round(math.Max(0, float64(n)*j.MeanInput-cached*c.BatchTokens))
 	hit := c.batchHitRate()
 	t.CacheRead, t.CacheWrite1h = round(cached*hit*c.BatchTokens), round(cached*(1-hit)*c.BatchTokens)
-	usd, _ := cost.TokensCost(j.Model, t, true)
+	usd, _ := cost.BandCost(j.Model, t, true, long)
 	// One primer (max_tokens 0) per organization and prefix.
 	primers := cost.Tokens{CacheWrite1h: round(float64(max(c.BatchPrefixes, 1)*orgs) * c.BatchTokens)}
 	pusd, _ := cost.TokensCost(j.Model, primers, false)
@@ -177,7 +180,7 @@ func cacheEffect(d, uncached Decision) string {
 	if d.Binding != uncached.Binding {
 		parts = append(parts, fmt.Sprintf("the binding limit from %s to %s", uncached.Binding, d.Binding))
 	}
-	saving := fmt.Sprintf("wall-clock %s → %s, cost %s → %s", fmtDuration(uncached.Wall.Mid), fmtDuration(d.Wall.Mid), fmtUSD(uncached.Cost), fmtUSD(d.Cost))
+	saving := fmt.Sprintf("wall-clock %s → %s, cost %s → %s", fmtDuration(uncached.Wall.Mid), fmtDuration(d.Wall.Mid), d.FormatCost(uncached.Cost), d.FormatCost(d.Cost))
 	var s string
 	switch len(parts) {
 	case 0:

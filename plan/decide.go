@@ -163,6 +163,11 @@ type Decision struct {
 	// Wall and Cost are the chosen route's.
 	Wall Range
 	Cost float64
+	// Unpriced names the job's model when the catalog has no price for it:
+	// then Cost, SyncCost and BatchCost are the catalog's highest prices,
+	// used to compare routes only, and every rendering says the cost is
+	// unknown (FormatCost).
+	Unpriced string
 	// SyncWall, SyncCost, BatchWall and BatchCost are the whole job on
 	// each route (BatchWall is zero when N < MinBatch).
 	SyncWall, BatchWall Range
@@ -222,7 +227,8 @@ func (p *planner) costOf(n int, batch bool) float64 {
 	if p.j.Cached.active() {
 		return p.cachedCost(n, batch)
 	}
-	return cost.Estimate(p.j.Model, int64(math.Round(float64(n)*p.j.MeanInput)), int64(math.Round(float64(n)*p.j.MeanOutput)), batch)
+	usd, _ := cost.EstimateN(p.j.Model, n, p.j.MeanInput, p.j.MeanOutput, batch)
+	return usd
 }
 
 // eval predicts the job with m requests on batch and the rest on sync.
@@ -456,8 +462,10 @@ func decide(w World, j Job, o Options) (Decision, error) {
 	if len(binds) == 2 {
 		d.Binding = "sync: " + binds[0] + "; batch: " + binds[1]
 	}
-	if _, known := api.LookupModel(p.j.Model); !known {
-		d.Warnings = append(d.Warnings, fmt.Sprintf("model %q is not in the catalog: costs use the highest prices, pool %s", p.j.Model, api.PoolOf(p.j.Model)))
+	if _, priced := cost.Price(p.j.Model); !priced {
+		// The route is still chosen on the catalog's highest prices (a
+		// comparison of routes); no figure is shown as this job's cost.
+		d.Unpriced = p.j.Model
 	}
 	if !ok {
 		if p.o.Deadline > 0 {
@@ -559,9 +567,9 @@ func (p *planner) why(d Decision, best candidate, batchC *candidate) string {
 			fmtInt(r.Chunk), r.Orgs[0].Window, part, fmtDuration(r.End+p.w.BatchOverhead), r.Binding, fmtDuration(d.StuckAfter))
 	}
 	alt := func() string {
-		s := fmt.Sprintf("the whole job on sync: %s for %s", fmtDuration(d.SyncWall.Mid), fmtUSD(d.SyncCost))
+		s := fmt.Sprintf("the whole job on sync: %s for %s", fmtDuration(d.SyncWall.Mid), d.FormatCost(d.SyncCost))
 		if batchC != nil {
-			s += fmt.Sprintf("; on batch: %s for %s", fmtDuration(d.BatchWall.Mid), fmtUSD(d.BatchCost))
+			s += fmt.Sprintf("; on batch: %s for %s", fmtDuration(d.BatchWall.Mid), d.FormatCost(d.BatchCost))
 		}
 		return s
 	}()

@@ -276,11 +276,30 @@ func TestDecideErrors(t *testing.T) {
 	}
 }
 
-func TestUnknownModelWarns(t *testing.T) {
+// TestUnknownModelIsUnpriced: a model the table has no price for is
+// planned (its route chosen on the highest prices), and the plan says its
+// cost is unknown — never a figure (issue 39: it used to print the highest
+// prices' figure beside a warning).
+func TestUnknownModelIsUnpriced(t *testing.T) {
 	w := preset(t, "three-org")
 	d := decide(t, w, plan.JudgeJob(10, "claude-sonnet-9"), plan.Options{})
-	if len(d.Warnings) == 0 || !strings.Contains(d.Warnings[0], "not in the catalog") {
-		t.Errorf("warnings %q", d.Warnings)
+	if d.Unpriced != "claude-sonnet-9" {
+		t.Errorf("unpriced %q", d.Unpriced)
+	}
+	text := func(d plan.Decision) string {
+		var b strings.Builder
+		if err := d.WriteText(&b); err != nil {
+			t.Fatal(err)
+		}
+		return b.String()
+	}
+	if s := text(d); !strings.Contains(s, "unknown: no price for claude-sonnet-9 (--models FILE") ||
+		strings.Count(s, "$") != strings.Count(s, "per hour of wall-clock") { // the value of time is the only dollar figure
+
+		t.Errorf("the plan shows a figure for an unpriced model:\n%s", s)
+	}
+	if k := decide(t, w, plan.JudgeJob(10, "claude-sonnet-4-5"), plan.Options{}); k.Unpriced != "" || !strings.Contains(text(k), "$") {
+		t.Errorf("a priced model: %q\n%s", k.Unpriced, text(k))
 	}
 }
 

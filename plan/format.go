@@ -43,6 +43,16 @@ func fmtInt(n int) string {
 	return b.String()
 }
 
+// FormatCost renders one of d's cost figures: the amount, or, for a model
+// without a price, that it is unknown (never the figure the route choice
+// compared, which takes the catalog's highest prices).
+func (d Decision) FormatCost(usd float64) string {
+	if d.Unpriced != "" {
+		return "unknown"
+	}
+	return fmtUSD(usd)
+}
+
 // fmtUSD writes a dollar amount with precision that suits its size.
 func fmtUSD(v float64) string {
 	switch {
@@ -115,7 +125,11 @@ func (d Decision) WriteText(w io.Writer) error {
 	fmt.Fprintf(tw, "route\t%s\n", route)
 	fmt.Fprintf(tw, "organizations\t%s\n", strings.Join(d.Orgs, ", "))
 	fmt.Fprintf(tw, "wall-clock\t%s\n", fmtRange(d.Wall))
-	fmt.Fprintf(tw, "cost\t%s\n", fmtUSD(d.Cost))
+	if d.Unpriced != "" {
+		fmt.Fprintf(tw, "cost\tunknown: no price for %s (--models FILE or SLUICE_MODELS with its prices makes every figure exact)\n", d.Unpriced)
+	} else {
+		fmt.Fprintf(tw, "cost\t%s\n", fmtUSD(d.Cost))
+	}
 	fmt.Fprintf(tw, "binding\t%s\n", d.Binding)
 	if d.CacheEffect != "" {
 		fmt.Fprintf(tw, "prompt cache\t%.0f %% of requests share %.0f cached tokens (prefixes: %d); %s\n", 100*j.Cached.Share, j.Cached.Tokens, j.Cached.Prefixes, d.CacheEffect)
@@ -128,11 +142,11 @@ func (d Decision) WriteText(w io.Writer) error {
 	tw.Flush()
 	b.WriteString("\nwhole job on each route:\n")
 	tw = tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  sync\t%s\t%s\n", fmtRange(d.SyncWall), fmtUSD(d.SyncCost))
+	fmt.Fprintf(tw, "  sync\t%s\t%s\n", fmtRange(d.SyncWall), d.FormatCost(d.SyncCost))
 	if d.BatchWall.Mid > 0 {
-		fmt.Fprintf(tw, "  batch\t%s\t%s\n", fmtRange(d.BatchWall), fmtUSD(d.BatchCost))
+		fmt.Fprintf(tw, "  batch\t%s\t%s\n", fmtRange(d.BatchWall), d.FormatCost(d.BatchCost))
 	} else {
-		fmt.Fprintf(tw, "  batch\tnot considered (N below the batch minimum)\t%s\n", fmtUSD(d.BatchCost))
+		fmt.Fprintf(tw, "  batch\tnot considered (N below the batch minimum)\t%s\n", d.FormatCost(d.BatchCost))
 	}
 	tw.Flush()
 	if len(d.Lanes) > 0 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/cost"
 )
 
 // The sync model: one lane per organization for the job's pool. A lane's
@@ -487,10 +488,10 @@ func (w World) resolve(j Job) (Job, error) {
 	if err := j.Cached.validate(j.MeanInput); err != nil {
 		return j, err
 	}
-	if _, ok := api.LookupModel(j.Model); !ok {
-		// No prices nor cache rules known: planned as written (the
-		// uncached cost takes the catalog's highest prices, with a
-		// warning), never with a relief that may not exist.
+	if _, ok := cost.Price(j.Model); !ok {
+		// No prices (or no cache rules) known: planned as written (the
+		// route compared at the catalog's highest prices, the cost shown
+		// as unknown), never with a relief that may not exist.
 		j.Cached = CachedPrefix{}
 	}
 	return j, nil

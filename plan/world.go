@@ -106,6 +106,12 @@ func (b BatchModel) admission(n int) float64 {
 	return a
 }
 
+// DocumentedBatchQueue is the processing-queue bound of the lowest tier the
+// rate-limits page documents (Tier 1: 100,000 batch requests; Start
+// 200,000, Build 300,000, Scale 500,000): what an organization whose queue
+// was never seen full is planned with, so a plan never counts on more.
+const DocumentedBatchQueue = 100_000
+
 // Org is one organization: every key of an org shares its limits, its
 // etiquette caps and its batch queue.
 type Org struct {
@@ -115,7 +121,8 @@ type Org struct {
 	Limits        map[api.Pool]Limits
 	DefaultLimits *Limits
 	// BatchQueueCap is the most batch requests that may wait in the org's
-	// processing queue (0: unknown, treated as unlimited).
+	// processing queue (0: unknown, treated as unlimited). For real keys
+	// it is what a full queue showed, else DocumentedBatchQueue.
 	BatchQueueCap int
 	// Batch overrides World.Batch for this org.
 	Batch *BatchModel
@@ -355,11 +362,17 @@ func FromModel(m apimodel.Model, caps map[api.Family]int) World {
 	}
 	for _, o := range m.Orgs {
 		po := Org{Name: o.Name, Limits: map[api.Pool]Limits{}, BatchQueueCap: int(o.BatchQueueCap)}
+		// A limit on the organization's usage across all pools bounds a
+		// one-model job's pool too.
 		for p, l := range o.Limits {
-			po.Limits[p] = scaleL(l)
+			po.Limits[p] = scaleL(l.Within(o.OrgLimits))
 		}
-		if o.DefaultLimits != nil {
-			d := scaleL(*o.DefaultLimits)
+		switch {
+		case o.DefaultLimits != nil:
+			d := scaleL(o.DefaultLimits.Within(o.OrgLimits))
+			po.DefaultLimits = &d
+		case o.OrgLimits != nil:
+			d := scaleL(*o.OrgLimits)
 			po.DefaultLimits = &d
 		}
 		if o.Batch != nil {

@@ -70,6 +70,9 @@ type vbatch struct {
 	// rows is the bookkeeping of a running batch's rows; nil once it has
 	// ended (every row had its end) or before it runs.
 	rows atomic.Pointer[rowRun]
+	// version is the caller's anthropic-version ("": the proxy's own):
+	// every row goes upstream with it (batchrun.go). Fixed at create.
+	version string
 	// collected tells the batch's driver how many rows the collector got
 	// unresolved (0: the batch ends).
 	collected chan int
@@ -143,6 +146,9 @@ type batchMeta struct {
 	Route             string            `json:"route,omitempty"`
 	ResultsOrdered    bool              `json:"results_ordered,omitempty"`
 	CustomIDs         []string          `json:"custom_ids,omitempty"`
+	// Version is the caller's anthropic-version: the batch's rows are
+	// sent with it, as the API would apply it.
+	Version string `json:"anthropic_version,omitempty"`
 }
 
 func (s *batchSet) metaPath(id string) string     { return filepath.Join(s.dir, id+".json") }
@@ -259,6 +265,7 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 	b = s.newVbatch(m.ID, m.CustomIDs, m.CreatedAt, m.ExpiresAt)
 	b.n = m.N
 	b.cancelAt, b.endedAt, b.counts, b.route, b.ordered = m.CancelInitiatedAt, m.EndedAt, m.Counts, m.Route, m.ResultsOrdered
+	b.version = m.Version
 	if b.endedAt != nil {
 		b.cancel(nil)
 		// Left by a stop between the end and the clean-up.
@@ -401,7 +408,7 @@ func (s *batchSet) save(b *vbatch) error {
 	}
 	m := batchMeta{ID: b.id, CreatedAt: b.created, ExpiresAt: b.expires, CancelInitiatedAt: b.cancelAt,
 		EndedAt: b.endedAt, ArchivedAt: b.archivedAt, Counts: b.counts, N: b.n, Route: b.route,
-		ResultsOrdered: b.ordered, CustomIDs: b.ids}
+		ResultsOrdered: b.ordered, CustomIDs: b.ids, Version: b.version}
 	err := atomicfile.Write(s.metaPath(b.id), 0o600, func(w io.Writer) error {
 		return json.NewEncoder(w).Encode(m)
 	})
@@ -586,6 +593,7 @@ func (p *Proxy) handleBatchCreate(w http.ResponseWriter, r *http.Request) {
 	now := p.now().UTC()
 	s.archive(now)
 	b := s.newVbatch(newBatchID(), ids, now, now.Add(api.BatchLifetime))
+	b.version = r.Header.Get(api.HeaderVersion)
 	b.run(n)
 	refuse := func(err error) {
 		b.cancel(nil)

@@ -11,14 +11,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/route"
 )
 
@@ -235,7 +238,7 @@ func (p *Proxy) newBatchRoute(b *vbatch, routing route.Routing, ids []string) (*
 		br.index[id] = i
 	}
 	fan, err := route.Open(route.Config{
-		Routing: routing, Client: p.cfg.Client, Keys: p.pool().Keys(), Logger: p.log,
+		Routing: routing, Client: p.cfg.Client.WithVersion(b.version), Keys: p.pool().Keys(), Logger: p.log,
 		Journal: p.batches.journalPath(b.id),
 		Done: func(id string) bool {
 			i, ok := br.index[id]
@@ -323,7 +326,7 @@ func (p *Proxy) submitRow(b *vbatch, i int, id string, params json.RawMessage) {
 	info := parseParams(params)
 	req := &dispatch.Request{ID: id, Params: params, Model: info.Model, MaxTokens: info.MaxTokens, EstInput: info.EstInputTokens}
 	pool := api.PoolOf(info.Model)
-	err := p.d.SubmitSend(b.ctx, req, nil, func(res dispatch.Result) {
+	err := p.d.SubmitSend(b.ctx, req, p.versionSender(b, params), func(res dispatch.Result) {
 		if res.Aborted {
 			b.deliver(p.aborted(i, id, res.Err))
 			return
@@ -428,4 +431,19 @@ func (p *Proxy) collectBatch(b *vbatch, expect int) {
 		b.mu.Unlock()
 	}
 	b.collected <- unresolved
+}
+
+// versionSender sends a row of b with the caller's anthropic-version (nil:
+// the dispatcher's own send, when the caller named none), so the API
+// applies the caller's version to its rows as it would to a batch of its
+// own.
+func (p *Proxy) versionSender(b *vbatch, params []byte) dispatch.Sender {
+	if b.version == "" {
+		return nil
+	}
+	extra := http.Header{api.HeaderVersion: {b.version}}
+	return func(ctx context.Context, key *keys.Key) client.Outcome {
+		o, _ := p.cfg.Client.Send(ctx, key, "POST", "/v1/messages", params, extra, false)
+		return o
+	}
 }

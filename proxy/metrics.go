@@ -38,6 +38,9 @@ type laneName struct {
 type laneMetrics struct {
 	wait    histogram
 	costUSD float64
+	// unpriced counts the answers of models the model table has no price
+	// for: their cost is unknown, not in costUSD.
+	unpriced int64
 }
 
 // waitBuckets are the upper bounds of the queue-wait histogram, seconds.
@@ -102,7 +105,13 @@ func (m *metrics) queueWait(org string, pool api.Pool, d time.Duration) {
 // usage adds an answer's cost, at batch prices for a batch's row.
 func (m *metrics) usage(org string, pool api.Pool, model string, u api.Usage, batch bool) {
 	usd, ok := cost.Cost(model, u, batch)
-	if !ok || usd == 0 {
+	if !ok {
+		m.mu.Lock()
+		m.lane(org, pool).unpriced++
+		m.mu.Unlock()
+		return
+	}
+	if usd == 0 {
 		return
 	}
 	m.mu.Lock()
@@ -214,6 +223,12 @@ func (p *Proxy) writeMetrics(w io.Writer) {
 	s := family(w, "sluice_lane_cost_usd_total", "counter", "USD spent on the lane's answers at list prices (proxy traffic).")
 	for _, k := range names {
 		s.add(p.metrics.lanes[k].costUSD, "org", k.org, "pool", string(k.pool))
+	}
+	s = family(w, "sluice_lane_unpriced_answers_total", "counter", "Answers of models the model table has no price for: their cost is unknown and not in sluice_lane_cost_usd_total (sluice models; --models FILE prices them).")
+	for _, k := range names {
+		if n := p.metrics.lanes[k].unpriced; n > 0 {
+			s.add(float64(n), "org", k.org, "pool", string(k.pool))
+		}
 	}
 	s = family(w, "sluice_proxy_queue_wait_seconds", "histogram", "Time from a request's arrival to its first attempt, by the lane that answered it.")
 	for _, k := range names {

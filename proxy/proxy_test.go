@@ -729,3 +729,33 @@ func TestNoLiveKey(t *testing.T) {
 		t.Errorf("healthz: %d %s", resp.StatusCode, b)
 	}
 }
+
+// TestUnpricedAnswersAreCounted: answers of a model the model table has no
+// price for add nothing to the cost counter — their cost is unknown — and
+// are counted apart, so a dashboard can tell.
+func TestUnpricedAnswersAreCounted(t *testing.T) {
+	e := newEnv(t, options{world: func(c *sim.Config) { c.Pools = map[string]api.Pool{"claude-next-1": "next"} }})
+	for i := range 3 {
+		if resp, b := e.do("POST", "/v1/messages", message(fmt.Sprintf("unpriced %d", i), "model", "claude-next-1")); resp.StatusCode != 200 {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+	}
+	_, b := e.do("GET", "/metrics", nil)
+	var unpriced, usd float64
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) != 2 || !strings.Contains(f[0], `pool="claude-next-1"`) {
+			continue
+		}
+		v, _ := strconv.ParseFloat(f[1], 64)
+		switch {
+		case strings.HasPrefix(f[0], "sluice_lane_unpriced_answers_total{"):
+			unpriced += v
+		case strings.HasPrefix(f[0], "sluice_lane_cost_usd_total{"):
+			usd += v
+		}
+	}
+	if unpriced != 3 || usd != 0 {
+		t.Errorf("unpriced %v, cost %v:\n%s", unpriced, usd, b)
+	}
+}

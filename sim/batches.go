@@ -164,6 +164,7 @@ func (q *batchQueue) end(b *simBatch, t time.Time, rest string) {
 			q.counters.CacheReadTokens += row.cacheRead
 			q.counters.CacheWriteTokens += row.cacheWrite
 			q.counters.OutputTokens += ans.outputTokens
+			q.counters.Billed.add(row.model, row.in-row.cacheRead-row.cacheWrite, row.cacheWrite, row.cacheTTL, row.cacheRead, ans.outputTokens)
 			w.bodies.answered(row.hash)
 		case api.ResultErrored:
 			c.Errored++
@@ -333,6 +334,8 @@ func (s *Server) handleBatchCreate(rw http.ResponseWriter, r *http.Request) {
 	for i, rq := range reqs {
 		row := batchRow{customID: rq.CustomID, hash: BodyHash(rq.Params)}
 		if p, rerr := readPrompt(&s.cfg, rq.Params, true); rerr != nil {
+			row.invalid = rerr
+		} else if rerr := versionRefusal(c.version, p); rerr != nil {
 			row.invalid = rerr
 		} else {
 			row.model, row.in, row.maxTokens, row.verdict = p.model, p.inputTokens, p.maxTokens(), p.verdict

@@ -142,6 +142,10 @@ func (c Config) Model() apimodel.Model {
 			b := *o.Batch
 			mo.Batch = &b
 		}
+		if o.OrgLimits != nil {
+			w := *o.OrgLimits
+			mo.OrgLimits = &w
+		}
 		m.Orgs = append(m.Orgs, mo)
 	}
 	return m
@@ -156,6 +160,13 @@ type OrgConfig struct {
 	// neither is unlimited.
 	Limits        map[api.Pool]Limits `json:"limits"`
 	DefaultLimits *Limits             `json:"default_limits"`
+	// OrgLimits, when set, limit the organization's usage across all
+	// pools (the rate-limits page's "Organization (all API usage)"): a
+	// call must fit them and its pool's limits (orglimit.go).
+	OrgLimits *Limits `json:"org_limits,omitempty"`
+	// Workspaces are the org's workspaces with limits of their own
+	// (workspace.go).
+	Workspaces []WorkspaceConfig `json:"workspaces,omitempty"`
 	// Capacity is the org's server capacity in concurrent Messages calls;
 	// beyond it calls get 529 overloaded_error. 0 is unlimited.
 	Capacity int `json:"capacity,omitempty"`
@@ -178,6 +189,10 @@ type KeyConfig struct {
 	Label  string `json:"label"`
 	Key    string `json:"key"`
 	Status string `json:"status,omitempty"` // active (default), revoked, forbidden
+	// Workspace is the workspace a workspace-scoped key belongs to ("":
+	// a key that spans the org's workspaces, charged to the one its
+	// anthropic-workspace-id names, else the default one).
+	Workspace string `json:"workspace,omitempty"`
 }
 
 // VerdictModel makes the simulator a judge. When Enabled, a request whose
@@ -361,6 +376,21 @@ func (c *Config) Validate() error {
 		if o.Batch != nil {
 			if err := validateBatch(*o.Batch, "org "+o.Name+" batch"); err != nil {
 				return err
+			}
+		}
+		if l := o.OrgLimits; l != nil && (l.RPM < 0 || l.ITPM < 0 || l.OTPM < 0) {
+			return fmt.Errorf("sim: org %q: org_limits must not be negative", o.Name)
+		}
+		wss := map[string]bool{}
+		for _, w := range o.Workspaces {
+			if !strings.HasPrefix(w.ID, "wrkspc_") || wss[w.ID] {
+				return fmt.Errorf("sim: org %q: workspace %q: ids start with wrkspc_ and are unique", o.Name, w.ID)
+			}
+			wss[w.ID] = true
+		}
+		for _, k := range o.Keys {
+			if k.Workspace != "" && !wss[k.Workspace] {
+				return fmt.Errorf("sim: key %q of org %q: workspace %q is not one of the org's workspaces", k.Label, o.Name, k.Workspace)
 			}
 		}
 	}

@@ -24,6 +24,9 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p, rerr := readPrompt(&s.cfg, body, false)
+	if rerr == nil {
+		rerr = versionRefusal(c.version, p)
+	}
 	if rerr != nil {
 		c.fail(rerr)
 		return
@@ -82,8 +85,19 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 	if s.cfg.OTPMMode == OTPMReserveMaxTokens {
 		outCharge, refund = p.maxTokens(), p.maxTokens()-ans.outputTokens
 	}
+	wsOK, wsRelease := c.admitWorkspace(ln, itpmCharge, outCharge)
+	if !wsOK {
+		return
+	}
+	wideOK, release := c.admitOrgWide(ln, itpmCharge, outCharge)
+	if !wideOK {
+		wsRelease()
+		return
+	}
 	adm := ln.admit(c.now, itpmCharge, outCharge)
 	if !adm.ok {
+		release()
+		wsRelease()
 		ln.setHeaders(h, c.now)
 		c.rateLimited(adm.retryAfter, ln.limitMessage(adm.limitedBy, p.model))
 		return
@@ -106,7 +120,7 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 	} else {
 		usage.CacheCreation.Ephemeral5m = cacheWrite
 	}
-	ln.count(func(st *LaneStats) { st.bill(usage) })
+	ln.count(func(st *LaneStats) { st.bill(usage); st.billModel(p.model, usage) })
 	finished := false
 	finish := func() {
 		if !finished {
@@ -145,6 +159,7 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 	}
 	finish()
 	ln.setHeaders(h, s.now())
+	c.workspaceHeaders(ln.pool, h, s.now())
 	c.writeJSON(&msg)
 	c.w.bodies.answered(hash)
 }
@@ -156,6 +171,7 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) {
 func (s *Server) stream(c *call, ln *lane, msg *api.Message, ans answer, total, ttft time.Duration) bool {
 	h := c.rw.Header()
 	ln.setHeaders(h, c.now)
+	c.workspaceHeaders(ln.pool, h, c.now)
 	h["Content-Type"] = []string{"text/event-stream"}
 	h["Cache-Control"] = []string{"no-cache"}
 	c.rw.WriteHeader(200)

@@ -110,11 +110,12 @@ type world struct {
 }
 
 type keyEntry struct {
-	label  string
-	org    *org
-	status atomic.Value // string
-	used   atomic.Int64
-	denied atomic.Int64
+	label     string
+	org       *org
+	workspace string       // the workspace a workspace-scoped key belongs to
+	status    atomic.Value // string
+	used      atomic.Int64
+	denied    atomic.Int64
 }
 
 func newWorld(cfg *Config, now time.Time) *world {
@@ -125,7 +126,7 @@ func newWorld(cfg *Config, now time.Time) *world {
 		w.orgs = append(w.orgs, o)
 		w.byName[o.cfg.Name] = o
 		for _, k := range o.cfg.Keys {
-			e := &keyEntry{label: k.Label, org: o}
+			e := &keyEntry{label: k.Label, org: o, workspace: k.Workspace}
 			st := k.Status
 			if st == "" {
 				st = KeyActive
@@ -150,6 +151,12 @@ type org struct {
 	tokenCount bucket
 	batchRPM   bucket
 	counters   OrgCounters
+	// wide is the organization's limit across all pools (orglimit.go),
+	// nil without one.
+	wide *orgLimit
+	// wsLimits are the workspaces' own limits, by workspace and pool
+	// (workspace.go).
+	wsLimits map[string]*orgLimit
 
 	cacheMu sync.Mutex
 	cache   map[uint64]cacheEntry // prompt-cache prefix (per model: the key hashes it) → entry
@@ -168,6 +175,8 @@ func newOrg(w *world, cfg *OrgConfig, now time.Time) *org {
 		return newBucket(r, r/60, now)
 	}
 	o.tokenCount, o.batchRPM = perMin(cfg.TokenCountRPM), perMin(cfg.BatchRPM)
+	o.wide = newOrgLimit(cfg.OrgLimits, w.cfg, now)
+	o.newWorkspaceLimits(w.cfg, now)
 	o.batches.init(o, now)
 	// A colleague's lane exists from the world's start, so it spends before
 	// sluice's first request and GET /_sim/stats advances it.
@@ -372,6 +381,9 @@ type call struct {
 	key   *keyEntry
 	org   *org
 	now   time.Time
+	// version is the request's anthropic-version (version.go); workspace
+	// the workspace it is charged to (workspace.go).
+	version, workspace string
 }
 
 // begin authenticates r and checks its version. On failure it has already
@@ -410,9 +422,17 @@ func (s *Server) begin(rw http.ResponseWriter, r *http.Request) *call {
 		c.fail(&requestError{403, api.ErrPermission, "Your API key does not have permission to use the specified resource."})
 		return nil
 	}
-	rw.Header()["Anthropic-Workspace-Id"] = []string{"wrkspc_sim_" + e.org.cfg.Name}
+	ws, rerr := e.org.workspaceOf(e, r.Header.Get(api.HeaderWorkspaceID))
+	if rerr != nil {
+		c.fail(rerr)
+		return nil
+	}
+	c.workspace = ws
+	rw.Header()["Anthropic-Workspace-Id"] = []string{ws}
 	switch v := r.Header.Get(api.HeaderVersion); v {
 	case api.Version20230601, api.Version20261021:
+		c.version = v
+		c.org.saw(v, r.Header.Get(api.HeaderWorkspaceID))
 	case "":
 		c.fail(badRequest("anthropic-version: header is required"))
 		return nil

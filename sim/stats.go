@@ -2,6 +2,7 @@ package sim
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"time"
 
@@ -25,8 +26,10 @@ type LaneStats struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
-	PeakConcurrency  int   `json:"peak_concurrency"`
-	InFlight         int   `json:"in_flight"`
+	// Billed is the same by model and price class (billing.go).
+	Billed          Bills `json:"billed,omitempty"`
+	PeakConcurrency int   `json:"peak_concurrency"`
+	InFlight        int   `json:"in_flight"`
 	// AdmittedPerSecond[i] counts admissions in real second i since the
 	// lane was created (its first request, or the world's start for a lane
 	// with colleagues).
@@ -59,6 +62,13 @@ type Levels struct {
 // OrgCounters are org-level counts outside the Messages lanes.
 type OrgCounters struct {
 	TokenCountLimited int64 `json:"token_count_limited"`
+	// Versions counts authenticated calls by anthropic-version, and
+	// Workspaces by the anthropic-workspace-id they sent ("" : none).
+	Versions   map[string]int64 `json:"versions,omitempty"`
+	Workspaces map[string]int64 `json:"workspaces,omitempty"`
+	// OrgLimited counts the calls the organization's limit across all
+	// pools refused, by limiter (orglimit.go).
+	OrgLimited map[string]int64 `json:"org_limited,omitempty"`
 }
 
 // BatchCounters count an org's Message Batches activity.
@@ -82,6 +92,9 @@ type BatchCounters struct {
 	OutputTokens     int64 `json:"output_tokens"`
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
+	// Billed is the succeeded rows' tokens by model and price class
+	// (billing.go).
+	Billed Bills `json:"billed,omitempty"`
 	// Queued is the number of requests waiting in the processing queue.
 	Queued int64 `json:"queued"`
 }
@@ -135,6 +148,9 @@ func (s *Server) Stats() Stats {
 			lanes = append(lanes, l)
 		}
 		os.Counters = o.counters
+		os.Counters.Versions = maps.Clone(o.counters.Versions)
+		os.Counters.Workspaces = maps.Clone(o.counters.Workspaces)
+		os.Counters.OrgLimited = o.orgWideStats()
 		o.mu.Unlock()
 		for _, l := range lanes {
 			l.mu.Lock()
@@ -146,6 +162,7 @@ func (s *Server) Stats() Stats {
 				ls.LimitedBy[k] = v
 			}
 			ls.AdmittedPerSecond = append([]int64(nil), l.stats.AdmittedPerSecond...)
+			ls.Billed = l.stats.Billed.clone()
 			ls.Levels = &Levels{Requests: l.req.levelAt(now), InputTokens: l.in.levelAt(now), OutputTokens: l.out.levelAt(now)}
 			l.mu.Unlock()
 			os.Pools[l.pool] = ls
@@ -154,6 +171,7 @@ func (s *Server) Stats() Stats {
 		q.mu.Lock()
 		q.advance(now)
 		os.Batches = q.counters
+		os.Batches.Billed = q.counters.Billed.clone()
 		os.Batches.Queued = q.queued()
 		q.mu.Unlock()
 		st.Orgs[o.cfg.Name] = os

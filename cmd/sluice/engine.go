@@ -29,6 +29,7 @@ type engineFlags struct {
 	noDotEnv     bool
 	auth         string
 	version      string
+	models       string
 	caps         map[api.Family]*int
 	reserve      float64
 	maxRetryWait time.Duration
@@ -66,7 +67,8 @@ func (f *engineFlags) registerAPI(fl *pflag.FlagSet) {
 	fl.StringVar(&f.keysFile, "keys-file", "", "file of label=key lines (keys are also read from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY, ANTHROPIC_API_KEY_LOW_PRIO, ANTHROPIC_API_KEYS and .env)")
 	fl.BoolVar(&f.noDotEnv, "no-dotenv", false, "do not read ./.env")
 	fl.StringVar(&f.auth, "auth", "x-api-key", "auth header style: x-api-key or bearer")
-	fl.StringVar(&f.version, "anthropic-version", api.VersionDefault, "anthropic-version header to send")
+	fl.StringVar(&f.version, "anthropic-version", api.VersionDefault, "anthropic-version header to send (input lines are checked against what that version refuses before anything is sent: sluice models)")
+	fl.StringVar(&f.models, "models", "", modelsFlagUsage)
 	fl.BoolVar(&f.http2, "http2", false, "send over HTTP/2 where the API offers it (many requests on few connections) instead of one kept-alive HTTP/1.1 connection per request in flight: for thousands in flight at once (docs/h1.md)")
 }
 

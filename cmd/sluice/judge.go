@@ -64,11 +64,15 @@ asks those classes again (with a larger --max-tokens, say).
 Keys come from the environment, ./.env or --keys-file; never from the command line.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			restoreModels, err := useCatalog(eng.models)
+			if err != nil {
+				return err
+			}
+			defer restoreModels()
 			if output == "" {
 				return errors.New("judge: -o VERDICTS.jsonl is required")
 			}
 			cfg := judgejob.Config{Output: output, Model: model, MaxTokens: maxTokens, KeepRaw: keepRaw}
-			var err error
 			if cfg.Rubric, err = loadRubric(rubricPath, template, fields, sentinels); err != nil {
 				return err
 			}

@@ -37,6 +37,11 @@ also sends one max_tokens=1 message per key and model (a fraction of a cent)
 to read the rate limits from the response headers.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			restoreModels, err := useCatalog(eng.models)
+			if err != nil {
+				return err
+			}
+			defer restoreModels()
 			log := newLogger()
 			pool, err := eng.loadKeys(log)
 			if err != nil {

@@ -81,6 +81,11 @@ measured from a requests file (--input). With a named world nothing is sent
 to the API.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			restoreModels, err := useCatalog(f.eng.models)
+			if err != nil {
+				return err
+			}
+			defer restoreModels()
 			j, err := f.job(cmd)
 			if err != nil {
 				return err
@@ -403,14 +408,17 @@ type (
 		Latency    float64    `json:"latency_s"`
 		Batch      *batchJSON `json:"batch,omitempty"`
 		Wall       rangeJSON  `json:"wall"`
-		Cost       float64    `json:"cost_usd"`
-		SyncWall   rangeJSON  `json:"sync_wall"`
-		SyncCost   float64    `json:"sync_cost_usd"`
-		BatchWall  *rangeJSON `json:"batch_wall,omitempty"`
-		BatchCost  float64    `json:"batch_cost_usd"`
-		Binding    string     `json:"binding"`
-		Crossover  int        `json:"crossover_n"`
-		Why        string     `json:"why"`
+		// The costs are null for a model without a price (Unpriced
+		// names it): unknown, never a guess.
+		Cost      *float64   `json:"cost_usd"`
+		Unpriced  string     `json:"unpriced_model,omitempty"`
+		SyncWall  rangeJSON  `json:"sync_wall"`
+		SyncCost  *float64   `json:"sync_cost_usd"`
+		BatchWall *rangeJSON `json:"batch_wall,omitempty"`
+		BatchCost *float64   `json:"batch_cost_usd"`
+		Binding   string     `json:"binding"`
+		Crossover int        `json:"crossover_n"`
+		Why       string     `json:"why"`
 		// CachedShare, CachedTokens and CacheEffect: the prompt cache's
 		// part (--cache-prefix auto with --input).
 		CachedShare  float64  `json:"cached_share,omitempty"`
@@ -429,9 +437,12 @@ func toDecisionJSON(d plan.Decision) decisionJSON {
 		World: d.World, N: d.Job.N, Model: d.Job.Model, MeanInput: d.Job.MeanInput, MeanOutput: d.Job.MeanOutput, MaxTokens: d.Job.MaxTokens,
 		Priority: string(d.Priority), Deadline: d.Deadline.Seconds(), Route: string(d.Route), SyncN: d.SyncN, BatchN: d.BatchN,
 		Orgs: d.Orgs, SyncRate: d.SyncRate, RampTime: d.RampTime.Seconds(), Latency: d.Latency.Seconds(),
-		Wall: toRange(d.Wall), Cost: d.Cost, SyncWall: toRange(d.SyncWall), SyncCost: d.SyncCost, BatchCost: d.BatchCost,
+		Wall: toRange(d.Wall), SyncWall: toRange(d.SyncWall), Unpriced: d.Unpriced,
 		Binding: d.Binding, Crossover: d.Crossover, Why: d.Why, Warnings: d.Warnings,
 		CachedShare: d.Job.Cached.Share, CachedTokens: d.Job.Cached.Tokens, CacheEffect: d.CacheEffect,
+	}
+	if d.Unpriced == "" {
+		v.Cost, v.SyncCost, v.BatchCost = &d.Cost, &d.SyncCost, &d.BatchCost
 	}
 	for _, l := range d.Lanes {
 		v.Lanes = append(v.Lanes, laneJSON{l.Org, l.Cap, l.Start, l.Peak, l.Steady, l.Rate, l.Binding})

@@ -178,8 +178,11 @@ func TestPlanInputCachedPrefix(t *testing.T) {
 		return d
 	}
 	auto, off := plan("--input", long), plan("--input", long, "--cache-prefix", "off")
-	if auto.CachedShare != 1 || auto.CachedTokens < 2900 || auto.CachedTokens > 3100 || auto.CacheEffect == "" || auto.Cost >= off.Cost {
-		t.Errorf("auto: share %v, %v tokens, effect %q, cost $%.4f (off $%.4f)", auto.CachedShare, auto.CachedTokens, auto.CacheEffect, auto.Cost, off.Cost)
+	if auto.Cost == nil || off.Cost == nil {
+		t.Fatalf("a priced model's plan has no cost: %v %v", auto.Cost, off.Cost)
+	}
+	if auto.CachedShare != 1 || auto.CachedTokens < 2900 || auto.CachedTokens > 3100 || auto.CacheEffect == "" || *auto.Cost >= *off.Cost {
+		t.Errorf("auto: share %v, %v tokens, effect %q, cost $%.4f (off $%.4f)", auto.CachedShare, auto.CachedTokens, auto.CacheEffect, *auto.Cost, *off.Cost)
 	}
 	if off.CachedShare != 0 || off.CacheEffect != "" {
 		t.Errorf("off: %+v", off)

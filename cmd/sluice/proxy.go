@@ -90,6 +90,11 @@ flight finish (up to --grace); a second signal aborts them. See
 docs/proxy.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			restoreModels, err := useCatalog(eng.models)
+			if err != nil {
+				return err
+			}
+			defer restoreModels()
 			if _, err := plan.ParsePriority(prefer); err != nil {
 				return fmt.Errorf("--batch-prefer: %w", err)
 			}

@@ -61,6 +61,11 @@ Keys come from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY, ANTHROPIC_API_KEY_LOW_PRI
 ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command line.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			restoreModels, err := useCatalog(eng.models)
+			if err != nil {
+				return err
+			}
+			defer restoreModels()
 			if output == "" {
 				return errors.New("run: -o RESULTS.jsonl is required")
 			}

@@ -292,13 +292,7 @@ func orgBindings(cfg sim.Config, caps map[api.Family]int, p api.Pool, maxTokens 
 	// E[min(U[min,max], maxTokens)] for the simulator's output model.
 	expOut := meanCapped(float64(cfg.Output.Min), float64(cfg.Output.Max), float64(maxTokens))
 	latency := (lat.TTFT.D().Seconds() + expOut/lat.TokensPerSec) * math.Exp(lat.Sigma*lat.Sigma/2) / k
-	fam := api.FamilyUnknown
-	for _, m := range api.Models() {
-		if m.Pool == p {
-			fam = m.Family
-			break
-		}
-	}
+	fam := api.FamilyOfPool(p)
 	var out []orgBinding
 	for _, o := range cfg.Orgs {
 		lim, ok := o.Limits[p]

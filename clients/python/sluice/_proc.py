@@ -63,13 +63,13 @@ class Progress(NamedTuple):
     server_errors: int
     elapsed: str
     eta: str
-    cost_usd: float
+    cost_usd: Optional[float]
     line: str
 
 
 _PROGRESS = re.compile(
     r"^progress: (\d+)/(\d+) done, ([\d.]+) req/min, in flight (\d+), 429s (\d+), 529s (\d+), 5xx (\d+), "
-    r"elapsed (\S+), eta (\S+), cost \$([\d.]+)"
+    r"elapsed (\S+), eta (\S+), cost (?:\$([\d.]+)|unknown)"
 )
 
 
@@ -81,7 +81,7 @@ def parse_progress(line: str) -> Optional[Progress]:
         return None
     g = m.groups()
     return Progress(int(g[0]), int(g[1]), float(g[2]), int(g[3]), int(g[4]), int(g[5]), int(g[6]), g[7], g[8],
-                    float(g[9]), line.rstrip("\n"))
+                    float(g[9]) if g[9] is not None else None, line.rstrip("\n"))
 
 
 _LOGFIELD = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|\S*)')

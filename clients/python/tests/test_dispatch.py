@@ -460,6 +460,9 @@ class PackageTest(unittest.TestCase):
         self.assertEqual((p.done, p.total, p.in_flight, p.rate_limited, p.overloaded, p.cost_usd),
                          (7, 50, 3, 1, 2, 0.1419))
         self.assertIsNone(_proc.parse_progress("sluice run: a → b"))
+        # A model sluice has no price for: the cost is unknown, not a number.
+        p = _proc.parse_progress(line.replace("cost $0.1419", "cost unknown (priced $0.0000; 7 requests of models without a price)"))
+        self.assertEqual((p.done, p.cost_usd), (7, None))
 
     def test_log_fields(self):
         f = _proc.parse_log_fields('time=x level=INFO msg="route chosen" route=sync why="a \\"b\\" c"')

@@ -33,6 +33,7 @@ type line interface {
 type sdk interface {
 	Message(ctx context.Context, model string, maxTokens int64, text string) (msg, error)
 	Stream(ctx context.Context, maxTokens int64, text string) (events []string, m msg, err error)
+	CountTokens(ctx context.Context, text string) (int64, error)
 	BatchCreate(ctx context.Context, ids, texts []string) (batch, error)
 	BatchGet(ctx context.Context, id string) (batch, error)
 	BatchList(ctx context.Context) ([]string, error)

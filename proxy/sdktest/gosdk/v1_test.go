@@ -67,6 +67,15 @@ func (c *v1Client) Stream(ctx context.Context, maxTokens int64, text string) ([]
 	return events, v1Msg(&acc), s.Err()
 }
 
+func (c *v1Client) CountTokens(ctx context.Context, text string) (int64, error) {
+	n, err := c.cl.Messages.CountTokens(ctx, anthropic.MessageCountTokensParams{Model: anthropic.Model(model),
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock(text))}})
+	if err != nil {
+		return 0, err
+	}
+	return n.InputTokens, nil
+}
+
 func v1Batch(b *anthropic.MessageBatch) batch {
 	return batch{ID: b.ID, Status: string(b.ProcessingStatus), Succeeded: b.RequestCounts.Succeeded,
 		Errored: b.RequestCounts.Errored, Processing: b.RequestCounts.Processing}

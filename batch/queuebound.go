@@ -1,0 +1,83 @@
+package batch
+
+import (
+	"encoding/json"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/client"
+)
+
+// Message Batches limit the requests in an organization's processing queue
+// (rate-limits page: 100,000 on the lowest documented tier, 500,000 on the
+// top one). A create refused with 429 because the queue is full tells the
+// batch path that bound: the figure its message names, else at most the
+// requests the org then had in flight (this chunk's included, which did
+// not fit). The org pauses (lifecycle.go), its window shrinks to the bound
+// for the rest of the run, and Stats.QueueBound hands it to the planner's
+// observations (package observe), so the next plan keeps each org's
+// batches in flight within it.
+
+// QueueBound is what one organization's full batch queue showed.
+type QueueBound struct {
+	OrgID string
+	// Requests is the most requests the queue was seen to take: the
+	// figure a 429 named (Named), or the requests sluice had in flight
+	// there when a create was refused, less one (an upper bound: other
+	// users' batches share the queue).
+	Requests int64
+	Named    bool
+}
+
+// queueFullRE recognises the 429 of a full processing queue, and the
+// figure it names ("… limit of 1,500 batch requests in the processing
+// queue …"). The API's wording is not published; the test is the word
+// "queue".
+var (
+	queueFullRE  = regexp.MustCompile(`(?i)\bqueue\b`)
+	queueLimitRE = regexp.MustCompile(`(?i)\b([0-9][0-9,]*)\s+(?:message\s+)?batch\s+requests`)
+)
+
+// queueFull reports whether a create's 429 is a full processing queue,
+// and the limit its message names (0: none).
+func queueFull(out *client.Outcome) (full bool, named int64) {
+	if out.Class != client.RateLimited {
+		return false, 0
+	}
+	var eb api.ErrorBody
+	msg := ""
+	if err := json.Unmarshal(out.Body, &eb); err == nil {
+		msg = eb.Err.Message
+	}
+	if !queueFullRE.MatchString(msg) {
+		return false, 0
+	}
+	if m := queueLimitRE.FindStringSubmatch(msg); m != nil {
+		if n, err := strconv.ParseInt(strings.ReplaceAll(m[1], ",", ""), 10, 64); err == nil && n > 0 {
+			return true, n
+		}
+	}
+	return true, 0
+}
+
+// queueRefused records that o's queue refused chunk c's create, and
+// shrinks o's window to the bound (never below c, so a chunk still fits
+// once the queue drains). On the loop's goroutine.
+func (r *Runner) queueRefused(o *orgState, c *chunk, named int64) {
+	b := QueueBound{OrgID: o.id, Requests: int64(o.inflight) - 1, Named: named > 0}
+	if named > 0 {
+		b.Requests = named
+	}
+	if b.Requests < 1 {
+		b.Requests = 1
+	}
+	if r.stats.QueueBound == nil {
+		r.stats.QueueBound = map[string]QueueBound{}
+	}
+	if old, ok := r.stats.QueueBound[o.label]; !ok || b.Named && !old.Named || b.Named == old.Named && b.Requests < old.Requests {
+		r.stats.QueueBound[o.label] = b
+	}
+	o.window = max(c.n(), min(o.window, int(b.Requests)))
+}

@@ -1,0 +1,56 @@
+package observe
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/batch"
+	"github.com/sluice-dev/sluice/plan"
+)
+
+// TestBatchQueueBound: a run's full queue is recorded per organization and
+// the next plan keeps that organization's batches in flight within it; an
+// organization never seen full is planned at the lowest documented tier's
+// bound. The provenance names both.
+func TestBatchQueueBound(t *testing.T) {
+	f := &File{Version: fileVersion, Orgs: map[string]*Org{}}
+	st := batch.Stats{QueueBound: map[string]batch.QueueBound{"high_prio": {OrgID: "org-a", Requests: 1500, Named: true}}}
+	f.AddBatch(FromBatch(st, t0)...)
+	if q := f.Orgs["org-a"].BatchQueue; q == nil || q.Requests != 1500 || !q.Named {
+		t.Fatalf("recorded %+v", q)
+	}
+	// An inferred, larger bound does not replace a named one.
+	f.AddBatch(FromBatch(batch.Stats{QueueBound: map[string]batch.QueueBound{"high_prio": {OrgID: "org-a", Requests: 9000}}}, t0.Add(time.Hour))...)
+	if q := f.Orgs["org-a"].BatchQueue; q.Requests != 1500 {
+		t.Fatalf("an inferred bound replaced the named one: %+v", q)
+	}
+
+	w := plan.NewWorld("x")
+	prov, _ := Apply(&w, f, []OrgRef{{"org-a", "high_prio"}, {"org-z", "new"}}, "claude-sonnet-4-5", 256, t0.Add(2*time.Hour))
+	if w.Orgs[0].BatchQueueCap != 1500 || w.Orgs[1].BatchQueueCap != plan.DocumentedBatchQueue {
+		t.Fatalf("queue caps %d, %d", w.Orgs[0].BatchQueueCap, w.Orgs[1].BatchQueueCap)
+	}
+	for _, want := range []string{"high_prio batch queue bound: 1500 requests (the figure a create's 429 named", "new batch queue bound: 100000 requests (the lowest documented tier's; never observed full)"} {
+		if !strings.Contains(prov.String(), want) {
+			t.Errorf("provenance lacks %q:\n%s", want, prov)
+		}
+	}
+	// The plan keeps each org's batches in flight within its bound.
+	d, err := plan.Decide(w, plan.JudgeJob(50_000, "claude-sonnet-4-5"), plan.Options{Priority: plan.PreferCost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Batch == nil {
+		t.Fatalf("cost priority chose %s", d.Route)
+	}
+	for _, o := range d.Batch.Orgs {
+		bound := 1500
+		if o.Org == "new" {
+			bound = plan.DocumentedBatchQueue
+		}
+		if o.Window*d.Batch.Chunk > bound {
+			t.Errorf("%s: %d batches of %d in flight, over its queue bound %d", o.Org, o.Window, d.Batch.Chunk, bound)
+		}
+	}
+}
