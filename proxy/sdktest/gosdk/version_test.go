@@ -45,7 +45,7 @@ func TestV2DefaultsPassTheVersionThrough(t *testing.T) {
 				}
 			}})
 			before := versionsSeen(e)
-			c := v2Line{}.Connect(e.URL, callerKey)
+			c := v2Line{}.Connect(e.URL, e.Token) // as Bearer, the v2 default
 			ctx := ctxOf(t)
 			if _, err := c.Message(ctx, model, 32, "a message at the SDK's defaults"); err != nil {
 				t.Fatal(err)
@@ -107,7 +107,7 @@ func TestCallerVersionDecides(t *testing.T) {
 		req, _ := http.NewRequestWithContext(ctxOf(t), "POST", e.URL+"/v1/messages", bytes.NewReader(body))
 		req.Header.Set("content-type", "application/json")
 		req.Header.Set("anthropic-version", version)
-		req.Header.Set("authorization", "Bearer "+callerKey)
+		req.Header.Set("authorization", "Bearer "+e.Token)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
