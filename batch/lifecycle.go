@@ -456,6 +456,7 @@ func (r *Runner) watch(ctx context.Context, c *chunk) (*api.MessageBatch, error)
 				r.stats.Ended++
 				r.countTurnaround(c, &b)
 				r.mu.Unlock()
+				r.chunkEnded(c)
 				r.poke()
 				return &b, nil
 			}

@@ -340,6 +340,7 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r.j = j
+	j.notify = chunkEvents(cfg.Events, entries) // the history's batch events (events.go)
 	now := cfg.Now()
 	r.runID = strconv.FormatInt(now.UnixNano(), 36) + "-" + strconv.FormatUint(uint64(rand.Uint32()), 36)
 	r.target -= fingerprint(r.runID, r.target)

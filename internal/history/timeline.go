@@ -94,7 +94,7 @@ type Timeline struct {
 
 // builder is what Add keeps between records.
 type builder struct {
-	cur    []int       // the current segment's lane columns → index in Lanes
+	cur    []int // the current segment's lane columns → index in Lanes
 	byID   map[LaneID]int
 	off    [][]float64 // per lane: what earlier segments counted (counters)
 	last   [][]float64 // per lane: the current segment's last row
