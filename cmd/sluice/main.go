@@ -24,7 +24,7 @@ func main() {
 	}
 	var prof profiles
 	prof.register(root)
-	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), versionCmd())
+	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), reportCmd(), statusCmd(), versionCmd())
 	err := root.ExecuteContext(ctx)
 	if perr := prof.stop(); perr != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", perr)

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/proxy"
@@ -46,6 +47,7 @@ func proxyCmd() *cobra.Command {
 		noProbe     bool
 		idle        time.Duration
 		writeStall  time.Duration
+		sf          seeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen 127.0.0.1:8787",
@@ -86,6 +88,18 @@ aborts them. See docs/proxy.md.`,
 				return fmt.Errorf("proxy: %s listens on %s, which is not a loopback address: set %s, and give callers the token as their API key", listen, ln.Addr(), envProxyToken)
 			}
 			log := newLogger()
+			hist := ""
+			if stateDir != "" {
+				if err := os.MkdirAll(stateDir, 0o700); err != nil {
+					return fmt.Errorf("proxy: --state-dir: %w", err)
+				}
+				hist = filepath.Join(stateDir, "proxy.history")
+			}
+			see, err := sf.start("proxy", "", hist, "sluice proxy on "+ln.Addr().String(), cmd.ErrOrStderr(), log)
+			if err != nil {
+				return err
+			}
+			defer see.stop()
 			pool, c, err := eng.keysAndClient(log)
 			if err != nil {
 				return err
@@ -138,6 +152,7 @@ aborts them. See docs/proxy.md.`,
 			dctx, dstop := context.WithCancel(context.Background())
 			defer dstop()
 			go d.Serve(dctx)
+			see.w.Start(job.Live{Snapshot: d.Snapshot, Keys: pool.Keys()})
 			// Key rotation (SIGHUP, the keys file changed): new keys join,
 			// removed ones drain and leave, without a restart.
 			rotations := eng.watchKeys(dctx, pool, log)
@@ -155,6 +170,7 @@ aborts them. See docs/proxy.md.`,
 					}
 					cur = cur.Rotated(rot.Added, rot.Removed)
 					px.SetPool(cur)
+					see.w.KeysJoined(rot.Added)
 				}
 			}()
 			srv := &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second,
@@ -172,6 +188,9 @@ aborts them. See docs/proxy.md.`,
 			case <-cmd.Context().Done():
 			}
 			err = drainProxy(cmd.Context(), out, srv, px, d, dstop, grace)
+			if serr := see.finish(nil, nil, err, "", out); serr != nil {
+				log.Warn("the proxy's history", "err", serr)
+			}
 			_, views := d.Snapshot() // what the lanes saw, for the next plan
 			recordObservations(rf.observations, views, batch.Stats{}, 0, log)
 			return err
@@ -190,6 +209,7 @@ aborts them. See docs/proxy.md.`,
 	fl.StringVar(&limits, "limits-file", "", "the organizations' limits for the batch planner (see sluice plan --help); default: what runs observed (--observations), else one max_tokens-1 probe per organization, sent once")
 	registerObserveFlags(fl, &obsPath, &noProbe)
 	fl.DurationVar(&idle, "stream-idle", dispatch.DefaultStreamIdle, "end a streamed answer that sends no event for this long (the API sends ping events)")
+	sf.register(fl, false)
 	fl.DurationVar(&writeStall, "stream-write-timeout", 60*time.Second, "end a stream whose caller's connection does not take one event for this long (it stopped reading), freeing its slot; 0: the default; negative: never")
 	return cmd
 }

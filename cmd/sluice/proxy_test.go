@@ -80,7 +80,7 @@ func TestProxyCommandServesAndDrains(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !bytes.Contains(metrics, []byte(`sluice_proxy_requests_total{endpoint="messages",code="200"} 2`)) {
+	if !bytes.Contains(metrics, []byte(`sluice_proxy_requests_total{code="200",endpoint="messages"} 2`)) {
 		t.Errorf("metrics:\n%s", metrics)
 	}
 
