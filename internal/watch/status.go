@@ -283,4 +283,3 @@ func (c jobCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descCost, prometheus.CounterValue, w.tl.Cost[0][n-1])
 	ch <- prometheus.MustNewConstMetric(descBatch, prometheus.GaugeValue, w.tl.B[4][n-1])
 }
-
