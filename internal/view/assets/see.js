@@ -620,6 +620,20 @@
     }, 150);
   });
 
+  // For tests and the curious: what each chart holds, and the last point.
+  window.sluiceView = {
+    charts: function () {
+      var out = {};
+      for (var id in charts) {
+        var d = charts[id]._sluiceData, n = 0;
+        for (var s = 1; s < d.length; s++) d[s].forEach(function (v) { if (v != null) n++; });
+        out[id] = n;
+      }
+      return out;
+    },
+    last: function () { var n = TL ? TL.t.length - 1 : -1; return n < 0 ? null : { t: TL.t[n], done: TL.done[n], cost: TL.cost[0][n] }; }
+  };
+
   if (LIVE) {
     poll();
     setInterval(poll, 2000);

@@ -1,0 +1,365 @@
+package main
+
+// End-to-end test of what a person sees of a run (issue 41): a job on the
+// simulator with the live view on, the page loaded in headless Chromium
+// while the run goes on, then the HTML report opened from disk. Chromium
+// comes from Debian's packages; the test skips without it unless
+// SLUICE_REQUIRE_CHROMIUM is set (as CI does).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluice-dev/sluice/internal/history"
+	"github.com/sluice-dev/sluice/internal/view"
+	"github.com/sluice-dev/sluice/internal/watch"
+	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// chromiumPath finds Chromium, or skips the test (fails it when
+// SLUICE_REQUIRE_CHROMIUM is set).
+func chromiumPath(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("SLUICE_REQUIRE_CHROMIUM") != "" {
+		t.Fatal("SLUICE_REQUIRE_CHROMIUM is set but no Chromium is installed (apt-get install -y chromium)")
+	}
+	t.Skip("no Chromium (apt-get install -y chromium); set SLUICE_REQUIRE_CHROMIUM to make this a failure")
+	return ""
+}
+
+// browser is a headless Chromium tab that records every console error
+// and warning, uncaught exception and failed load.
+type browser struct {
+	ctx    context.Context
+	mu     sync.Mutex
+	errors []string
+}
+
+func newBrowser(t *testing.T, width, height int) *browser {
+	t.Helper()
+	exe := chromiumPath(t)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.WindowSize(width, height))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	b := &browser{ctx: ctx}
+	msgs := chromedp.Console(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for m, err := range msgs {
+			if err != nil {
+				return
+			}
+			if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
+				b.mu.Lock()
+				b.errors = append(b.errors, fmt.Sprintf("%s (%s:%d)", m, m.URL, m.Line))
+				b.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() { cancelC(); cancelA(); <-done })
+	return b
+}
+
+// do runs actions, failing the test on an error.
+func (b *browser) do(t *testing.T, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 45*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, actions...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eval evaluates a JavaScript expression.
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr))
+	if err != nil {
+		t.Fatalf("%s: %v", expr, err)
+	}
+	return v
+}
+
+// text is the text of the element sel selects.
+func (b *browser) text(t *testing.T, sel string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("%s: %v", sel, err)
+	}
+	return strings.TrimSpace(s)
+}
+
+func (b *browser) checkNoErrors(t *testing.T, where string) {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, e := range b.errors {
+		t.Errorf("%s: %s", where, e)
+	}
+	b.errors = nil
+}
+
+// chartCounts is, per chart on the page, how many values it holds.
+func (b *browser) chartCounts(t *testing.T) map[string]int {
+	t.Helper()
+	return eval[map[string]int](t, b, `window.sluiceView.charts()`)
+}
+
+// card reads the text of a summary card's value.
+func (b *browser) card(t *testing.T, key string) string {
+	t.Helper()
+	return b.text(t, `.card .value[data-k="`+key+`"]`)
+}
+
+// screenshot saves the full page as PNG into $SLUICE_SCREENSHOTS (the
+// docs' pictures are made this way), if set.
+func (b *browser) screenshot(t *testing.T, name string) {
+	t.Helper()
+	dir := os.Getenv("SLUICE_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func digits(s string) int64 {
+	var b strings.Builder
+	for _, r := range s {
+		if r >= '0' && r <= '9' {
+			b.WriteRune(r)
+		}
+	}
+	n, _ := strconv.ParseInt(b.String(), 10, 64)
+	return n
+}
+
+func TestViewInABrowser(t *testing.T) {
+	chromiumPath(t)
+	// Slow enough (a few answers a second a lane) that the page is seen
+	// to update: about 40 s.
+	e := newE2EWith(t, func(c *sim.Config) { c.TimeScale = 4 })
+	const n = 800
+	if err := (workload.Judge{N: n, Seed: 91, NoRubric: true, MaxTokens: 64}).WriteFile(e.path("in.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	p := e.start("run", "in.jsonl", "-o", "out.jsonl", "--route", "sync", "--cap-sonnet", "6", "--report", "report.json", "--ui", "127.0.0.1:0")
+
+	// The run leaves its view's address beside its results.
+	var st view.State
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		var err error
+		if st, err = view.ReadState(view.StatePath(e.path("out.jsonl"))); err == nil {
+			break
+		}
+		if p.exited() || time.Now().After(deadline) {
+			t.Fatalf("no %s while the run went (exited %v)\n%s", view.StatePath(e.path("out.jsonl")), p.exited(), p.stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	e.waitForLines(p, e.path("out.jsonl"), 60)
+
+	// Without the token the page is refused.
+	if resp, err := http.Get(st.Base + "/"); err != nil || resp.StatusCode != 401 {
+		t.Errorf("the page without its token: %v %v, want 401", resp.Status, err)
+	} else {
+		resp.Body.Close()
+	}
+
+	b := newBrowser(t, 1280, 1000)
+	b.do(t, chromedp.Navigate(st.URL), chromedp.WaitVisible(chromedp.CSS(`#chart-progress .uplot`)),
+		chromedp.WaitVisible(chromedp.CSS(`[id^="chart-lane-use-"] .uplot`)))
+	first := doneOf(b.card(t, "done"))
+	points1 := eval[int](t, b, `+document.body.dataset.points`)
+	b.screenshot(t, "see-live.png")
+
+	// The page updates while the run goes on.
+	var points2 int
+	var second int64
+	_ = points2
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		points2 = eval[int](t, b, `+document.body.dataset.points`)
+		second = doneOf(b.card(t, "done"))
+		if points2 > points1 && second > first {
+			break
+		}
+	}
+	if points2 <= points1 || second <= first {
+		t.Errorf("the page did not update: %d points and %d done, then %d and %d", points1, first, points2, second)
+	}
+	counts := b.chartCounts(t)
+	for _, id := range []string{"chart-progress", "chart-cost", "chart-errors", "chart-lane-use-0", "chart-lane-conc-0"} {
+		if counts[id] == 0 {
+			t.Errorf("chart %s holds no data (%v)", id, counts)
+		}
+	}
+	for id, c := range counts {
+		if c == 0 {
+			t.Errorf("chart %s holds no data", id)
+		}
+	}
+	// What the page shows is what the process recorded at that instant.
+	last := eval[struct {
+		T    int64   `json:"t"`
+		Done float64 `json:"done"`
+		Cost float64 `json:"cost"`
+	}](t, b, `window.sluiceView.last()`)
+	req, _ := http.NewRequest("GET", st.Base+"/api/history", nil)
+	req.Header.Set("Authorization", "Bearer "+st.Token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tl history.Timeline
+	err = json.NewDecoder(resp.Body).Decode(&tl)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for i, ts := range tl.T {
+		if ts == last.T {
+			found = true
+			if tl.Done[i] != last.Done || math.Abs(tl.Cost[0][i]-last.Cost) > 1e-9 {
+				t.Errorf("the page shows %v done, $%v at %d; the process recorded %v, $%v", last.Done, last.Cost, ts, tl.Done[i], tl.Cost[0][i])
+			}
+		}
+	}
+	if !found {
+		t.Errorf("the page's last point (t %d) is not in the process's history", last.T)
+	}
+	// /api/status and sluice status agree with the page's world.
+	var s watch.Status
+	req, _ = http.NewRequest("GET", st.Base+"/api/status?token="+st.Token, nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		json.NewDecoder(resp.Body).Decode(&s)
+		resp.Body.Close()
+	}
+	if s.Total != n || len(s.Lanes) == 0 || s.Phase != watch.PhaseRunning {
+		t.Errorf("/api/status: total %d, %d lanes, phase %q", s.Total, len(s.Lanes), s.Phase)
+	}
+	out, err := exec.Command(e.bin, "status", e.path("out.jsonl")).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("/ %d", n)) {
+		t.Errorf("sluice status: %v\n%s", err, out)
+	}
+	b.checkNoErrors(t, "live page")
+
+	// At phone width the page still lays out in one column and draws.
+	phone := newBrowser(t, 390, 844)
+	phone.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile), chromedp.Navigate(st.URL),
+		chromedp.WaitVisible(chromedp.CSS(`[id^="chart-lane-conc-"] .uplot`)))
+	if eval[bool](t, phone, `document.documentElement.scrollWidth > window.innerWidth + 1`) {
+		t.Error("at phone width the page is wider than the screen")
+	}
+	phone.screenshot(t, "see-phone.png")
+	phone.checkNoErrors(t, "live page at phone width")
+
+	if code := p.wait(); code != 0 {
+		t.Fatalf("run: exit status %d\n%s", code, p.stderr.String())
+	}
+	if _, err := os.Stat(view.StatePath(e.path("out.jsonl"))); !os.IsNotExist(err) {
+		t.Errorf("the state file outlived the run (%v)", err)
+	}
+	out, err = exec.Command(e.bin, "status", e.path("out.jsonl")).CombinedOutput()
+	if code := exitCode(err); code != exitNotRunning || !strings.Contains(string(out), "no sluice is running") {
+		t.Errorf("sluice status after the run: exit %d\n%s", code, out)
+	}
+
+	// The report, from disk: no server, no network; its numbers are the
+	// run report's.
+	rep := e.readReport(e.path("report.json"))
+	html := e.path("out.report.html")
+	if _, err := os.Stat(html); err != nil {
+		t.Fatalf("no HTML report beside the results: %v\n%s", err, p.stderr.String())
+	}
+	rb := newBrowser(t, 1280, 1000)
+	rb.do(t, chromedp.Navigate("file://"+html), chromedp.WaitVisible(chromedp.CSS(`#report-summary`)))
+	if card := rb.card(t, "done"); doneOf(card) != int64(rep.Requests.AlreadyDone+rep.Requests.Written) || !strings.HasSuffix(card, fmt.Sprintf("%d", rep.Requests.Total%1000)) {
+		t.Errorf("report page: done card %q, the run report's %d of %d", card, rep.Requests.AlreadyDone+rep.Requests.Written, rep.Requests.Total)
+	}
+	if got, want := rb.card(t, "cost"), fmt.Sprintf("$%.4f", rep.Cost.Total.USD); got != want {
+		t.Errorf("report page: cost %s, the run report's %s", got, want)
+	}
+	if got, want := rb.card(t, "errors"), fmt.Sprintf("%d · %d · %d", rep.Retries.RateLimited, rep.Retries.Overloaded, rep.Retries.Failed); got != want {
+		t.Errorf("report page: 429 · 529 · 5xx %s, the run report's %s", got, want)
+	}
+	for _, l := range rep.Lanes {
+		if l.Attempts == 0 {
+			continue
+		}
+		ok := rb.text(t, `b[data-lane="`+l.Org+"/"+l.Pool+`"][data-k="ok"]`)
+		if digits(ok) != l.OK {
+			t.Errorf("report page: lane %s/%s ok %s, the run report's %d", l.Org, l.Pool, ok, l.OK)
+		}
+	}
+	counts = rb.chartCounts(t)
+	for id, c := range counts {
+		if c == 0 {
+			t.Errorf("report chart %s holds no data", id)
+		}
+	}
+	if len(counts) < 5 {
+		t.Errorf("the report draws %d charts: %v", len(counts), counts)
+	}
+	rb.screenshot(t, "see-report.png")
+	rb.checkNoErrors(t, "report")
+
+	// sluice report builds it again from the history alone.
+	os.Remove(html)
+	if out, err := exec.Command(e.bin, "report", e.path("out.jsonl")).CombinedOutput(); err != nil {
+		t.Fatalf("sluice report: %v\n%s", err, out)
+	}
+	b2, err := os.ReadFile(html)
+	if err != nil || !strings.Contains(string(b2), "uPlot") || strings.Contains(string(b2), "http://") && strings.Contains(string(b2), "<script src") {
+		t.Errorf("sluice report wrote no self-contained report: %v", err)
+	}
+}
+
+// doneOf reads "1,234 / 1,500" as 1234.
+func doneOf(card string) int64 {
+	before, _, _ := strings.Cut(card, "/")
+	return digits(before)
+}
+
+func exitCode(err error) int {
+	if ee, ok := err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
