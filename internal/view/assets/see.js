@@ -121,7 +121,7 @@
 
   // ---- uPlot ----
 
-  function width(node) { return Math.max(280, node.clientWidth || 600); }
+  function width(node) { return Math.max(240, Math.floor(node.getBoundingClientRect().width) || 600); }
 
   // overlay draws the gaps (shaded, "not running") and the event marks
   // on every time chart.
@@ -580,6 +580,15 @@
     drawCards();
     drawProgress(); drawCost(); drawErrors(); drawLanes(); drawBatch(); drawEvents(); drawKeys(); drawReport();
     document.body.setAttribute("data-points", TL.t.length);
+    fit();
+  }
+
+  // fit sizes every chart to its box (after the layout settled).
+  function fit() {
+    for (var id in charts) {
+      var n = $(id);
+      if (n && Math.abs(width(n) - charts[id].width) > 1) charts[id].setSize({ width: width(n), height: charts[id].height });
+    }
   }
 
   function showError(msg) {
@@ -615,9 +624,7 @@
   var resizeTimer = null;
   window.addEventListener("resize", function () {
     clearTimeout(resizeTimer);
-    resizeTimer = setTimeout(function () {
-      for (var id in charts) { var n = $(id); if (n) charts[id].setSize({ width: width(n), height: charts[id].height }); }
-    }, 150);
+    resizeTimer = setTimeout(fit, 150);
   });
 
   // For tests and the curious: what each chart holds, and the last point.
