@@ -192,3 +192,39 @@ func TestSeriesJSON(t *testing.T) {
 		t.Errorf("%v %v", back, err)
 	}
 }
+
+// Retain downsamples a timeline exactly as the file was.
+func TestRetainMatchesTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h")
+	c := &clock{t: time.Unix(1_700_000_000, 0)}
+	w, err := Open(path, Run{Cmd: "run"}, Options{Now: c.now, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := NewTimeline()
+	live.AddRun(Run{Seg: 1})
+	l := lanesRec(c.t, 2)
+	w.Append(l)
+	live.AddLanes(l)
+	for i := 1; i <= 4000; i++ {
+		c.t = c.t.Add(time.Second)
+		p := point(c.t, i, 2)
+		w.Append(p)
+		live.AddPoint(p)
+	}
+	w.Compact()
+	live.Retain(w.PointTimes())
+	w.Close()
+	file, err := Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if live.Len() != file.Len() || live.Len() >= 4000 {
+		t.Fatalf("retained %d points, the file %d (of 4000)", live.Len(), file.Len())
+	}
+	for i := range live.T {
+		if live.T[i] != file.T[i] || live.Lanes[1].C[ColOK][i] != file.Lanes[1].C[ColOK][i] {
+			t.Fatalf("point %d differs: %d %v, file %d %v", i, live.T[i], live.Lanes[1].C[ColOK][i], file.T[i], file.Lanes[1].C[ColOK][i])
+		}
+	}
+}

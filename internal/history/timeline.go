@@ -335,5 +335,45 @@ func (tl *Timeline) Since(t int64) *Timeline {
 	return out
 }
 
+// Retain keeps the points whose times are in keep (sorted, as
+// Writer.PointTimes gives them): the timeline downsampled as its file was.
+func (tl *Timeline) Retain(keep []int64) {
+	j := 0
+	idx := make([]int, 0, len(keep))
+	for i, t := range tl.T {
+		for j < len(keep) && keep[j] < t {
+			j++
+		}
+		if j < len(keep) && keep[j] == t {
+			idx = append(idx, i)
+		}
+	}
+	pick := func(s Series) Series {
+		for k, i := range idx {
+			s[k] = s[i]
+		}
+		return s[:len(idx)]
+	}
+	for k, i := range idx {
+		tl.T[k], tl.Seg[k] = tl.T[i], tl.Seg[i]
+	}
+	tl.T, tl.Seg = tl.T[:len(idx)], tl.Seg[:len(idx)]
+	tl.Done = pick(tl.Done)
+	for k := range tl.Cost {
+		tl.Cost[k] = pick(tl.Cost[k])
+	}
+	for k := range tl.Tok {
+		tl.Tok[k] = pick(tl.Tok[k])
+	}
+	for k := range tl.B {
+		tl.B[k] = pick(tl.B[k])
+	}
+	for _, ls := range tl.Lanes {
+		for c := range ls.C {
+			ls.C[c] = pick(ls.C[c])
+		}
+	}
+}
+
 // Len is the number of points.
 func (tl *Timeline) Len() int { return len(tl.T) }

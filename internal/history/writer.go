@@ -251,6 +251,20 @@ func (w *Writer) Lines() [][]byte {
 	return out
 }
 
+// PointTimes returns the times of the points the file holds, in order
+// (after a compaction: the ones kept; Timeline.Retain applies them).
+func (w *Writer) PointTimes() []int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var ts []int64
+	for _, r := range w.recs {
+		if r.k == KindPoint {
+			ts = append(ts, r.t)
+		}
+	}
+	return ts
+}
+
 // Compactions is how many times the file was rewritten.
 func (w *Writer) Compactions() int {
 	w.mu.Lock()

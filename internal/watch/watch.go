@@ -311,9 +311,7 @@ func (w *Watch) Sample() {
 	if w.w != nil && w.w.Compactions() != w.compacts {
 		// The file was downsampled: so is the page's timeline.
 		w.compacts = w.w.Compactions()
-		if tl, err := history.FromLines(w.w.Lines()); err == nil {
-			w.tl = tl
-		}
+		w.tl.Retain(w.w.PointTimes())
 	}
 }
 
