@@ -32,17 +32,24 @@ import (
 
 // chromiumPath finds Chromium, or skips the test (fails it when
 // SLUICE_REQUIRE_CHROMIUM is set).
-func chromiumPath(t *testing.T) string {
+func chromiumPath(t testing.TB) string {
 	t.Helper()
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			return p
-		}
+	if p := lookChromium(); p != "" {
+		return p
 	}
 	if os.Getenv("SLUICE_REQUIRE_CHROMIUM") != "" {
 		t.Fatal("SLUICE_REQUIRE_CHROMIUM is set but no Chromium is installed (apt-get install -y chromium)")
 	}
 	t.Skip("no Chromium (apt-get install -y chromium); set SLUICE_REQUIRE_CHROMIUM to make this a failure")
+	return ""
+}
+
+func lookChromium() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
 	return ""
 }
 
@@ -137,9 +144,10 @@ func (b *browser) card(t *testing.T, key string) string {
 	return b.text(t, `.card .value[data-k="`+key+`"]`)
 }
 
-// screenshot saves the full page as PNG into $SLUICE_SCREENSHOTS (the
-// docs' pictures are made this way), if set.
-func (b *browser) screenshot(t *testing.T, name string) {
+// screenshot saves the page as PNG into $SLUICE_SCREENSHOTS (the docs'
+// pictures are made this way), if set: the whole page, or what the
+// window shows.
+func (b *browser) screenshot(t *testing.T, name string, whole bool) {
 	t.Helper()
 	dir := os.Getenv("SLUICE_SCREENSHOTS")
 	if dir == "" {
@@ -147,7 +155,11 @@ func (b *browser) screenshot(t *testing.T, name string) {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	shot := chromedp.CaptureScreenshot()
+	if whole {
+		shot = chromedp.FullScreenshot(100)
+	}
+	png, err := chromedp.Run(ctx, shot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,10 +182,10 @@ func digits(s string) int64 {
 func TestViewInABrowser(t *testing.T) {
 	chromiumPath(t)
 	// Slow enough (a few answers a second a lane) that the page is seen
-	// to update: about 40 s.
+	// to update; far longer than the test, which interrupts it.
 	e := newE2EWith(t, func(c *sim.Config) { c.TimeScale = 4 })
-	const n = 800
-	if err := (workload.Judge{N: n, Seed: 91, NoRubric: true, MaxTokens: 64}).WriteFile(e.path("in.jsonl")); err != nil {
+	const n = 20000
+	if err := (workload.Judge{N: n, Seed: 91, NoRubric: true, MaxTokens: 16}).WriteFile(e.path("in.jsonl")); err != nil {
 		t.Fatal(err)
 	}
 	p := e.start("run", "in.jsonl", "-o", "out.jsonl", "--route", "sync", "--cap-sonnet", "6", "--report", "report.json", "--ui", "127.0.0.1:0")
@@ -199,12 +211,23 @@ func TestViewInABrowser(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	b := newBrowser(t, 1280, 1000)
+	b := newBrowser(t, 1280, 1500)
 	b.do(t, chromedp.Navigate(st.URL), chromedp.WaitVisible(chromedp.CSS(`#chart-progress .uplot`)),
 		chromedp.WaitVisible(chromedp.CSS(`[id^="chart-lane-use-"] .uplot`)))
+	// At phone width the page still lays out in one column and draws.
+	phone := newBrowser(t, 390, 844)
+	phone.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile), chromedp.Navigate(st.URL),
+		chromedp.WaitVisible(chromedp.CSS(`[id^="chart-lane-conc-"] .uplot`)))
+	// A mobile browser widens its layout to the widest element: the page
+	// must fit the phone's 390 px.
+	if eval[bool](t, phone, `document.documentElement.scrollWidth > 391 || window.innerWidth > 391`) {
+		t.Error("at phone width the page is wider than the screen")
+	}
+	phone.screenshot(t, "see-phone.png", false)
+	phone.checkNoErrors(t, "live page at phone width")
+
 	first := doneOf(b.card(t, "done"))
 	points1 := eval[int](t, b, `+document.body.dataset.points`)
-	b.screenshot(t, "see-live.png")
 
 	// The page updates while the run goes on.
 	var points2 int
@@ -220,6 +243,7 @@ func TestViewInABrowser(t *testing.T) {
 	if points2 <= points1 || second <= first {
 		t.Errorf("the page did not update: %d points and %d done, then %d and %d", points1, first, points2, second)
 	}
+	b.screenshot(t, "see-live.png", false)
 	counts := b.chartCounts(t)
 	for _, id := range []string{"chart-progress", "chart-cost", "chart-errors", "chart-lane-use-0", "chart-lane-conc-0"} {
 		if counts[id] == 0 {
@@ -277,18 +301,11 @@ func TestViewInABrowser(t *testing.T) {
 	}
 	b.checkNoErrors(t, "live page")
 
-	// At phone width the page still lays out in one column and draws.
-	phone := newBrowser(t, 390, 844)
-	phone.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile), chromedp.Navigate(st.URL),
-		chromedp.WaitVisible(chromedp.CSS(`[id^="chart-lane-conc-"] .uplot`)))
-	if eval[bool](t, phone, `document.documentElement.scrollWidth > window.innerWidth + 1`) {
-		t.Error("at phone width the page is wider than the screen")
-	}
-	phone.screenshot(t, "see-phone.png")
-	phone.checkNoErrors(t, "live page at phone width")
-
-	if code := p.wait(); code != 0 {
-		t.Fatalf("run: exit status %d\n%s", code, p.stderr.String())
+	// The run is longer than the test needs: Ctrl-C ends it (resumable),
+	// and its report says so.
+	p.cmd.Process.Signal(os.Interrupt)
+	if code := p.wait(); code != exitInterrupted {
+		t.Fatalf("run after SIGINT: exit status %d, want %d\n%s", code, exitInterrupted, p.stderr.String())
 	}
 	if _, err := os.Stat(view.StatePath(e.path("out.jsonl"))); !os.IsNotExist(err) {
 		t.Errorf("the state file outlived the run (%v)", err)
@@ -305,7 +322,7 @@ func TestViewInABrowser(t *testing.T) {
 	if _, err := os.Stat(html); err != nil {
 		t.Fatalf("no HTML report beside the results: %v\n%s", err, p.stderr.String())
 	}
-	rb := newBrowser(t, 1280, 1000)
+	rb := newBrowser(t, 1280, 1500)
 	rb.do(t, chromedp.Navigate("file://"+html), chromedp.WaitVisible(chromedp.CSS(`#report-summary`)))
 	if card := rb.card(t, "done"); doneOf(card) != int64(rep.Requests.AlreadyDone+rep.Requests.Written) || !strings.HasSuffix(card, fmt.Sprintf("%d", rep.Requests.Total%1000)) {
 		t.Errorf("report page: done card %q, the run report's %d of %d", card, rep.Requests.AlreadyDone+rep.Requests.Written, rep.Requests.Total)
@@ -334,7 +351,14 @@ func TestViewInABrowser(t *testing.T) {
 	if len(counts) < 5 {
 		t.Errorf("the report draws %d charts: %v", len(counts), counts)
 	}
-	rb.screenshot(t, "see-report.png")
+	rb.screenshot(t, "see-report.png", true)
+	rphone := newBrowser(t, 390, 844)
+	rphone.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile), chromedp.Navigate("file://"+html),
+		chromedp.WaitVisible(chromedp.CSS(`#report-summary`)))
+	if eval[bool](t, rphone, `document.documentElement.scrollWidth > 391 || window.innerWidth > 391`) {
+		t.Error("at phone width the report is wider than the screen")
+	}
+	rphone.checkNoErrors(t, "report at phone width")
 	rb.checkNoErrors(t, "report")
 
 	// sluice report builds it again from the history alone.
@@ -362,4 +386,84 @@ func exitCode(err error) int {
 		return -1
 	}
 	return 0
+}
+
+// BenchmarkViewDayOfHistory is the page with 24 hours of a six-lane
+// history (a second apart, downsampled as a run's file is) and an event a
+// minute: the report's size, and the time Chromium takes to draw every
+// chart — what each live update costs the page too.
+//
+//	go test ./cmd/sluice -run '^$' -bench ViewDayOfHistory -benchtime 3x
+func BenchmarkViewDayOfHistory(b *testing.B) {
+	exe := chromiumPath(b)
+	dir := b.TempDir()
+	path := filepath.Join(dir, "day.jsonl.history")
+	now := time.Unix(1_800_000_000, 0)
+	clock := func() time.Time { return now }
+	w, err := history.Open(path, history.Run{Cmd: "run", Total: 1_000_000}, history.Options{Now: clock, NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lanes := history.Lanes{T: history.Millis(now)}
+	for i := range 6 {
+		lanes.Lanes = append(lanes.Lanes, history.LaneID{Org: fmt.Sprintf("org%d", i), Pool: "sonnet-4"})
+	}
+	w.Append(lanes)
+	w.Append(history.Event{T: history.Millis(now), Kind: "route", Route: "split", Share: 0.4, Pred: 80000, Low: 70000, High: 95000})
+	for i := 1; i <= 24*3600; i++ {
+		now = now.Add(time.Second)
+		p := history.Point{T: history.Millis(now), Done: int64(i * 11), Cost: [3]float64{float64(i) * 0.01, float64(i) * 0.008, float64(i) * 0.002}}
+		for range 6 {
+			row := make([]float64, history.NumCols)
+			row[history.ColSent], row[history.ColOK], row[history.Col429] = float64(i*2), float64(i*2), float64(i/50)
+			row[history.ColIn], row[history.ColOut] = float64(i*3000), float64(i*300)
+			row[history.ColInFlight], row[history.ColLimit], row[history.ColCap] = float64(40+i%20), 60, 100
+			row[history.ColWait0+3] = float64(i * 300)
+			for d := range history.NumDims {
+				row[history.ColBucket0+d*history.BucketCols] = 400000
+				row[history.ColBucket0+d*history.BucketCols+1] = 400000
+				row[history.ColBucket0+d*history.BucketCols+2] = float64(100000 + i%5000)
+				row[history.ColBucket0+d*history.BucketCols+3] = float64(i * 20)
+			}
+			p.L = append(p.L, row)
+		}
+		w.Append(p)
+		if i%60 == 0 {
+			w.Append(history.Event{T: history.Millis(now), Kind: "batch", State: "created", ID: fmt.Sprintf("c%d", i), Lane: "org0", N: 500})
+		}
+	}
+	if err := w.Close(); err != nil {
+		b.Fatal(err)
+	}
+	html := filepath.Join(dir, "day.report.html")
+	tl, err := view.WriteReportFromHistory(path, html, "a day")
+	if err != nil {
+		b.Fatal(err)
+	}
+	hs, _ := os.Stat(path)
+	rs, _ := os.Stat(html)
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.WindowSize(1280, 1000))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer cancelA()
+	var draws []float64
+	for b.Loop() {
+		ctx, cancel := chromedp.NewContext(actx)
+		if err := chromedp.Do(ctx, chromedp.Navigate("file://"+html), chromedp.WaitVisible(chromedp.CSS(`#report-summary, #chart-lane-use-5 .uplot`))); err != nil {
+			b.Fatal(err)
+		}
+		ms, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`window.sluiceView.drawMs()`))
+		if err != nil {
+			b.Fatal(err)
+		}
+		draws = append(draws, ms...)
+		cancel()
+	}
+	sum := 0.0
+	for _, d := range draws {
+		sum += d
+	}
+	b.ReportMetric(sum/float64(len(draws)), "ms/draw")
+	b.ReportMetric(float64(tl.Len()), "points")
+	b.ReportMetric(float64(hs.Size())/1e6, "MB-history")
+	b.ReportMetric(float64(rs.Size())/1e6, "MB-report")
 }

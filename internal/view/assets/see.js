@@ -153,7 +153,7 @@
       cursor: { sync: { key: "t" } },
       scales: { x: { time: true }, y: o.yScale || { range: function (u, lo, hi) { return [0, hi > 0 ? hi * 1.08 : 1]; } } },
       series: [{ value: function (u, v) { return v == null ? "–" : fmtClock(v * 1000); } }].concat(series.map(function (s) { s.points = s.points || { show: false }; return s; })),
-      axes: [{ values: timeTicks }, { size: 60, values: o.yValues || function (u, vs) { return vs.map(human); } }],
+      axes: [{ values: timeTicks, space: 70 }, { size: 60, values: o.yValues || function (u, vs) { return vs.map(human); } }],
       bands: o.bands,
       hooks: { draw: [overlay].concat(o.draw || []) },
       legend: { live: true }
@@ -215,7 +215,7 @@
     if (proj > 0) { data.push(ax.x.map(function () { return proj; })); series.push({ label: "projected", stroke: "#b26a00", dash: [6, 4], width: 1, value: function (u, v) { return fmtUSD(v); } }); }
     var maxc = TL.segments.length ? TL.segments[TL.segments.length - 1].max_cost : 0;
     if (maxc > 0) { data.push(ax.x.map(function () { return maxc; })); series.push({ label: "--max-cost", stroke: "#c62828", width: 1, value: function (u, v) { return fmtUSD(v); } }); }
-    chart("chart-cost", series, data, { yValues: function (u, vs) { return vs.map(function (v) { return "$" + (v < 1 ? v.toFixed(3) : human(v)); }); } });
+    chart("chart-cost", series, data, { yValues: function (u, vs) { return vs.map(function (v) { return v === 0 ? "$0" : "$" + (v < 1 ? v.toFixed(3) : human(v)); }); } });
     var n = TL.t.length - 1;
     $("cost-note").textContent = n >= 0 ? "At list prices: " + fmtUSD(TL.cost[0][n]) + " so far (sync " + fmtUSD(TL.cost[1][n]) + ", batch " + fmtUSD(TL.cost[2][n]) + ")" +
       (proj > 0 ? "; " + fmtUSD(proj) + " projected for the whole input at the cost per result so far" : "") + (maxc > 0 ? "; --max-cost " + fmtUSD(maxc) : "") + "." : "";
@@ -286,9 +286,9 @@
       sec.appendChild(el("h3", null, "Concurrency"));
       var u2 = el("div", { "class": "chart", id: "chart-lane-conc-" + k }); sec.appendChild(u2);
       sec.appendChild(el("h3", null, "Buckets"));
-      sec.appendChild(el("p", { "class": "note" }, "Depth in seconds of refill, learned from the headers. Over the last minute, as a share of the limit: what sluice used, and what the headers showed spent beyond sluice's own charges — a colleague's use (or a charge sluice's estimate missed)."));
+      sec.appendChild(el("p", { "class": "note" }, "Depth: the bucket's learned depth, in seconds of refill. Over the last minute, as a share of the limit: what sluice used, and what the headers showed spent beyond sluice's own charges — others' use (a colleague's, or a charge sluice's estimate missed)."));
       var tbl = el("table");
-      var hr = el("tr"); ["limit", "per minute", "learned depth", "level now", "used by sluice", "not sluice's"].forEach(function (t, i) { hr.appendChild(el("th", i ? { "class": "num" } : null, t)); });
+      var hr = el("tr"); ["bucket", "limit/min", "depth", "level", "sluice", "others"].forEach(function (t, i) { hr.appendChild(el("th", i ? { "class": "num" } : null, t)); });
       tbl.appendChild(hr);
       var any = false;
       for (var d = 0; d < NDIMS; d++) {
@@ -570,8 +570,15 @@
     if (TL && TL.segments.length > 1) $("footer").textContent = TL.segments.length + " segments: the run was resumed " + (TL.segments.length - 1) + " time" + (TL.segments.length > 2 ? "s" : "") + "; grey bands are the time no process ran it.";
   }
 
+  var drawMs = [];
   function drawAll() {
     if (!TL) return;
+    var t0 = performance.now();
+    draw();
+    drawMs.push(performance.now() - t0);
+  }
+
+  function draw() {
     if (TL.report) {
       REP = TL.report.report || REP;
       JUDGE = TL.report.judge || JUDGE;
@@ -638,6 +645,7 @@
       }
       return out;
     },
+    drawMs: function () { return drawMs; },
     last: function () { var n = TL ? TL.t.length - 1 : -1; return n < 0 ? null : { t: TL.t[n], done: TL.done[n], cost: TL.cost[0][n] }; }
   };
 
