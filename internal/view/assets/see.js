@@ -29,7 +29,7 @@
     if (text != null) e.textContent = text;
     return e;
   }
-  function fmtInt(v) { return v == null || isNaN(v) ? "–" : Math.round(v).toLocaleString("en-US"); }
+  function fmtInt(v) { return v == null || isNaN(v) ? "–" : String(Math.round(v)).replace(/\B(?=(\d{3})+(?!\d))/g, ","); }
   function fmtNum(v, d) { return v == null || isNaN(v) ? "–" : v.toLocaleString("en-US", { maximumFractionDigits: d, minimumFractionDigits: d }); }
   function fmtUSD(v) { return v == null || isNaN(v) ? "–" : "$" + (v >= 100 ? fmtNum(v, 2) : v.toFixed(4)); }
   function fmtDur(s) {
@@ -38,7 +38,8 @@
     var h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, x = s % 60;
     return (h > 0 ? h + ":" + String(m).padStart(2, "0") : m) + ":" + String(x).padStart(2, "0");
   }
-  function fmtClock(ms) { var d = new Date(ms); return d.toLocaleTimeString("en-GB", { hour12: false }); }
+  function pad2(n) { return n < 10 ? "0" + n : "" + n; }
+  function fmtClock(ms) { var d = new Date(ms); return pad2(d.getHours()) + ":" + pad2(d.getMinutes()) + ":" + pad2(d.getSeconds()); }
   function human(v) {
     if (v == null || isNaN(v)) return "–";
     if (Math.abs(v) >= 1e6) return (v / 1e6).toFixed(1) + "M";
@@ -145,9 +146,20 @@
     ctx.restore();
   }
 
+  // chart draws data in the chart id: a new uPlot the first time (or when
+  // its series change), else the same one given the new data — a live
+  // update costs a redraw, not a new chart.
   function chart(id, series, data, o) {
     o = o || {};
     var node = $(id);
+    var key = series.map(function (s) { return s.label; }).join("|") + "|" + (o.height || 220);
+    var c = charts[id];
+    if (c && c._key === key && node.contains(c.root)) {
+      c._hooks = o.draw || [];
+      c._sluiceData = data;
+      if (c._visible) c.setData(data); else c._stale = true; // drawn when scrolled into view
+      return c;
+    }
     var opts = {
       width: width(node), height: o.height || 220,
       cursor: { sync: { key: "t" } },
@@ -155,15 +167,34 @@
       series: [{ value: function (u, v) { return v == null ? "–" : fmtClock(v * 1000); } }].concat(series.map(function (s) { s.points = s.points || { show: false }; return s; })),
       axes: [{ values: timeTicks, space: 70 }, { size: 60, values: o.yValues || function (u, vs) { return vs.map(human); } }],
       bands: o.bands,
-      hooks: { draw: [overlay].concat(o.draw || []) },
+      hooks: { draw: [function (u) { overlay(u); (u._hooks || []).forEach(function (f) { f(u); }); }] },
       legend: { live: true }
     };
     if (charts[id]) { charts[id].destroy(); }
     node.textContent = "";
-    charts[id] = new uPlot(opts, data, node);
-    charts[id]._sluiceData = data;
-    return charts[id];
+    c = charts[id] = new uPlot(opts, data, node);
+    c._sluiceData = data;
+    c._key = key;
+    c._hooks = o.draw || [];
+    c._visible = true;
+    c.redraw();
+    if (seen) seen.observe(node);
+    return c;
   }
+
+  // seen tracks which charts are on screen: a live update redraws those,
+  // and the others when they come into view.
+  var seen = window.IntersectionObserver ? new IntersectionObserver(function (entries) {
+    entries.forEach(function (en) {
+      var c = charts[en.target.id];
+      if (!c) return;
+      c._visible = en.isIntersecting;
+      if (c._visible && c._stale) {
+        c._stale = false;
+        if (c._redo) { var f = c._redo; c._redo = null; f(); } else c.setData(c._sluiceData);
+      }
+    });
+  }, { rootMargin: "200px" }) : null;
 
   // timeTicks labels the x axis in the viewer's 24-hour clock.
   function timeTicks(u, vs, ax, space, incr) {
@@ -258,35 +289,49 @@
     return best;
   }
 
+  // laneSection returns lane k's panel, built once: its header, numbers
+  // and table are refilled on each update, its charts updated in place.
+  function laneSection(box, k) {
+    var sec = $("lane-" + k);
+    if (sec) return sec;
+    sec = el("section", { "class": "panel lane", id: "lane-" + k });
+    ["h2", "div.kv", "h3:Use of each limit", "p.note:Per minute, as a share of the limit the headers state; the binding one is drawn thick. The strip under the chart says what held work back in each interval.",
+      "div.chart#chart-lane-use-" + k, "div.legend-strip", "h3:Concurrency", "div.chart#chart-lane-conc-" + k, "h3:Buckets",
+      "p.note:Depth: the bucket's learned depth, in seconds of refill. Over the last minute, as a share of the limit: what sluice used, and what the headers showed spent beyond sluice's own charges — others' use (a colleague's, or a charge sluice's estimate missed).",
+      "div.buckets"].forEach(function (spec) {
+      var text = null, i = spec.indexOf(":");
+      if (i >= 0) { text = spec.slice(i + 1); spec = spec.slice(0, i); }
+      var id = null, j = spec.indexOf("#");
+      if (j >= 0) { id = spec.slice(j + 1); spec = spec.slice(0, j); }
+      var parts = spec.split("."), e = el(parts[0], null, text);
+      if (parts[1]) e.className = parts[1];
+      if (id) e.id = id;
+      sec.appendChild(e);
+    });
+    var leg = sec.querySelector(".legend-strip");
+    WAITS.forEach(function (w, i) { var s = el("span"); var sw = el("i"); sw.style.background = WAIT_COLORS[i]; s.appendChild(sw); s.appendChild(document.createTextNode(w)); leg.appendChild(s); });
+    box.appendChild(sec);
+    return sec;
+  }
+
   function drawLanes() {
     var box = $("lanes");
-    box.textContent = "";
     box.className = "lanes-grid";
     TL.lanes.forEach(function (l, k) {
       var n = TL.t.length - 1;
-      var sec = el("section", { "class": "panel lane" });
-      var h = el("h2", null, l.org + " · " + l.pool);
+      var sec = laneSection(box, k);
+      var h = sec.querySelector("h2");
+      h.textContent = l.org + " · " + l.pool;
       var b = bindingOver(l);
       if (b >= 0) h.appendChild(el("span", { "class": "pill" }, "bound by " + WAITS[b]));
       if (l.c[C.dead][n] === 1) h.appendChild(el("span", { "class": "pill dead" }, "dead: no live key"));
-      sec.appendChild(h);
-      var kv = el("div", { "class": "kv" });
+      var kv = sec.querySelector(".kv");
+      kv.textContent = "";
       var okpm = rate(l.c[C.ok], n);
       [["ok", fmtInt(l.c[C.ok][n])], ["now", (okpm == null ? "–" : fmtInt(okpm)) + "/min"], ["in flight", fmtInt(l.c[C.inFlight][n]) + " / limit " + fmtInt(l.c[C.limit][n]) + " / cap " + fmtInt(l.c[C.cap][n])],
         ["429", fmtInt(l.c[C.r429][n])], ["529", fmtInt(l.c[C.r529][n])], ["5xx", fmtInt(l.c[C.r5xx][n])]].forEach(function (p) {
         var s = el("span", null, p[0] + " "); s.appendChild(el("b", { "data-lane": laneKey(l), "data-k": p[0] }, p[1])); kv.appendChild(s);
       });
-      sec.appendChild(kv);
-      sec.appendChild(el("h3", null, "Use of each limit"));
-      sec.appendChild(el("p", { "class": "note" }, "Per minute, as a share of the limit the headers state; the binding one is drawn thick. The strip under the chart says what held work back in each interval."));
-      var u1 = el("div", { "class": "chart", id: "chart-lane-use-" + k }); sec.appendChild(u1);
-      var leg = el("div", { "class": "legend-strip" });
-      WAITS.forEach(function (w, i) { var s = el("span"); var sw = el("i"); sw.style.background = WAIT_COLORS[i]; s.appendChild(sw); s.appendChild(document.createTextNode(w)); leg.appendChild(s); });
-      sec.appendChild(leg);
-      sec.appendChild(el("h3", null, "Concurrency"));
-      var u2 = el("div", { "class": "chart", id: "chart-lane-conc-" + k }); sec.appendChild(u2);
-      sec.appendChild(el("h3", null, "Buckets"));
-      sec.appendChild(el("p", { "class": "note" }, "Depth: the bucket's learned depth, in seconds of refill. Over the last minute, as a share of the limit: what sluice used, and what the headers showed spent beyond sluice's own charges — others' use (a colleague's, or a charge sluice's estimate missed)."));
       var tbl = el("table");
       var hr = el("tr"); ["bucket", "limit/min", "depth", "level", "sluice", "others"].forEach(function (t, i) { hr.appendChild(el("th", i ? { "class": "num" } : null, t)); });
       tbl.appendChild(hr);
@@ -302,9 +347,24 @@
         [DIMS[d], human(lim), fmtNum(l.c[base + 1][n] / (lim / 60), 1) + " s", human(l.c[base + 2][n]), pct(ownRate / lim), pct(others / lim)].forEach(function (t, i) { tr.appendChild(el("td", i ? { "class": "num" } : null, t)); });
         tbl.appendChild(tr);
       }
-      if (any) { var sc = el("div", { "class": "scroll" }); sc.appendChild(tbl); sec.appendChild(sc); } else sec.appendChild(el("p", { "class": "note" }, "No rate-limit headers seen yet."));
-      box.appendChild(sec);
+      var bx = sec.querySelector(".buckets");
+      bx.textContent = "";
+      if (any) { var sc = el("div", { "class": "scroll" }); sc.appendChild(tbl); bx.appendChild(sc); } else bx.appendChild(el("p", { "class": "note" }, "No rate-limit headers seen yet."));
 
+      later("chart-lane-use-" + k, function () { drawLaneUse(l, k, b, n); });
+      later("chart-lane-conc-" + k, function () { drawLaneConc(l, k); });
+    });
+  }
+
+  // later runs draw now, or, for a chart off screen, when it comes into
+  // view: a live update computes only what is seen.
+  function later(id, draw) {
+    var c = charts[id];
+    if (c && !c._visible && $(id) && $(id).contains(c.root)) { c._redo = draw; c._stale = true; return; }
+    draw();
+  }
+
+  function drawLaneUse(l, k, b, n) {
       var ax = axis();
       var data = [ax.x], series = [];
       var bind = b >= 2 && b <= 5 ? b - 2 : -1;
@@ -333,13 +393,15 @@
         }
       };
       chart("chart-lane-use-" + k, series, data, { height: 200, draw: [strip], yValues: function (u, vs) { return vs.map(function (v) { return v + " %"; }); } });
+  }
+
+  function drawLaneConc(l, k) {
       var ax2 = axis();
       chart("chart-lane-conc-" + k, [
         { label: "in flight", stroke: "#1f6fb4", width: 1.5, fill: "rgba(31,111,180,0.08)" },
         { label: "AIMD limit", stroke: "#9c6ade", width: 1.5 },
         { label: "cap", stroke: "#667085", dash: [5, 4], width: 1 }
       ], [ax2.x, mapped(ax2, l.c[C.inFlight]), mapped(ax2, l.c[C.limit]), mapped(ax2, l.c[C.cap])], { height: 160 });
-    });
   }
 
   // chunks folds the batch events into one bar per chunk.
@@ -403,14 +465,28 @@
     }
   }
 
+  var eventsDrawn = "";
   function drawEvents() {
     var t = $("events");
+    var key = TL.events.length + "/" + TL.segments.length;
+    if (key === eventsDrawn) return; // no new event: the table stands
+    eventsDrawn = key;
     t.textContent = "";
     var t0 = TL.segments.length ? TL.segments[0].start : 0;
     var hr = el("tr"); ["time", "after", "what"].forEach(function (x) { hr.appendChild(el("th", null, x)); }); t.appendChild(hr);
     var evs = TL.events.filter(function (e) { return !(e.kind === "batch" && e.state === "intent"); });
+    // A long run has thousands of chunk events: the last MAX_BATCH_ROWS
+    // are listed (the chart above shows every chunk).
+    var nb = 0, MAX_BATCH_ROWS = 300;
+    evs.forEach(function (e) { if (e.kind === "batch") nb++; });
+    var skipped = Math.max(0, nb - MAX_BATCH_ROWS);
+    if (skipped > 0) {
+      var seen = 0;
+      evs = evs.filter(function (e) { return e.kind !== "batch" || ++seen > skipped; });
+    }
     TL.segments.forEach(function (s, i) { if (i > 0) evs.push({ t: s.start, kind: "resume", why: "process " + s.pid + " continued the run (segment " + s.seg + ")" }); });
     evs.sort(function (a, b) { return a.t - b.t; });
+    if (skipped > 0) { var sr = el("tr"); sr.appendChild(el("td", { colspan: 3, "class": "muted" }, skipped + " earlier batch chunk events are not listed; the chart above shows every chunk.")); t.appendChild(sr); }
     if (!evs.length) { var r = el("tr"); r.appendChild(el("td", { colspan: 3, "class": "muted" }, "No event yet.")); t.appendChild(r); }
     evs.forEach(function (e) {
       var r = el("tr");
@@ -484,8 +560,11 @@
     var s = el("div", { "class": "scroll" }); s.appendChild(t); return s;
   }
 
+  var reportDrawn = null;
   function drawReport() {
     var box = $("report");
+    if (REP === reportDrawn) return; // drawn once: a report does not change
+    reportDrawn = REP;
     box.textContent = "";
     if (!REP) return;
     var p = el("section", { "class": "panel", id: "report-summary" });
@@ -587,7 +666,7 @@
     drawCards();
     drawProgress(); drawCost(); drawErrors(); drawLanes(); drawBatch(); drawEvents(); drawKeys(); drawReport();
     document.body.setAttribute("data-points", TL.t.length);
-    fit();
+    if (drawMs.length === 0) fit(); // the layout settled: size the charts once (and on resize)
   }
 
   // fit sizes every chart to its box (after the layout settled).
@@ -646,12 +725,19 @@
       return out;
     },
     drawMs: function () { return drawMs; },
+    redraw: function () { drawAll(); return drawMs[drawMs.length - 1]; },
     last: function () { var n = TL ? TL.t.length - 1 : -1; return n < 0 ? null : { t: TL.t[n], done: TL.done[n], cost: TL.cost[0][n] }; }
   };
 
   if (LIVE) {
-    poll();
-    setInterval(poll, 2000);
+    // Every 2 s, or less often when drawing takes long (a day of history
+    // on a slow phone): the page stays responsive.
+    var tick = function () {
+      poll();
+      var last = drawMs.length ? drawMs[drawMs.length - 1] : 0;
+      setTimeout(tick, Math.max(2000, 5 * last));
+    };
+    tick();
   } else {
     TL = embedded.timeline;
     drawAll();
