@@ -54,22 +54,6 @@ func wallCostPlot(w World, model string) (WallCostPlot, error) {
 	return out, nil
 }
 
-func minOf(v []float64) float64 {
-	m := math.Inf(1)
-	for _, x := range v {
-		m = math.Min(m, x)
-	}
-	return m
-}
-
-func maxOf(v []float64) float64 {
-	m := math.Inf(-1)
-	for _, x := range v {
-		m = math.Max(m, x)
-	}
-	return m
-}
-
 // NTick labels 10^e requests.
 func NTick(e float64) string {
 	switch v := int(math.Round(math.Pow(10, e))); {
