@@ -61,13 +61,26 @@ type browser struct {
 	errors []string
 }
 
-func newBrowser(t *testing.T, width, height int) *browser {
+// chrome starts one headless Chromium for the test; newBrowser opens tabs
+// in it (a tab is much cheaper than a browser).
+func chrome(t *testing.T) context.Context {
 	t.Helper()
 	exe := chromiumPath(t)
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.WindowSize(width, height))
+		chromedp.WindowSize(1280, 1500))
 	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
-	ctx, cancelC := chromedp.NewContext(actx)
+	bctx, cancelB := chromedp.NewContext(actx)
+	if err := chromedp.Do(bctx); err != nil { // the browser starts here
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancelB(); cancelA() })
+	return bctx
+}
+
+// newBrowser opens a tab of the browser at parent, width × height.
+func newBrowser(t *testing.T, parent context.Context, width, height int64) *browser {
+	t.Helper()
+	ctx, cancel := chromedp.NewContext(parent)
 	b := &browser{ctx: ctx}
 	msgs := chromedp.Console(ctx)
 	done := make(chan struct{})
@@ -84,7 +97,8 @@ func newBrowser(t *testing.T, width, height int) *browser {
 			}
 		}
 	}()
-	t.Cleanup(func() { cancelC(); cancelA(); <-done })
+	t.Cleanup(func() { cancel(); <-done })
+	b.do(t, chromedp.EmulateViewport(width, height))
 	return b
 }
 
@@ -211,11 +225,12 @@ func TestViewInABrowser(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	b := newBrowser(t, 1280, 1500)
+	cr := chrome(t)
+	b := newBrowser(t, cr, 1280, 1500)
 	b.do(t, chromedp.Navigate(st.URL), chromedp.WaitVisible(chromedp.CSS(`#chart-progress .uplot`)),
 		chromedp.WaitVisible(chromedp.CSS(`[id^="chart-lane-use-"] .uplot`)))
 	// At phone width the page still lays out in one column and draws.
-	phone := newBrowser(t, 390, 844)
+	phone := newBrowser(t, cr, 390, 844)
 	phone.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile), chromedp.Navigate(st.URL),
 		chromedp.WaitVisible(chromedp.CSS(`[id^="chart-lane-conc-"] .uplot`)))
 	// A mobile browser widens its layout to the widest element: the page
@@ -322,7 +337,7 @@ func TestViewInABrowser(t *testing.T) {
 	if _, err := os.Stat(html); err != nil {
 		t.Fatalf("no HTML report beside the results: %v\n%s", err, p.stderr.String())
 	}
-	rb := newBrowser(t, 1280, 1500)
+	rb := newBrowser(t, cr, 1280, 1000)
 	rb.do(t, chromedp.Navigate("file://"+html), chromedp.WaitVisible(chromedp.CSS(`#report-summary`)))
 	if card := rb.card(t, "done"); doneOf(card) != int64(rep.Requests.AlreadyDone+rep.Requests.Written) || !strings.HasSuffix(card, fmt.Sprintf("%d", rep.Requests.Total%1000)) {
 		t.Errorf("report page: done card %q, the run report's %d of %d", card, rep.Requests.AlreadyDone+rep.Requests.Written, rep.Requests.Total)
@@ -352,7 +367,7 @@ func TestViewInABrowser(t *testing.T) {
 		t.Errorf("the report draws %d charts: %v", len(counts), counts)
 	}
 	rb.screenshot(t, "see-report.png", true)
-	rphone := newBrowser(t, 390, 844)
+	rphone := newBrowser(t, cr, 390, 844)
 	rphone.do(t, chromedp.EmulateViewport(390, 844, chromedp.EmulateScale(2), chromedp.EmulateMobile), chromedp.Navigate("file://"+html),
 		chromedp.WaitVisible(chromedp.CSS(`#report-summary`)))
 	if eval[bool](t, rphone, `document.documentElement.scrollWidth > 391 || window.innerWidth > 391`) {

@@ -103,6 +103,9 @@ sluice process of this user that serves a view. It says so, with exit status
 			for _, st := range states {
 				s, err := view.FetchStatus(st)
 				if errors.Is(err, view.ErrNotRunning) {
+					if len(args) == 0 && !processAlive(st.PID) {
+						os.Remove(filepath.Join(view.RunningDir(), fmt.Sprintf("%d.json", st.PID))) // a killed process's
+					}
 					continue
 				}
 				if err != nil {
