@@ -261,6 +261,7 @@ var (
 	descTotal = prometheus.NewDesc("sluice_job_total", "Requests in the input.", nil, nil)
 	descCost  = prometheus.NewDesc("sluice_job_cost_usd_total", "USD spent so far at list prices (the ledger).", nil, nil)
 	descBatch = prometheus.NewDesc("sluice_job_batch_in_flight", "Requests in unended Message Batches.", nil, nil)
+	descKeys  = prometheus.NewDesc("sluice_keys_live", "Keys not marked dead.", nil, nil)
 )
 
 func (c jobCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -268,14 +269,25 @@ func (c jobCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descTotal
 	ch <- descCost
 	ch <- descBatch
+	ch <- descKeys
 }
 
 func (c jobCollector) Collect(ch chan<- prometheus.Metric) {
 	w := c.w
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.live == nil {
+		return
+	}
+	live := 0
+	for _, st := range w.keyState {
+		if st != "dead" {
+			live++
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(descKeys, prometheus.GaugeValue, float64(live))
 	n := w.tl.Len()
-	if n == 0 || w.live == nil {
+	if n == 0 {
 		return
 	}
 	ch <- prometheus.MustNewConstMetric(descDone, prometheus.GaugeValue, w.tl.Done[n-1])

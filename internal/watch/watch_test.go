@@ -120,6 +120,28 @@ func TestStatusFromSamples(t *testing.T) {
 	if s.Cost.MaxCost != 5 || s.Cost.Projected < 0.99 || s.Cost.Projected > 1.01 {
 		t.Errorf("cost %+v: want $0.90 so far, about $1 projected", s.Cost)
 	}
+	// /metrics: the lanes under the proxy's names, the job's own figures.
+	mfs, err := w.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			switch {
+			case m.GetGauge() != nil:
+				got[mf.GetName()] += m.GetGauge().GetValue()
+			case m.GetCounter() != nil:
+				got[mf.GetName()] += m.GetCounter().GetValue()
+			}
+		}
+	}
+	for name, want := range map[string]float64{"sluice_lane_ok_total": 900, "sluice_lane_rate_limited_total": 180, "sluice_job_done": 900,
+		"sluice_job_total": 1000, "sluice_lane_in_flight": 20} {
+		if got[name] != want {
+			t.Errorf("/metrics %s = %v, want %v", name, got[name], want)
+		}
+	}
 	// The events that came before Start are in the history.
 	b, _ := w.Timeline(0)
 	if !strings.Contains(string(b), `"kind":"route"`) {
