@@ -496,3 +496,39 @@ func BenchmarkViewDayOfHistory(b *testing.B) {
 	b.ReportMetric(float64(hs.Size())/1e6, "MB-history")
 	b.ReportMetric(float64(rs.Size())/1e6, "MB-report")
 }
+
+// TestJudgeReportInABrowser: a judge's report, opened from disk, shows its
+// verdict classes and each group's score distribution, drawn.
+func TestJudgeReportInABrowser(t *testing.T) {
+	chromiumPath(t)
+	e := newE2EWith(t, func(c *sim.Config) { c.Verdicts.Enabled = true })
+	var items strings.Builder
+	for i := range 60 {
+		fmt.Fprintf(&items, `{"id":"q%d","question":"What is %d?","completion":"%d.","group":%q}`+"\n", i, i, i, []string{"x", "y"}[i%2])
+	}
+	if err := os.WriteFile(e.path("items.jsonl"), []byte(items.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e.runOK("judge", "items.jsonl", "-o", "v.jsonl", "--max-tokens", "1024")
+	html := e.path("v.report.html")
+	b := newBrowser(t, chrome(t), 1280, 1000)
+	b.do(t, chromedp.Navigate("file://"+html), chromedp.WaitVisible(chromedp.CSS(`#judge .uplot`)))
+	if got := b.text(t, `#judge table tr:nth-child(2) td:nth-child(2)`); got != "60" {
+		t.Errorf("the (all) row counts %q verdicts, want 60", got)
+	}
+	counts := b.chartCounts(t)
+	judged := 0
+	for id, c := range counts {
+		if strings.HasPrefix(id, "chart-judge-") {
+			judged++
+			if c == 0 {
+				t.Errorf("%s holds no data", id)
+			}
+		}
+	}
+	if judged == 0 {
+		t.Errorf("no score distribution drawn (charts %v)", counts)
+	}
+	b.screenshot(t, "see-judge.png", true)
+	b.checkNoErrors(t, "judge report")
+}
