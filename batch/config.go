@@ -8,6 +8,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/internal/event"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -137,6 +138,10 @@ type Config struct {
 	// before its batch, billed at the sync price. Runs on Run's goroutine
 	// like the other callbacks.
 	OnPrime func(Prime)
+	// Events, if set, records each chunk's lifecycle for the run's history
+	// (events.go, docs/see.md): what the journal records, and the end of
+	// each batch. It must not block.
+	Events event.Recorder
 
 	// Now reads the clock for journal times and deadlines (default
 	// time.Now). Waits use the loop's timer: tests run in testing/synctest

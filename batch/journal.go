@@ -87,6 +87,9 @@ type journal struct {
 	// hook, when set (tests), runs before each write, with the journal
 	// locked: a slow disk.
 	hook func(record)
+	// notify, when set, is told each record written, with the journal
+	// locked (Config.Events: events.go).
+	notify func(record)
 }
 
 // ErrJournal wraps every journal failure. After one, the Runner stops: a
@@ -283,6 +286,9 @@ func (j *journal) append(r record, sync bool) error {
 			j.err = fmt.Errorf("%w: syncing %s: %v", ErrJournal, j.path, err)
 			return j.err
 		}
+	}
+	if j.notify != nil {
+		j.notify(r)
 	}
 	return nil
 }

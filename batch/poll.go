@@ -176,6 +176,7 @@ func (r *Runner) polled(rep *pollReport) {
 		if rep.b.ProcessingStatus == api.BatchEnded {
 			r.stats.Ended++
 			r.countTurnaround(c, &rep.b)
+			r.chunkEnded(c)
 			r.enter(c, harvesting)
 			c.try = tries{delay: r.cfg.PollMin, verified: !c.adopted, ended: &rep.b}
 			return

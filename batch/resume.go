@@ -67,6 +67,7 @@ func New(cfg Config) (*Runner, error) {
 		return nil, err
 	}
 	r.j, r.flush = j, newFlusher(j, r.log)
+	j.notify = chunkEvents(cfg.Events, entries) // the history's batch events (events.go)
 	now := cfg.Now()
 	r.runID = strconv.FormatInt(now.UnixNano(), 36) + "-" + strconv.FormatUint(uint64(rand.Uint32()), 36)
 	r.q = queue{target: target - fingerprint(r.runID, target), byteCap: cfg.MaxChunkBytes}

@@ -147,6 +147,10 @@ type BucketState struct {
 	// on the depth).
 	Seen     float64
 	Fraction float64 // Level / Depth, 1 when unknown
+	// Lowered sums what the headers took off the level that the budget's
+	// own charges did not explain: a colleague's spending, or a charge the
+	// model missed (cumulative; the history's "share others used").
+	Lowered float64
 }
 
 // Reserve is how much of the bucket is left for colleagues at the share
@@ -190,6 +194,8 @@ type bucket struct {
 	// calm counts the answers since one lowered the level: a higher report
 	// is believed only when no lower one came for RaiseAfter answers.
 	calm int
+	// lowered sums the level cuts to a lower report (BucketState.Lowered).
+	lowered float64
 }
 
 // RaiseAfter is how many answers in a row must have lowered nothing before
@@ -212,7 +218,7 @@ func (b *bucket) advance(now time.Time) {
 }
 
 func (b *bucket) state() BucketState {
-	st := BucketState{Known: b.known, Limit: b.limit, Depth: b.depth, Level: b.level, Seen: b.seen, Fraction: 1}
+	st := BucketState{Known: b.known, Limit: b.limit, Depth: b.depth, Level: b.level, Seen: b.seen, Fraction: 1, Lowered: b.lowered}
 	if b.known && b.depth > 0 {
 		st.Fraction = math.Max(0, b.level/b.depth)
 	}
@@ -267,6 +273,7 @@ func (b *bucket) observe(now time.Time, v DimView, unseen float64) {
 		// Surely lower than the model: a colleague spent, or a charge the
 		// model missed. (Within the rounding slack it may not be, and
 		// lowering on rounding noise alone would bias the level down.)
+		b.lowered += b.level - rem
 		b.level, b.calm = rem, 0
 	case rem-v.Slack-unseen > b.level && b.calm >= RaiseAfter && !v.NoRaise:
 		// Higher than the model, even counting everything spent since

@@ -33,3 +33,29 @@ func TestLocalNamesTheBucketWhenBothRefuse(t *testing.T) {
 		t.Errorf("only the permits refuse: %v, want concurrency", r)
 	}
 }
+
+// TestLocalCountsWhatOthersSpent: a remaining lower than the budget's
+// level, beyond the slack, is spending the budget did not do (a
+// colleague's); Lowered sums it, and sluice's own charges are not in it.
+func TestLocalCountsWhatOthersSpent(t *testing.T) {
+	t0 := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	b := budget.NewLocal()
+	view := func(rem float64) budget.View {
+		return budget.View{budget.Requests: {Known: true, Limit: 600, Remaining: rem}}
+	}
+	g, _, _ := b.TryTake(t0, 10, 0, budget.Demand{1})
+	b.Observe(t0, view(600), g) // first sight: the level is the remaining
+	b.Settle(t0, g, budget.Demand{1})
+	g, _, _ = b.TryTake(t0, 10, 0, budget.Demand{1}) // own charge: 599
+	b.Observe(t0, view(599), g)
+	if got := b.Snapshot(t0).Buckets[budget.Requests].Lowered; got != 0 {
+		t.Fatalf("Lowered %v after only sluice's own spending, want 0", got)
+	}
+	b.Settle(t0, g, budget.Demand{1})
+	g, _, _ = b.TryTake(t0, 10, 0, budget.Demand{1}) // 598 by the model
+	b.Observe(t0, view(548), g)                      // a colleague took 50
+	if got := b.Snapshot(t0).Buckets[budget.Requests].Lowered; got != 50 {
+		t.Errorf("Lowered %v, want the colleague's 50", got)
+	}
+	b.Settle(t0, g, budget.Demand{1})
+}

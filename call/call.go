@@ -55,6 +55,7 @@ type Result struct {
 	Org, Key   string // labels
 	Attempts   int
 	Latency    time.Duration // first send to final answer
+	Queued     time.Duration // from the sender taking it to its first send (sync only)
 	Usage      api.Usage
 	StopReason string
 	Err        error

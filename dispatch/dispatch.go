@@ -193,6 +193,7 @@ type item struct {
 	congested int
 	failed    int
 	first     time.Time
+	enqueued  time.Time // when the loop took it: Result.Queued counts from here
 	due       time.Time
 	last      *client.Outcome
 	// ctx, cancel, send, onWait and unwatch are set by SubmitSend
@@ -506,7 +507,7 @@ func (d *Dispatcher) addKeysNow(ks []*keys.Key, now time.Time) {
 }
 
 func (d *Dispatcher) enqueue(it *item, now time.Time) {
-	it.first = time.Time{}
+	it.first, it.enqueued = time.Time{}, now
 	d.mu.Lock()
 	d.stats.Submitted++
 	d.mu.Unlock()
@@ -952,7 +953,7 @@ func (d *Dispatcher) complete(it *item, class string, a *attempt, now time.Time)
 	r := Result{
 		Request: it.req, Class: class, Status: o.Status, Body: o.Body,
 		Org: a.ls.org.label, Key: a.key.Label(), Attempts: it.attempts,
-		Latency: now.Sub(it.first), Usage: o.Usage, StopReason: o.StopReason, Err: o.Err,
+		Latency: now.Sub(it.first), Queued: it.first.Sub(it.enqueued), Usage: o.Usage, StopReason: o.StopReason, Err: o.Err,
 	}
 	if class == api.ClassTransport && (len(r.Body) == 0 || o.Class == client.Transport) {
 		r.Body = syntheticError(o, it.attempts)

@@ -126,6 +126,10 @@ type Options struct {
 	// Now reads the clock for the report's and the progress display's
 	// times (default time.Now).
 	Now func() time.Time
+	// Watch, if set, is told what the run does: its sources once it sends,
+	// its decisions, each answer (the history, the live view and the
+	// metrics: internal/watch, docs/see.md).
+	Watch Watcher
 }
 
 // RoutedBy hands the run's routing to rt (`--route auto|sync|batch`): it

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/cacheprefix"
 	"github.com/sluice-dev/sluice/cost"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/event"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/results"
 	"github.com/sluice-dev/sluice/route"
@@ -325,6 +326,7 @@ func (r *run) plan() error {
 		}
 	}
 	r.rep.Route, r.rep.RouteWhy, r.rep.PredictedSeconds = r.routing.Route, r.routing.Why, r.routing.Predicted.Seconds()
+	r.routed(event.Route, "", r.routing)
 	dc := r.o.Dispatch
 	dc.Keys = r.routing.SyncKeys(dc.Keys)
 	var err error
@@ -336,6 +338,7 @@ func (r *run) plan() error {
 // (drain), or sooner on an interrupt.
 func (r *run) halt(why string) {
 	if r.stopReason.CompareAndSwap(nil, why) {
+		r.record(event.Event{Kind: event.Halt, Why: why})
 		r.o.Logger.Warn("stopping: "+why+"; requests in flight finish (interrupt to abort them)", "grace", r.o.Grace.String())
 	}
 	r.stopFeed()
@@ -350,6 +353,7 @@ func (r *run) sink(res dispatch.Result, batchID string) {
 	if res.Aborted {
 		return
 	}
+	r.answered(res, batchID)
 	rec := toRecord(res, r.o.Redact)
 	via := route.Sync
 	if batchID != "" {
@@ -390,7 +394,7 @@ func (r *run) send(ctx context.Context) error {
 		// dropped from it by Open.
 		Done:  func(id string) bool { _, ok := r.st.Done[id]; return ok },
 		Sink:  r.sink,
-		Prime: r.primed,
+		Prime: r.primed, Events: r.o.Watch,
 		Lines: r.replanLines(),
 		Reroute: func(req *dispatch.Request, why string) {
 			r.o.Logger.Debug("batch request re-routed to sync", "id", req.ID, "why", why)
@@ -443,6 +447,7 @@ func (r *run) send(ctx context.Context) error {
 	prog := newProgress(r.o, r.d, &r.ledger, &r.durable, r.todo, len(r.st.Done))
 	r.progDone = make(chan struct{})
 	r.progWG.Go(func() { prog.run(r.progDone) })
+	r.watchStart()
 	return nil
 }
 
@@ -572,8 +577,10 @@ func (r *run) replan() {
 			if r.o.ReplanRefused != nil {
 				r.o.ReplanRefused(nr)
 			}
+			r.routed(event.Replan, "refused", nr)
 			continue
 		}
+		r.routed(event.Replan, "applied", nr)
 		r.replans.Add(1)
 		r.repMu.Lock()
 		r.rep.Replans = append(r.rep.Replans, ReplanReport{AtSeconds: r.since().Seconds(), Route: nr.Route, BatchShare: nr.BatchShare,
@@ -600,6 +607,7 @@ func (r *run) rotate(ctx context.Context) {
 				r.o.Logger.Warn("key rotation failed", "err", err)
 			}
 			r.disc = append(r.disc, more...)
+			r.keysJoined(rot)
 		case <-r.rotDone:
 			return
 		case <-ctx.Done():
@@ -630,6 +638,7 @@ func (r *run) drain(ctx context.Context) {
 	case <-r.serveCtx.Done():
 		r.serveErr = grace(ctx.Done())
 	case <-ctx.Done():
+		r.record(event.Event{Kind: event.Interrupt, Why: "interrupted; requests in flight finish"})
 		r.stopFeed()
 		r.stopServe() // stop admitting; attempts in flight finish
 		r.serveErr = grace(nil)

@@ -1,10 +1,8 @@
 package plan_test
 
 import (
-	"bytes"
 	"fmt"
 	"math"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -357,45 +355,6 @@ func TestReadWorld(t *testing.T) {
 			t.Errorf("ReadWorld(%s) accepted", bad)
 		}
 	}
-}
-
-// TestGuidelinesUpToDate fails when docs/guidelines.md or its plot differ
-// from what the generator writes now. Run `go run ./cmd/sluice guidelines`
-// to regenerate them.
-func TestGuidelinesUpToDate(t *testing.T) {
-	md, svg, err := plan.Guidelines(sim.PresetModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	md2, svg2, err := plan.Guidelines(sim.PresetModel)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(md, md2) || !bytes.Equal(svg, svg2) {
-		t.Fatal("plan.Guidelines is not deterministic")
-	}
-	for _, f := range []struct {
-		path string
-		want []byte
-	}{{"../docs/guidelines.md", md}, {"../docs/" + plan.GuidelinesPlot, svg}} {
-		have, err := os.ReadFile(f.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(have, f.want) {
-			t.Errorf("%s is stale: run `go run ./cmd/sluice guidelines` and commit it (first difference at line %d)", f.path, firstDiffLine(have, f.want))
-		}
-	}
-}
-
-func firstDiffLine(a, b []byte) int {
-	la, lb := bytes.Split(a, []byte("\n")), bytes.Split(b, []byte("\n"))
-	for i := range min(len(la), len(lb)) {
-		if !bytes.Equal(la[i], lb[i]) {
-			return i + 1
-		}
-	}
-	return min(len(la), len(lb)) + 1
 }
 
 func ExampleDecide() {

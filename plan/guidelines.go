@@ -43,18 +43,18 @@ func JudgeJob(n int, model string) Job {
 // GuidelinesPlot is the file name of the plot docs/guidelines.md links.
 const GuidelinesPlot = "guidelines-wall-cost.svg"
 
-// Guidelines renders docs/guidelines.md and its plot (GuidelinesPlot,
-// beside it) for the named worlds that preset resolves (sim.PresetModel:
+// Guidelines renders docs/guidelines.md and the data of its plot
+// (GuidelinesPlot, beside it, drawn by internal/guideplot) for the named worlds that preset resolves (sim.PresetModel:
 // the simulator's presets are the worlds the page tabulates). The output
 // is a pure function of the code: no clock, stable ordering, fixed number
 // formatting.
-func Guidelines(preset func(name string) (apimodel.Model, error)) (md, svg []byte, err error) {
+func Guidelines(preset func(name string) (apimodel.Model, error)) (md []byte, plot WallCostPlot, err error) {
 	var b bytes.Buffer
 	worlds := make([]World, len(guidelineWorlds))
 	for i, gw := range guidelineWorlds {
 		m, err := preset(gw.preset)
 		if err != nil {
-			return nil, nil, fmt.Errorf("plan: %w", err)
+			return nil, WallCostPlot{}, fmt.Errorf("plan: %w", err)
 		}
 		worlds[i] = FromModel(m, nil)
 		worlds[i].Name = gw.preset
@@ -155,7 +155,7 @@ Assumptions:
 				for _, n := range guidelineNs {
 					d, err := decide(w, JudgeJob(n, m), Options{Priority: pr.p})
 					if err != nil {
-						return nil, nil, err
+						return nil, WallCostPlot{}, err
 					}
 					fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 						shortName(m), fmtInt(n), routeCell(d), keysCell(d, w), d.ChunkWindow(), d.Concurrency(),
@@ -188,13 +188,13 @@ rate), per hour.
 			for _, p := range []Priority{PreferLatency, PreferBalanced, PreferCost} {
 				c, err := Crossover(w, JudgeJob(1, m), Options{Priority: p})
 				if err != nil {
-					return nil, nil, err
+					return nil, WallCostPlot{}, err
 				}
 				cells = append(cells, crossCell(c))
 			}
 			sr, _, err := w.SyncRate(JudgeJob(1, m))
 			if err != nil {
-				return nil, nil, err
+				return nil, WallCostPlot{}, err
 			}
 			br := 0.0
 			for _, o := range w.Orgs {
@@ -253,11 +253,11 @@ always costs half.
 - **Tiny jobs stay on sync.** Fewer than 100 requests are not worth a queue
   whose first result is minutes, and may be hours, away.
 `)
-	svg, err = wallCostPlot(w0, guidelineModels[0])
+	plot, err = wallCostPlot(w0, guidelineModels[0])
 	if err != nil {
-		return nil, nil, err
+		return nil, WallCostPlot{}, err
 	}
-	return b.Bytes(), svg, nil
+	return b.Bytes(), plot, nil
 }
 
 func mustRate(w World, model string) float64 {

@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/event"
 	"github.com/sluice-dev/sluice/keys"
 )
 
@@ -52,6 +53,9 @@ type Config struct {
 	// write a shared prefix into an org's prompt cache before its batch
 	// (batch.Config.OnPrime): its cost is the run's.
 	Prime func(batch.Prime)
+	// Events, if set, records the batch path's chunk lifecycle for the
+	// run's history (batch.Config.Events).
+	Events event.Recorder
 	// Lines > 0 is the input's line count when the run may re-plan: the
 	// feeders then take lines through Take and pass again through
 	// PassDone, so Fanout.Reroute can change the routing mid-run.
@@ -145,6 +149,7 @@ func (f *Fanout) openRunner(bc batch.Config, harvestOnly bool) (*batch.Runner, e
 	bc.OnResult = func(r batch.Result) { sink(r.Result, r.BatchID) }
 	bc.OnReroute = c.Reroute
 	bc.OnPrime = c.Prime
+	bc.Events = c.Events
 	return batch.New(bc)
 }
 

@@ -207,6 +207,7 @@ func (p *Router) Route(s jsonl.Summary, pending int) (Routing, error) {
 	r := p.routingFor(d, w, pending)
 	if o.Route == "batch" {
 		r.Route, r.Why, r.Predicted, r.BatchShare = Batch, "--route batch", d.BatchWall.Mid, 0
+		r.PredictedBand = [2]time.Duration{d.BatchWall.Low, d.BatchWall.High}
 	}
 	if o.OnDecision != nil {
 		o.OnDecision(d)
@@ -223,7 +224,7 @@ func (p *Router) Route(s jsonl.Summary, pending int) (Routing, error) {
 // Routing.
 func (p *Router) routingFor(d plan.Decision, w plan.World, pending int) Routing {
 	o, k := p.o, p.k
-	r := Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid}
+	r := Routing{Route: string(d.Route), Why: d.Why, Predicted: d.Wall.Mid, PredictedBand: [2]time.Duration{d.Wall.Low, d.Wall.High}}
 	if d.Route == plan.RouteSync {
 		r.SyncOrgs = d.Orgs // a small job needs fewer organizations
 	}

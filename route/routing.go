@@ -42,6 +42,9 @@ type Routing struct {
 	// Why explains the choice; Predicted is the planner's wall-clock.
 	Why       string
 	Predicted time.Duration
+	// PredictedBand is the planner's low and high wall-clock around
+	// Predicted (zero when it gave none).
+	PredictedBand [2]time.Duration
 }
 
 // ToBatch is the split rule: whether the routing sends the request with

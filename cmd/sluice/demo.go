@@ -37,6 +37,7 @@ func demoCmd() *cobra.Command {
 		n     int
 		tour  bool
 		keep  string
+		sf    seeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "demo",
@@ -70,20 +71,23 @@ batch round trip.`,
 				fmt.Fprintf(d.out, "sluice demo --tour: simulator (preset %s, time scale %g) on %s\n\n", flags.preset, cfg.TimeScale, base)
 				return d.run()
 			}
-			return runDemoJob(cmd, srv, cfg, base, n, keep)
+			return runDemoJob(cmd, srv, cfg, base, n, keep, &sf)
 		},
 	}
 	flags.register(cmd, 10)
 	cmd.Flags().IntVar(&n, "n", 20000, "number of judge requests")
 	cmd.Flags().BoolVar(&tour, "tour", false, "show single calls instead of a job")
+	sf.register(cmd.Flags(), false)
 	cmd.Flags().StringVar(&keep, "dir", "", "keep the request, results and report files here (default: a temporary directory)")
 	return cmd
 }
 
 // runDemoJob writes the workload and runs it against the in-process
 // simulator with the simulator's own keys.
-func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string, n int, dir string) error {
+func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string, n int, dir string, sf *seeFlags) error {
+	keep := dir
 	out := cmd.ErrOrStderr()
+	log := newLogger()
 	resume := "sluice demo --dir " + dir
 	if dir == "" {
 		resume = "sluice demo --dir DIR (a temporary directory is deleted at exit)"
@@ -99,13 +103,18 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 		return err
 	}
 	os.Remove(res)
+	os.Remove(res + ".history")
+	see, err := sf.start("demo", res, res+".history", "sluice demo: "+in+" → "+res, out, log)
+	if err != nil {
+		return err
+	}
+	defer see.stop()
 	pool, err := simtest.Pool(cfg)
 	if err != nil {
 		return err
 	}
 	c := client.New(client.Config{BaseURL: base, MaxConns: 512})
 	k := cfg.TimeScale
-	log := newLogger()
 	dc := dispatch.Config{Client: c, Keys: pool.Keys(), Logger: log}
 	fmt.Fprintf(out, "sluice demo: simulator on %s (preset three-org, time scale %g: limits ×%g, latencies ÷%g)\n", base, k, k, k)
 	fmt.Fprintf(out, "  %d judge requests (Sonnet 4.5, rubric + question/answer, max_tokens 256) in %s\n\n", n, in)
@@ -123,7 +132,11 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 		ProgressInterval: interval, Logger: log, Command: resume, Redact: pool.Redact,
 	}
 	opts.RoutedBy(rt)
-	err = runJob(cmd.Context(), opts, rep)
+	html := ""
+	if keep != "" {
+		html = reportPathFor(res)
+	}
+	err = runJob(cmd.Context(), opts, rep, see, html)
 	st := srv.Stats()
 	var admitted, limited int64
 	for _, o := range st.Orgs {
@@ -136,6 +149,11 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 		admitted, limited, st.Bodies.DistinctAnswered, st.Bodies.AnsweredMoreThanOnce)
 	fmt.Fprintf(out, "in %s of real time = %s of API time at time scale %g\n", time.Since(start).Round(time.Millisecond),
 		time.Duration(float64(time.Since(start))*k).Round(time.Second), k)
+	if see.url != "" && tty && cmd.Context().Err() == nil {
+		// A newcomer may have opened the page late: it stays until Ctrl-C.
+		fmt.Fprintf(out, "\nthe run is over; its live view stays at %s until you press Ctrl-C\n", see.url)
+		<-cmd.Context().Done()
+	}
 	return err
 }
 

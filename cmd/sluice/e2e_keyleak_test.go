@@ -36,6 +36,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/internal/redisproc"
+	"github.com/sluice-dev/sluice/internal/view"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
@@ -303,6 +304,37 @@ func (w *leakWorld) walk(t *testing.T, root string, skip map[string]bool) {
 	}
 }
 
+// fetchView reads what the view at the state file statePath serves — the
+// page, /api/status, /api/history, /metrics — and keeps it all (the state
+// file too) to search.
+func (w *leakWorld) fetchView(t *testing.T, name, statePath string) {
+	t.Helper()
+	st, err := view.ReadState(statePath)
+	if err != nil {
+		t.Errorf("%s: no view state: %v", name, err)
+		return
+	}
+	raw, _ := os.ReadFile(statePath)
+	w.keep(name+" view state", raw)
+	for _, path := range []string{"/?token=" + st.Token, "/api/status", "/api/history", "/metrics"} {
+		req, _ := http.NewRequest("GET", st.Base+path, nil)
+		req.Header.Set("Authorization", "Bearer "+st.Token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("%s: GET %s: %v", name, path, err)
+			continue
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || len(b) == 0 {
+			t.Errorf("%s: GET %s: %d", name, path, resp.StatusCode)
+		}
+		var hdr bytes.Buffer
+		resp.Header.Write(&hdr)
+		w.keep(fmt.Sprintf("%s view GET %s", name, path), append(hdr.Bytes(), b...))
+	}
+}
+
 // redisDump returns every key name of the Redis at addr and its value,
 // read by type, and the server's client list and pub/sub channels.
 func redisDump(t *testing.T, addr string) (map[string][]byte, int) {
@@ -478,11 +510,19 @@ func TestNoKeyLeavesAFullRun(t *testing.T) {
 			p := w.start(t, "run sync", w.env, args("run", "sync.jsonl", "-o", "sync-out.jsonl", "--route", "sync",
 				"--cap-sonnet", "4", "--cache", filepath.Join(w.cache, "run.db"), "--report", "sync-report.json")...)
 			e.waitForLines(p, e.path("sync-out.jsonl"), 40)
+			w.fetchView(t, "run sync", view.StatePath(e.path("sync-out.jsonl")))
 			if err := e.sim.SetKeyStatus("doomed", sim.KeyRevoked); err != nil {
 				t.Fatal(err)
 			}
+			// Once keys died, the view (page, status, history, metrics) again.
+			w.fetchView(t, "run sync after the revocation", view.StatePath(e.path("sync-out.jsonl")))
 			if code := w.finish(t, "run sync", p); code != 0 {
 				t.Fatalf("run sync: exit status %d\nstderr:\n%s", code, w.redact(p.stderr.String()))
+			}
+			rc := exec.Command(w.e.bin, "report", "sync-out.jsonl", "-o", "sync-again.report.html")
+			rc.Dir, rc.Env = w.work, w.env
+			if out, err := rc.CombinedOutput(); err != nil {
+				t.Errorf("sluice report: %v\n%s", err, w.redact(string(out)))
 			}
 			e.checkExactlyOnce(e.path("sync.jsonl"), e.path("sync-out.jsonl"))
 			st := e.sim.Stats().Orgs
@@ -630,6 +670,14 @@ func TestNoKeyLeavesAFullRun(t *testing.T) {
 			call("GET", "/v1/messages/batches", nil)
 			call("GET", "/metrics", nil)
 			call("GET", "/healthz", nil)
+			// The proxy's view, found where sluice status finds it.
+			if ms, _ := filepath.Glob(filepath.Join(w.home, ".local", "state", "sluice", "running", "*.json")); len(ms) > 0 {
+				for _, m := range ms {
+					w.fetchView(t, "proxy", m)
+				}
+			} else {
+				t.Error("the proxy registered no view for sluice status")
+			}
 			// A caller without the token is refused.
 			req, _ := http.NewRequest("POST", base+"/v1/messages", strings.NewReader(`{}`))
 			req.Header.Set("x-api-key", k("stranger"))
@@ -754,7 +802,8 @@ func TestNoKeyLeavesAFullRun(t *testing.T) {
 			t.Errorf("%s appeared beside the keys files: it is not searched", n)
 		}
 	}
-	for _, want := range []string{"sync-out.jsonl", "batch-out.jsonl.batch-journal", "verdicts.jsonl"} {
+	for _, want := range []string{"sync-out.jsonl", "batch-out.jsonl.batch-journal", "verdicts.jsonl",
+		"sync-out.jsonl.history", "sync-out.report.html", "sync-again.report.html", "verdicts.jsonl.results.jsonl.history", "verdicts.report.html"} {
 		if _, ok := w.blobs["file "+e.path(want)]; !ok {
 			t.Errorf("%s was not searched", want)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/sluice-dev/sluice/internal/view"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/judge"
 	"github.com/sluice-dev/sluice/judgejob"
@@ -38,6 +39,7 @@ func judgeCmd() *cobra.Command {
 		maxCost     float64
 		grace       time.Duration
 		noProgress  bool
+		sf          seeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "judge ITEMS.jsonl -o VERDICTS.jsonl [--rubric RUBRIC]",
@@ -88,6 +90,12 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 				return err
 			}
 			log := newLogger()
+			// The view first: its URL is the first line printed.
+			see, err := sf.start("judge", output, judgeHistory(output), "sluice judge: "+args[0]+" → "+output, os.Stderr, log)
+			if err != nil {
+				return err
+			}
+			defer see.stop()
 			pool, c, err := eng.keysAndClient(log)
 			if err != nil {
 				return err
@@ -109,12 +117,22 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 				Observe:   rf.observer(log),
 			}
 			cfg.Engine.RoutedBy(rt)
+			cfg.Engine.Watch = see.w
 			if !noProgress {
 				cfg.Engine.Progress = os.Stderr
 			}
 			return withSignals(cmd.Context(), grace, func(ctx context.Context, abort <-chan struct{}) error {
 				cfg.Engine.Abort = abort
 				res, err := judgejob.RunFile(ctx, args[0], cfg)
+				var rep *job.Report
+				var jd any
+				if res != nil {
+					rep = res.Report
+					jd = view.Judge(res.Summary, output)
+				}
+				if serr := see.finish(rep, jd, err, sf.reportPath(output), os.Stderr); serr != nil {
+					log.Warn("the run's history or report", "err", serr)
+				}
 				if res == nil {
 					return err
 				}
@@ -163,8 +181,13 @@ Keys come from the environment, ./.env or --keys-file; never from the command li
 	fl.Float64Var(&maxCost, "max-cost", 0, "stop admitting requests once this many USD are spent (0: no limit)")
 	fl.DurationVar(&grace, "grace", 30*time.Second, "on interrupt, how long requests in flight may finish")
 	fl.BoolVar(&noProgress, "no-progress", false, "no progress display or log lines")
+	sf.register(fl, true)
 	return cmd
 }
+
+// judgeHistory is the history of the judge writing output: beside its
+// engine results file (judgejob's OUT.results.jsonl).
+func judgeHistory(output string) string { return output + ".results.jsonl.history" }
 
 // loadRubric reads the rubric the flags name (the built-in one without
 // --rubric) and applies --template, --fields and --sentinel.

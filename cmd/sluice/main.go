@@ -35,7 +35,7 @@ func main() {
 		}
 		return profStart(cmd, args)
 	}
-	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), modelsCmd(), versionCmd())
+	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), modelsCmd(), reportCmd(), statusCmd(), versionCmd())
 	err := root.ExecuteContext(ctx)
 	if perr := prof.stop(); perr != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", perr)

@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/cacheprefix"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/atomicfile"
+	"github.com/sluice-dev/sluice/internal/guideplot"
 	"github.com/sluice-dev/sluice/jsonl"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/observe"
@@ -488,7 +489,11 @@ and never touches the committed page.`,
 			if fromObs {
 				return observedGuidelines(cmd, observations, out, cmd.Flags().Changed("out"))
 			}
-			md, svg, err := plan.Guidelines(sim.PresetModel)
+			md, plot, err := plan.Guidelines(sim.PresetModel)
+			if err != nil {
+				return err
+			}
+			svg, err := guideplot.SVG(plot)
 			if err != nil {
 				return err
 			}

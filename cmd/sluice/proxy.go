@@ -19,6 +19,7 @@ import (
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/cache"
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/proxy"
@@ -59,6 +60,7 @@ func proxyCmd() *cobra.Command {
 		bodyTimeout time.Duration
 		writeTime   time.Duration
 		bodyMemory  byteSize = proxy.DefaultMaxBodyMemory
+		sf          seeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "proxy --listen 127.0.0.1:8787",
@@ -174,6 +176,17 @@ docs/proxy.md.`,
 				return err
 			}
 			defer px.Close()
+			// The history lives in the state dir, which is the proxy's
+			// once proxy.New holds its lock: opened only now.
+			hist := ""
+			if stateDir != "" {
+				hist = filepath.Join(stateDir, "proxy.history")
+			}
+			see, err := sf.start("proxy", "", hist, "sluice proxy on "+ln.Addr().String(), cmd.ErrOrStderr(), log)
+			if err != nil {
+				return err
+			}
+			defer see.stop()
 			live := pool.Live()
 			fmt.Fprintf(out, "sluice proxy: serving on http://%s (%d live keys in %d organizations)\n", ln.Addr(), len(live), len(pool.GroupByOrg()))
 			fmt.Fprintf(out, "  point an SDK at it: export ANTHROPIC_BASE_URL=http://%s ANTHROPIC_API_KEY=%s\n", ln.Addr(), tokenFrom)
@@ -184,6 +197,7 @@ docs/proxy.md.`,
 			dctx, dstop := context.WithCancel(context.Background())
 			defer dstop()
 			go d.Serve(dctx)
+			see.w.Start(job.Live{Snapshot: d.Snapshot, Keys: pool.Keys()})
 			// Key rotation (SIGHUP, the keys file changed): new keys join,
 			// removed ones drain and leave, without a restart.
 			rotations := eng.watchKeys(dctx, pool, log)
@@ -211,6 +225,7 @@ docs/proxy.md.`,
 					}
 					cur = cur.Rotated(rot.Added, retired)
 					px.SetPool(cur)
+					see.w.KeysJoined(rot.Added)
 				}
 			}()
 			srv := &http.Server{Handler: px, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: connIdle,
@@ -228,6 +243,9 @@ docs/proxy.md.`,
 			case <-cmd.Context().Done():
 			}
 			err = drainProxy(cmd.Context(), out, srv, px, d, dstop, grace)
+			if serr := see.finish(nil, nil, err, "", out); serr != nil {
+				log.Warn("the proxy's history", "err", serr)
+			}
 			_, views := d.Snapshot() // what the lanes saw, for the next plan
 			recordObservations(rf.observations, views, batch.Stats{}, 0, log)
 			return err
@@ -246,6 +264,7 @@ docs/proxy.md.`,
 	fl.StringVar(&limits, "limits-file", "", "the organizations' limits for the batch planner (see sluice plan --help); default: what runs observed (--observations), else one max_tokens-1 probe per organization, sent once")
 	registerObserveFlags(fl, &obsPath, &noProbe)
 	fl.DurationVar(&idle, "stream-idle", dispatch.DefaultStreamIdle, "end a streamed answer that sends no event for this long (the API sends ping events)")
+	sf.register(fl, false)
 	fl.DurationVar(&writeStall, "stream-write-timeout", 60*time.Second, "end a stream whose caller's connection does not take one event for this long (it stopped reading), freeing its slot; 0: the default; negative: never")
 	fl.BoolVar(&noAuth, "no-auth", false, "serve without a token (loopback only): any local program of any user can spend the keys")
 	fl.BoolVar(&metricsPub, "metrics-public", false, "serve /metrics and /healthz without the token (a scraper on a trusted network)")

@@ -77,7 +77,7 @@ func TestProxyCommandServesAndDrains(t *testing.T) {
 	} else {
 		resp.Body.Close()
 	}
-	if !bytes.Contains(metrics, []byte(`sluice_proxy_requests_total{endpoint="messages",code="200"} 2`)) {
+	if !bytes.Contains(metrics, []byte(`sluice_proxy_requests_total{code="200",endpoint="messages"} 2`)) {
 		t.Errorf("metrics:\n%s", metrics)
 	}
 

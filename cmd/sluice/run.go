@@ -44,6 +44,7 @@ func runCmd() *cobra.Command {
 		rf           routeFlags
 		cf           cacheFlags
 		cachePrefix  string
+		sf           seeFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run REQUESTS.jsonl -o RESULTS.jsonl",
@@ -74,6 +75,12 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 				return fmt.Errorf("run: %w", err)
 			}
 			log := newLogger()
+			// The view first: its URL is the first line printed.
+			see, err := sf.start("run", output, output+".history", "sluice run: "+args[0]+" → "+output, os.Stderr, log)
+			if err != nil {
+				return err
+			}
+			defer see.stop()
 			pool, c, err := eng.keysAndClient(log)
 			if err != nil {
 				return err
@@ -104,7 +111,7 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 			}
 			defer rc.Close()
 			opts.Cache = rc
-			return runJob(cmd.Context(), opts, report)
+			return runJob(cmd.Context(), opts, report, see, sf.reportPath(output))
 		},
 	}
 	eng.register(cmd)
@@ -119,12 +126,15 @@ ANTHROPIC_API_KEYS (comma list), ./.env, or --keys-file; never from the command 
 	fl.BoolVar(&noProgress, "no-progress", false, "no progress display or log lines")
 	rf.register(fl)
 	cf.register(fl, "off")
+	sf.register(fl, true)
 	return cmd
 }
 
-// runJob runs opts with signal handling (withSignals), then prints the
-// report and writes it to reportPath if set.
-func runJob(ctx context.Context, opts job.Options, reportPath string) error {
+// runJob runs opts with signal handling (withSignals), recorded by see,
+// then prints the report, writes it to reportPath if set, and the HTML
+// report to htmlPath ("": none).
+func runJob(ctx context.Context, opts job.Options, reportPath string, see *seeing, htmlPath string) error {
+	opts.Watch = see.w
 	return withSignals(ctx, opts.Grace, func(ctx context.Context, abort <-chan struct{}) error {
 		opts.Abort = abort
 		rep, err := job.Run(ctx, opts)
@@ -135,6 +145,9 @@ func runJob(ctx context.Context, opts job.Options, reportPath string) error {
 					err = werr
 				}
 			}
+		}
+		if serr := see.finish(rep, nil, err, htmlPath, os.Stderr); serr != nil {
+			opts.Logger.Warn("the run's history or report", "err", serr)
 		}
 		return err
 	})

@@ -392,7 +392,7 @@ func (r OverheadResult) Print(w io.Writer) {
 	if r.Rate > 0 {
 		fmt.Fprintf(w, "open loop at %.0f req/s (latency from the moment each request was due):\n", r.Rate)
 		for _, l := range []LoadResult{r.DirectAtRate, r.ProxyAtRate} {
-			l.print(w, false)
+			l.print(w, true) // the CPU a request costs at a rate both sustain
 		}
 		fmt.Fprintf(w, "  added by the proxy at %.0f req/s: p50 %.2f ms, p99 %.2f ms\n",
 			r.Rate, ms(r.ProxyAtRate.P50-r.DirectAtRate.P50), ms(r.ProxyAtRate.P99-r.DirectAtRate.P99))

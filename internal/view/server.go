@@ -1,0 +1,174 @@
+package view
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluice-dev/sluice/internal/watch"
+)
+
+// EnvToken names the variable that sets the view's token (required for an
+// address beyond loopback); otherwise a random one is made.
+const EnvToken = "SLUICE_UI_TOKEN"
+
+// cookieName holds the token once the page was opened with it.
+const cookieName = "sluice_ui_token"
+
+// Server serves one Watch: the page, /api/status, /api/history and
+// /metrics. The page and /api/* require the token; /metrics requires it
+// beyond loopback.
+type Server struct {
+	w        *watch.Watch
+	token    string
+	loopback bool
+	title    string
+	metrics  http.Handler
+	mux      *http.ServeMux
+}
+
+// ErrNeedToken is Listen's error for an address beyond loopback without
+// EnvToken.
+var ErrNeedToken = errors.New("view: the address is not a loopback address: set " + EnvToken + " (the page's token)")
+
+// Listen opens the view's listener at addr. The bound address decides
+// whether it is loopback (a name may resolve beyond it).
+func Listen(addr string) (net.Listener, bool, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, false, fmt.Errorf("--ui: %w", err)
+	}
+	tcp, ok := ln.Addr().(*net.TCPAddr)
+	loop := ok && tcp.IP.IsLoopback()
+	if !loop && os.Getenv(EnvToken) == "" {
+		ln.Close()
+		return nil, false, fmt.Errorf("--ui %s (bound %s): %w", addr, ln.Addr(), ErrNeedToken)
+	}
+	return ln, loop, nil
+}
+
+// NewToken returns EnvToken's value, else a random token.
+func NewToken() string {
+	if t := os.Getenv(EnvToken); t != "" {
+		return t
+	}
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// NewServer serves w with token; loopback says whether the listener is
+// loopback only. Title heads the page.
+func NewServer(w *watch.Watch, token string, loopback bool, title string) *Server {
+	s := &Server{w: w, token: token, loopback: loopback, title: title,
+		metrics: promhttp.HandlerFor(w.Registry(), promhttp.HandlerOpts{})}
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", s.authed(s.handlePage))
+	m.HandleFunc("GET /api/status", s.authed(s.handleStatus))
+	m.HandleFunc("GET /api/history", s.authed(s.handleHistory))
+	m.HandleFunc("GET /metrics", s.handleMetrics)
+	m.HandleFunc("GET /healthz", func(rw http.ResponseWriter, _ *http.Request) { rw.Write([]byte("ok\n")) })
+	s.mux = m
+	return s
+}
+
+// URL is the page's address on ln, with the token.
+func (s *Server) URL(ln net.Listener) string {
+	return "http://" + ln.Addr().String() + "/?token=" + s.token
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	rw.Header().Set("X-Content-Type-Options", "nosniff")
+	rw.Header().Set("Referrer-Policy", "no-referrer") // the URL holds the token
+	s.mux.ServeHTTP(rw, r)
+}
+
+// tokenOK reports whether r carries the token: ?token=, the cookie, or
+// Authorization: Bearer.
+func (s *Server) tokenOK(r *http.Request) bool {
+	same := func(t string) bool { return t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) == 1 }
+	if same(r.URL.Query().Get("token")) {
+		return true
+	}
+	if c, err := r.Cookie(cookieName); err == nil && same(c.Value) {
+		return true
+	}
+	a := r.Header.Get("Authorization")
+	return strings.HasPrefix(a, "Bearer ") && same(strings.TrimPrefix(a, "Bearer "))
+}
+
+func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		if !s.tokenOK(r) {
+			http.Error(rw, "sluice: open the URL printed when the run started (it holds the page's token)", http.StatusUnauthorized)
+			return
+		}
+		h(rw, r)
+	}
+}
+
+func (s *Server) handlePage(rw http.ResponseWriter, r *http.Request) {
+	http.SetCookie(rw, &http.Cookie{Name: cookieName, Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
+	rw.Header().Set("Cache-Control", "no-store")
+	render(rw, s.title, []byte(`{"title":`+jsonString(s.title)+`}`))
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func (s *Server) handleStatus(rw http.ResponseWriter, _ *http.Request) {
+	writeJSON(rw, s.w.Status())
+}
+
+func (s *Server) handleHistory(rw http.ResponseWriter, r *http.Request) {
+	var since int64
+	if v := r.URL.Query().Get("since"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			http.Error(rw, "since: want Unix milliseconds", http.StatusBadRequest)
+			return
+		}
+		since = n
+	}
+	b, err := s.w.Timeline(since)
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Header().Set("Cache-Control", "no-store")
+	rw.Write(b)
+}
+
+func (s *Server) handleMetrics(rw http.ResponseWriter, r *http.Request) {
+	if !s.loopback && !s.tokenOK(r) {
+		http.Error(rw, "sluice: /metrics beyond loopback needs the token (Authorization: Bearer)", http.StatusUnauthorized)
+		return
+	}
+	s.metrics.ServeHTTP(rw, r)
+}
+
+func writeJSON(rw http.ResponseWriter, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		http.Error(rw, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	rw.Header().Set("Cache-Control", "no-store")
+	rw.Write(append(b, '\n'))
+}

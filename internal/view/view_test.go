@@ -1,0 +1,128 @@
+package view
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/history"
+	"github.com/sluice-dev/sluice/internal/watch"
+	"github.com/sluice-dev/sluice/judge"
+)
+
+func get(t *testing.T, h http.Handler, path string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	req := httptest.NewRequest("GET", path, nil)
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	b, _ := io.ReadAll(rec.Result().Body)
+	return rec.Result(), string(b)
+}
+
+// The page and the API need the token; /metrics needs it beyond loopback
+// only; the page's cookie carries the token to the API.
+func TestTokenGuardsTheView(t *testing.T) {
+	w := watch.New(watch.Config{Cmd: "run"})
+	for _, loop := range []bool{true, false} {
+		s := NewServer(w, "s3cret", loop, "a run")
+		for _, p := range []string{"/", "/api/status", "/api/history"} {
+			if resp, _ := get(t, s, p); resp.StatusCode != 401 {
+				t.Errorf("loopback %v: GET %s without the token: %d", loop, p, resp.StatusCode)
+			}
+			if resp, _ := get(t, s, p+"?token=wrong"); resp.StatusCode != 401 {
+				t.Errorf("loopback %v: GET %s with a wrong token: %d", loop, p, resp.StatusCode)
+			}
+			if resp, _ := get(t, s, p, "Authorization", "Bearer s3cret"); resp.StatusCode != 200 {
+				t.Errorf("loopback %v: GET %s with the token: %d", loop, p, resp.StatusCode)
+			}
+		}
+		resp, page := get(t, s, "/?token=s3cret")
+		if resp.StatusCode != 200 || !strings.Contains(page, "uPlot") || !strings.Contains(page, "<title>a run</title>") {
+			t.Fatalf("the page: %d", resp.StatusCode)
+		}
+		var cookie string
+		for _, c := range resp.Cookies() {
+			if c.Name == cookieName && c.HttpOnly {
+				cookie = c.Name + "=" + c.Value
+			}
+		}
+		if resp, _ := get(t, s, "/api/status", "Cookie", cookie); resp.StatusCode != 200 {
+			t.Errorf("the API with the page's cookie: %d", resp.StatusCode)
+		}
+		resp, _ = get(t, s, "/metrics")
+		if want := map[bool]int{true: 200, false: 401}[loop]; resp.StatusCode != want {
+			t.Errorf("loopback %v: /metrics without the token: %d, want %d", loop, resp.StatusCode, want)
+		}
+	}
+}
+
+// The page inlines every asset: nothing is fetched from the network.
+func TestPageNeedsNoNetwork(t *testing.T) {
+	var b bytes.Buffer
+	if err := Report(&b, "t", history.NewTimeline()); err != nil {
+		t.Fatal(err)
+	}
+	// uPlot's licence header names its home; nothing else is an address.
+	page := strings.Replace(b.String(), "/*! https://github.com/leeoniya/uPlot", "", 1)
+	for _, bad := range []string{"<script src", "<link rel=\"stylesheet\"", "@import", "https://", "http://", "url("} {
+		if strings.Contains(page, bad) {
+			t.Errorf("the page refers to %q", bad)
+		}
+	}
+	if strings.Count(page, "<script") != 3 {
+		t.Errorf("%d scripts, want the data, uPlot and the page's", strings.Count(page, "<script"))
+	}
+}
+
+// Data in the page cannot close its script element.
+func TestReportDataIsEscaped(t *testing.T) {
+	tl := history.NewTimeline()
+	tl.Events = append(tl.Events, history.Event{Kind: "halt", Why: "</script><script>alert(1)</script>"})
+	var b bytes.Buffer
+	if err := Report(&b, "</title>x", tl); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "<script>alert") || strings.Contains(b.String(), "</title>x") {
+		t.Error("the report's data or title broke out of their elements")
+	}
+}
+
+// The judge's report gets each numeric field's distribution per group.
+func TestJudgeDistributions(t *testing.T) {
+	lo, hi := 0.0, 10.0
+	s := judge.Summary{Fields: []judge.Field{{Name: "score", Type: judge.Int, Min: &lo, Max: &hi}},
+		Groups: []judge.GroupSummary{{Group: judge.AllGroup}, {Group: "a"}}}
+	path := filepath.Join(t.TempDir(), "verdicts.jsonl")
+	var b bytes.Buffer
+	for _, v := range []judge.Verdict{
+		{ID: "1", Class: judge.OK, Scores: map[string]any{"score": 3.0}, Groups: []string{"a"}},
+		{ID: "2", Class: judge.OK, Scores: map[string]any{"score": 3.0}},
+		{ID: "3", Class: judge.OK, Scores: map[string]any{"score": 10.0}, Groups: []string{"a"}},
+		{ID: "4", Class: judge.ParseError},
+	} {
+		line, _ := json.Marshal(v)
+		b.Write(append(line, '\n'))
+	}
+	os.WriteFile(path, b.Bytes(), 0o644)
+	jd := Judge(s, path)
+	if len(jd.Distributions) != 1 {
+		t.Fatalf("%d distributions", len(jd.Distributions))
+	}
+	d := jd.Distributions[0]
+	if len(d.Bins) != 11 || len(d.Groups) != 2 {
+		t.Fatalf("%d bins, %d groups; want 11 (0..10), 2", len(d.Bins), len(d.Groups))
+	}
+	all, a := d.Groups[0], d.Groups[1]
+	if all.N != 3 || all.Counts[3] != 2 || all.Counts[10] != 1 || a.N != 2 || a.Counts[3] != 1 || a.Mean != 6.5 {
+		t.Errorf("all %+v, a %+v", all, a)
+	}
+}
