@@ -58,10 +58,9 @@ type seeing struct {
 // first line on out, then the watch over historyPath ("": in memory).
 func (f *seeFlags) start(cmdName, results, historyPath, title string, out io.Writer, log *slog.Logger) (*seeing, error) {
 	s := &seeing{cmd: cmdName, results: results, title: title, unpub: func() {}, done: make(chan struct{})}
-	var loop bool
 	if f.ui != "off" && f.ui != "" {
 		var err error
-		if s.ln, loop, err = view.Listen(f.ui); err != nil {
+		if s.ln, err = view.Listen(f.ui); err != nil {
 			return nil, err
 		}
 	}
@@ -71,7 +70,7 @@ func (f *seeFlags) start(cmdName, results, historyPath, title string, out io.Wri
 		return s, nil
 	}
 	token := view.NewToken()
-	v := view.NewServer(s.w, token, loop, title)
+	v := view.NewServer(s.w, token, title)
 	s.url = v.URL(s.ln)
 	fmt.Fprintf(out, "sluice %s: live view at %s\n", cmdName, s.url)
 	s.srv = &http.Server{Handler: v, ReadHeaderTimeout: 10 * time.Second,

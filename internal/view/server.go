@@ -26,12 +26,12 @@ const EnvToken = "SLUICE_UI_TOKEN"
 const cookieName = "sluice_ui_token"
 
 // Server serves one Watch: the page, /api/status, /api/history and
-// /metrics. The page and /api/* require the token; /metrics requires it
-// beyond loopback.
+// /metrics, each of which requires the token: on a shared machine the
+// lanes' figures (organizations, their spend) are no other user's to read,
+// as for the proxy's /metrics (docs/proxy.md).
 type Server struct {
 	w        *watch.Watch
 	token    string
-	loopback bool
 	title    string
 	metrics  http.Handler
 	mux      *http.ServeMux
@@ -41,20 +41,21 @@ type Server struct {
 // EnvToken.
 var ErrNeedToken = errors.New("view: the address is not a loopback address: set " + EnvToken + " (the page's token)")
 
-// Listen opens the view's listener at addr. The bound address decides
-// whether it is loopback (a name may resolve beyond it).
-func Listen(addr string) (net.Listener, bool, error) {
+// Listen opens the view's listener at addr; beyond loopback it requires
+// EnvToken. The bound address decides (a name may resolve beyond
+// loopback).
+func Listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, false, fmt.Errorf("--ui: %w", err)
+		return nil, fmt.Errorf("--ui: %w", err)
 	}
 	tcp, ok := ln.Addr().(*net.TCPAddr)
 	loop := ok && tcp.IP.IsLoopback()
 	if !loop && os.Getenv(EnvToken) == "" {
 		ln.Close()
-		return nil, false, fmt.Errorf("--ui %s (bound %s): %w", addr, ln.Addr(), ErrNeedToken)
+		return nil, fmt.Errorf("--ui %s (bound %s): %w", addr, ln.Addr(), ErrNeedToken)
 	}
-	return ln, loop, nil
+	return ln, nil
 }
 
 // NewToken returns EnvToken's value, else a random token.
@@ -67,10 +68,9 @@ func NewToken() string {
 	return hex.EncodeToString(b[:])
 }
 
-// NewServer serves w with token; loopback says whether the listener is
-// loopback only. Title heads the page.
-func NewServer(w *watch.Watch, token string, loopback bool, title string) *Server {
-	s := &Server{w: w, token: token, loopback: loopback, title: title,
+// NewServer serves w with token. Title heads the page.
+func NewServer(w *watch.Watch, token string, title string) *Server {
+	s := &Server{w: w, token: token, title: title,
 		metrics: promhttp.HandlerFor(w.Registry(), promhttp.HandlerOpts{})}
 	m := http.NewServeMux()
 	m.HandleFunc("GET /{$}", s.authed(s.handlePage))
@@ -155,8 +155,8 @@ func (s *Server) handleHistory(rw http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleMetrics(rw http.ResponseWriter, r *http.Request) {
-	if !s.loopback && !s.tokenOK(r) {
-		http.Error(rw, "sluice: /metrics beyond loopback needs the token (Authorization: Bearer)", http.StatusUnauthorized)
+	if !s.tokenOK(r) {
+		http.Error(rw, "sluice: /metrics needs the view's token (Authorization: Bearer)", http.StatusUnauthorized)
 		return
 	}
 	s.metrics.ServeHTTP(rw, r)

@@ -28,12 +28,12 @@ func get(t *testing.T, h http.Handler, path string, hdr ...string) (*http.Respon
 	return rec.Result(), string(b)
 }
 
-// The page and the API need the token; /metrics needs it beyond loopback
-// only; the page's cookie carries the token to the API.
+// The page, the API and /metrics need the token, on loopback too; the
+// page's cookie carries the token to the API.
 func TestTokenGuardsTheView(t *testing.T) {
 	w := watch.New(watch.Config{Cmd: "run"})
 	for _, loop := range []bool{true, false} {
-		s := NewServer(w, "s3cret", loop, "a run")
+		s := NewServer(w, "s3cret", "a run")
 		for _, p := range []string{"/", "/api/status", "/api/history"} {
 			if resp, _ := get(t, s, p); resp.StatusCode != 401 {
 				t.Errorf("loopback %v: GET %s without the token: %d", loop, p, resp.StatusCode)
@@ -58,9 +58,11 @@ func TestTokenGuardsTheView(t *testing.T) {
 		if resp, _ := get(t, s, "/api/status", "Cookie", cookie); resp.StatusCode != 200 {
 			t.Errorf("the API with the page's cookie: %d", resp.StatusCode)
 		}
-		resp, _ = get(t, s, "/metrics")
-		if want := map[bool]int{true: 200, false: 401}[loop]; resp.StatusCode != want {
-			t.Errorf("loopback %v: /metrics without the token: %d, want %d", loop, resp.StatusCode, want)
+		if resp, _ = get(t, s, "/metrics"); resp.StatusCode != 401 {
+			t.Errorf("loopback %v: /metrics without the token: %d, want 401", loop, resp.StatusCode)
+		}
+		if resp, _ = get(t, s, "/metrics", "Authorization", "Bearer s3cret"); resp.StatusCode != 200 {
+			t.Errorf("loopback %v: /metrics with the token: %d, want 200", loop, resp.StatusCode)
 		}
 	}
 }
