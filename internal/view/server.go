@@ -30,11 +30,11 @@ const cookieName = "sluice_ui_token"
 // lanes' figures (organizations, their spend) are no other user's to read,
 // as for the proxy's /metrics (docs/proxy.md).
 type Server struct {
-	w        *watch.Watch
-	token    string
-	title    string
-	metrics  http.Handler
-	mux      *http.ServeMux
+	w       *watch.Watch
+	token   string
+	title   string
+	metrics http.Handler
+	mux     *http.ServeMux
 }
 
 // ErrNeedToken is Listen's error for an address beyond loopback without
