@@ -172,7 +172,7 @@ func TestStalledReaderIsCut(t *testing.T) {
 	// Once the handler has given up on the caller, the proxy's request
 	// counter has it.
 	deadline := time.Now().Add(20 * time.Second)
-	for !bytes.Contains(e.metrics(token), []byte(`sluice_proxy_requests_total{endpoint="messages",code="200"} 2`)) {
+	for !bytes.Contains(e.metrics(token), []byte(`sluice_proxy_requests_total{code="200",endpoint="messages"} 2`)) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the handler still writes to a caller that stopped reading:\n%s", e.metrics(token))
 		}
