@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/h1"
 	"github.com/sluice-dev/sluice/internal/rawjson"
 	"github.com/sluice-dev/sluice/keys"
 )
@@ -58,7 +57,7 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	for name, vs := range extra {
 		name = http.CanonicalHeaderKey(name) // no allocation when it already is
 		switch {
-		case name == "X-Api-Key", name == "Authorization", name == "Content-Type", h1.Owned(name):
+		case name == "X-Api-Key", name == "Authorization", name == "Content-Type", owned(name):
 			// The key's, the body's and the transport's: net/http
 			// dropped or replaced these too.
 			continue
@@ -71,8 +70,8 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	}
 	key.Apply(h, c.cfg.Auth)
 
-	resp, wrote, err := c.wire.send(ctx, method, path, h, body, stream)
-	if errors.Is(err, h1.ErrRequest) {
+	resp, wrote, err := c.send(ctx, method, path, h, body, stream)
+	if errors.Is(err, errRequest) {
 		// Refused before a byte left: no key or retry can send it.
 		return Outcome{Class: Invalid, ShouldRetry: -1, Err: fmt.Errorf("client: %w", err)}, nil
 	}
