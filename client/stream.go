@@ -139,7 +139,7 @@ func readBody(resp *http.Response) ([]byte, error) {
 // Send's; docs/overhead.md).
 func readMessage(b []byte) (api.Usage, string, error) {
 	var u api.Usage
-	if !rawjson.Valid(b) {
+	if !json.Valid(b) {
 		return u, "", json.Unmarshal(b, new(any)) // the decoder's own message
 	}
 	b = bytes.TrimSpace(b)

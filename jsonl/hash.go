@@ -3,6 +3,7 @@ package jsonl
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 
 	"github.com/sluice-dev/sluice/internal/rawjson"
 )
@@ -18,7 +19,7 @@ import (
 // hash of an input line equals the one in its result line exactly when the
 // request is unchanged but for whitespace.
 func ParamsHash(params []byte) string {
-	if !rawjson.Valid(params) {
+	if !json.Valid(params) {
 		return hashOf(params)
 	}
 	return validParamsHash(params)

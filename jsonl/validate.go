@@ -94,7 +94,7 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	fail := func(format string, args ...any) (Info, error) {
 		return info, LineError{CustomID: info.CustomID, Reason: fmt.Sprintf(format, args...)}
 	}
-	if !rawjson.Valid(line) {
+	if !json.Valid(line) {
 		return fail("%s", syntaxReason(line))
 	}
 	if !utf8.Valid(line) {
@@ -315,7 +315,7 @@ func DescribeParams(body []byte) (Info, error) {
 
 func describeParams(body []byte) (Info, error) {
 	var info Info
-	if !rawjson.Valid(body) {
+	if !json.Valid(body) {
 		return info, LineError{Reason: syntaxReason(body)}
 	}
 	body = bytes.TrimSpace(body)

@@ -28,7 +28,7 @@ func encode(rec api.ResultRecord) ([]byte, error) {
 	switch {
 	case rec.Result == nil:
 		b = append(b, "null"...)
-	case !rawjson.Valid(rec.Result):
+	case !json.Valid(rec.Result):
 		return nil, fmt.Errorf("the result is not valid JSON: %w", json.Unmarshal(rec.Result, new(any)))
 	default:
 		b = rawjson.AppendCompact(b, rec.Result)

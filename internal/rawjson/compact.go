@@ -1,0 +1,41 @@
+package rawjson
+
+import "iter"
+
+// Runs yields the runs of b, which json.Valid accepts, between its
+// insignificant whitespace, in order: together they are what json.Compact
+// writes. Strings are crossed quote to quote and yielded with their
+// escapes untouched. AppendCompact appends the runs; jsonl's params hash
+// hashes them as they come, with no copy.
+func Runs(b []byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		run := 0 // the start of the current run
+		for i := 0; i < len(b); {
+			switch b[i] {
+			case '"':
+				i = skipString(b, i)
+			case ' ', '\t', '\r', '\n':
+				if i > run && !yield(b[run:i]) {
+					return
+				}
+				i++
+				run = i
+			default:
+				i++
+			}
+		}
+		if run < len(b) {
+			yield(b[run:])
+		}
+	}
+}
+
+// AppendCompact appends b, which json.Valid accepts, to dst without its
+// insignificant whitespace: what json.Compact writes, without its second
+// validation pass.
+func AppendCompact(dst, b []byte) []byte {
+	for run := range Runs(b) {
+		dst = append(dst, run...)
+	}
+	return dst
+}
