@@ -133,10 +133,7 @@ func readBody(resp *http.Response) ([]byte, error) {
 }
 
 // readMessage reads usage and stop_reason of a Message. It validates the
-// whole answer but decodes only the small usage object: decoding the
-// answer into a struct would walk the content a second time, and on a
-// zero-latency upstream that was about 8 % of the proxy's CPU (29 % of
-// Send's; docs/overhead.md).
+// whole answer but decodes only the small usage object (docs/overhead.md).
 func readMessage(b []byte) (api.Usage, string, error) {
 	var u api.Usage
 	if !json.Valid(b) {
@@ -153,8 +150,7 @@ func readMessage(b []byte) (api.Usage, string, error) {
 		stop = rawjson.String(v)
 	}
 	if v := rawjson.Lookup(ms, "usage"); v != nil {
-		var err error
-		if u, err = decodeUsage(v); err != nil {
+		if err := json.Unmarshal(v, &u); err != nil {
 			return api.Usage{}, "", fmt.Errorf("usage: %w", err)
 		}
 	}
