@@ -172,17 +172,6 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	return info, nil
 }
 
-// recalled is validate's Info for a line an Accepted holds with exactly
-// these bytes: custom_id and a copy of params read from the line, the rest
-// from what validating it found then (known).
-func recalled(line []byte, known Info) Info {
-	var topBuf [8]rawjson.Member
-	top := rawjson.AppendMembers(topBuf[:0], bytes.TrimSpace(line))
-	known.CustomID = rawjson.String(rawjson.Lookup(top, "custom_id"))
-	known.Params = bytes.Clone(rawjson.Lookup(top, "params"))
-	return known
-}
-
 // readParams applies the params rules of ValidateLine to params (an object)
 // and fills info's Model, MaxTokens, Stream and EstInputTokens; the
 // returned reason is "" when they hold. allowStream lifts the rule that

@@ -83,18 +83,6 @@ func (v *Validator) Check(lineNo int, line []byte) (Info, error) {
 	return v.check(lineNo, line, true)
 }
 
-// CheckAgainst is Check for a second pass over a file: for a line that a
-// keeps with exactly these bytes, what validating it found then is taken
-// from a, and only custom_id is read and params copied; every other line is
-// checked in full. Uniqueness is applied to every line, as by Check, and
-// the Info and error are Check's. A nil a checks every line in full.
-func (v *Validator) CheckAgainst(lineNo int, line []byte, a *Accepted) (Info, error) {
-	if known, ok := a.recall(lineNo, line); ok {
-		return v.tally(lineNo, recalled(line, known), nil)
-	}
-	return v.check(lineNo, line, true)
-}
-
 func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error) {
 	info, err := validate(line, copyParams)
 	return v.tally(lineNo, info, err)
