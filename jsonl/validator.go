@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"github.com/sluice-dev/sluice/cacheprefix"
-	"github.com/sluice-dev/sluice/internal/idset"
 )
 
 // Summary tallies the lines a Validator checked.
@@ -62,11 +61,10 @@ func mean(sum int64, n int) float64 {
 // Validator checks the lines of one input file in order: each line by
 // ValidateLine, and custom_ids for uniqueness across the file. It keeps the
 // custom_ids seen so far and the line each was first seen on, nothing else
-// per line (idset: an id's bytes plus 13–25). The zero value is ready to
-// use. A Validator is not safe for concurrent use, and must not be copied
-// once used (go vet reports a copy).
+// per line. The zero value is ready to use. A Validator is not safe for
+// concurrent use.
 type Validator struct {
-	seen idset.Set // custom_id → line first seen on
+	seen map[string]int // custom_id → line first seen on
 	sum  Summary
 }
 
@@ -91,12 +89,15 @@ func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error
 // tally applies custom_id uniqueness to a line validate judged (err is its
 // verdict) and counts it in the Summary.
 func (v *Validator) tally(lineNo int, info Info, err error) (Info, error) {
-	if v.sum.Models == nil {
+	if v.seen == nil {
+		v.seen = make(map[string]int)
 		v.sum.Models = make(map[string]int)
 	}
 	v.sum.Lines++
 	if id := info.CustomID; id != "" {
-		if first, added := v.seen.Add(id, lineNo); !added {
+		if first, dup := v.seen[id]; !dup {
+			v.seen[id] = lineNo
+		} else {
 			reason := fmt.Sprintf("duplicate custom_id %q, first on line %d", id, first)
 			if le, ok := errors.AsType[LineError](err); ok {
 				reason += "; also " + le.Reason
