@@ -13,6 +13,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"iter"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // Member is one key and raw value of a JSON object. The key is kept as its
@@ -183,11 +186,82 @@ func String(b []byte) string {
 	return s
 }
 
-// StringLen returns len(String(b)), without building the string when b
-// has no escape.
+// StringLen returns len(String(b)) without building the string: the
+// input-token estimate measures every text of every request with it, and
+// decoding the escapes of a text that has a newline through json.Unmarshal
+// was 14 % of the engine's CPU. It equals len(String(b)) exactly: for a
+// literal with escapes that is encoding/json's unquoting (a \\u escape's
+// UTF-8 length, a surrogate pair as one rune, a lone surrogate or an
+// invalid byte as U+FFFD); for one without, the raw bytes, as String
+// keeps them. TestStringLen and FuzzStringLen check it against String.
 func StringLen(b []byte) int {
 	if bytes.IndexByte(b, '\\') < 0 {
 		return len(b) - 2 // String keeps the raw bytes, invalid ones too
 	}
-	return len(String(b))
+	s, n := b[1:len(b)-1], 0
+	for len(s) > 0 {
+		// The text up to the next escape: its own length when it is
+		// UTF-8 (utf8.Valid crosses ASCII eight bytes at a time), rune
+		// by rune otherwise. A backslash is ASCII, so the cut never
+		// splits a rune.
+		k := bytes.IndexByte(s, '\\')
+		text := s
+		if k >= 0 {
+			text = s[:k]
+		}
+		if utf8.Valid(text) {
+			n += len(text)
+		} else {
+			n += decodedLen(text)
+		}
+		if k < 0 {
+			break
+		}
+		s = s[k:]
+		if s[1] != 'u' {
+			n, s = n+1, s[2:]
+			continue
+		}
+		r := hex4(s[2:])
+		s = s[6:]
+		if utf16.IsSurrogate(r) {
+			if len(s) >= 6 && s[0] == '\\' && s[1] == 'u' {
+				if d := utf16.DecodeRune(r, hex4(s[2:])); d != unicode.ReplacementChar {
+					n, s = n+utf8.RuneLen(d), s[6:]
+					continue
+				}
+			}
+			r = unicode.ReplacementChar
+		}
+		n += utf8.RuneLen(r)
+	}
+	return n
+}
+
+// decodedLen is the length of text, which has no escape, once each
+// invalid byte is replaced by U+FFFD (3 bytes), as decoding does.
+func decodedLen(text []byte) int {
+	n := 0
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRune(text[i:])
+		n, i = n+utf8.RuneLen(r), i+size
+	}
+	return n
+}
+
+// hex4 is the code unit of the four hex digits a valid \\u escape has.
+func hex4(h []byte) rune {
+	var r rune
+	for _, c := range h[:4] {
+		switch {
+		case c >= '0' && c <= '9':
+			c -= '0'
+		case c >= 'a' && c <= 'f':
+			c = c - 'a' + 10
+		default:
+			c = c - 'A' + 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }

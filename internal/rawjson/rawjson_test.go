@@ -74,6 +74,21 @@ func TestStringLen(t *testing.T) {
 	}
 }
 
+func FuzzStringLen(f *testing.F) {
+	for _, s := range stringLenSeeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		b := []byte(`"` + s + `"`)
+		if !json.Valid(b) {
+			return
+		}
+		if got, want := StringLen(b), len(String(b)); got != want {
+			t.Errorf("StringLen(%q) = %d, want %d", b, got, want)
+		}
+	})
+}
+
 // FuzzWalk: on any valid JSON object, Members finds exactly the keys and
 // values encoding/json decodes, in order — so skipValue and skipString end
 // every value where the decoder does, escaped quotes and backslash runs
