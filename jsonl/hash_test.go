@@ -61,12 +61,26 @@ var paramsHashSeeds = []string{
 	`{"s": "\\\\", "t": " \" ", "u": "\u00e9 \\u00e9"}`, `[1, 2 ,3]`, `"x y"`, `  true  `, `{"a":{"b":[{"c":null}]}}`,
 }
 
-// TestParamsHashIsCompactsHash: the hash of a valid body is the hash of
-// its json.Compact form, whitespace inside strings kept.
+// TestParamsHashIsCompactsHash: the one-pass hash of a valid body equals
+// the hash of its json.Compact form, whitespace inside strings kept.
 func TestParamsHashIsCompactsHash(t *testing.T) {
 	for _, s := range paramsHashSeeds {
 		if got, want := ParamsHash([]byte(s)), compactHash(t, []byte(s)); got != want {
 			t.Errorf("ParamsHash(%q) = %s, want %s (json.Compact's)", s, got, want)
 		}
 	}
+}
+
+func FuzzParamsHash(f *testing.F) {
+	for _, s := range paramsHashSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			return
+		}
+		if got, want := ParamsHash(b), compactHash(t, b); got != want {
+			t.Errorf("ParamsHash(%q) = %s, want %s (json.Compact's)", b, got, want)
+		}
+	})
 }

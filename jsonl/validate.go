@@ -164,7 +164,7 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	if reason := readParams(params, &info, false); reason != "" {
 		return fail("%s", reason)
 	}
-	info.ParamsHash = ParamsHash(params)
+	info.ParamsHash = validParamsHash(params) // a member of the valid line
 	info.Params = params
 	if copyParams {
 		info.Params = bytes.Clone(params)
