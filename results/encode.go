@@ -12,13 +12,14 @@ import (
 // with HTML escaping off writes it (the result compacted), or an error
 // naming what is wrong with a result that is not JSON.
 func encode(rec api.ResultRecord) ([]byte, error) {
-	if rec.Result != nil && !json.Valid(rec.Result) {
-		return nil, fmt.Errorf("the result is not valid JSON: %w", json.Unmarshal(rec.Result, new(any)))
-	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(rec); err != nil {
+		if !json.Valid(rec.Result) {
+			// The decoder's reason, not the encoder's wrapping of it.
+			return nil, fmt.Errorf("the result is not valid JSON: %w", json.Unmarshal(rec.Result, new(any)))
+		}
 		return nil, err
 	}
 	return buf.Bytes(), nil
