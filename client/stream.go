@@ -22,7 +22,7 @@ import (
 //   - extra headers are added to the request (the caller's anthropic-version
 //     replaces the client's, anthropic-beta is passed on). Credentials in
 //     extra (x-api-key, Authorization) are ignored: the request is always
-//     authenticated by key; so are the headers the wire owns
+//     authenticated by key; so are the headers the transport owns
 //     (Content-Length, Content-Type, Host, Connection, Transfer-Encoding).
 //   - when stream is true and the answer is a 2xx text/event-stream, the
 //     body is not read: Send returns the Outcome of the headers (class OK,
@@ -63,7 +63,7 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 			continue
 		}
 		if len(vs) > 0 {
-			// Shared, not copied: the wire only reads a request's header,
+			// Shared, not copied: the transport only reads a request's header,
 			// and every attempt sets its own map's entries.
 			h[name] = vs
 		}
