@@ -126,6 +126,21 @@ func rawServe(ln net.Listener, serve func(c net.Conn, br *bufio.Reader)) {
 	}
 }
 
+// loopbackClient serves each connection of a loopback listener with
+// serve and returns a client of it; both end with the test.
+func loopbackClient(t *testing.T, serve func(c net.Conn, br *bufio.Reader)) *Client {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go rawServe(ln, serve)
+	c := New(Config{BaseURL: "http://" + ln.Addr().String()})
+	t.Cleanup(c.CloseIdle)
+	return c
+}
+
 // nextRequest reads the next request on a server's connection, its body
 // read and dropped; false at the connection's end.
 func nextRequest(br *bufio.Reader) (*http.Request, bool) {
@@ -213,22 +228,17 @@ func TestCanceledAndRefused(t *testing.T) {
 // reading it (an early 413) and hangs up is heard: the answer is the
 // outcome, and the request counts as not written whole.
 func TestLargeBodyAnsweredEarly(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go rawServe(ln, func(c net.Conn, br *bufio.Reader) {
+	done := make(chan struct{})
+	defer close(done)
+	c := loopbackClient(t, func(c net.Conn, br *bufio.Reader) {
 		if _, err := http.ReadRequest(br); err != nil {
 			return
 		}
 		io.WriteString(c, "HTTP/1.1 413 Payload Too Large\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
 		c.(*net.TCPConn).CloseWrite()
-		time.Sleep(100 * time.Millisecond) // then the deferred close resets the rest
+		<-done // the body is never read
 	})
-	c := New(Config{BaseURL: "http://" + ln.Addr().String()})
-	defer c.CloseIdle()
-	o := c.Do(context.Background(), testKey(t), "POST", "/v1/messages", make([]byte, 8<<20))
+	o := c.Do(context.Background(), testKey(t), "POST", "/v1/messages", make([]byte, 32<<20)) // far more than socket buffers hold
 	if o.Status != 413 || o.Class != Invalid || o.Sent {
 		t.Errorf("early answer: status %d, class %v, sent %v, err %v; want the 413, not written whole", o.Status, o.Class, o.Sent, o.Err)
 	}
@@ -238,12 +248,7 @@ func TestLargeBodyAnsweredEarly(t *testing.T) {
 // failure once it passes net/http's limit (10 MiB), not read into memory
 // without end.
 func TestAnswerHeadIsBounded(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go rawServe(ln, func(c net.Conn, br *bufio.Reader) {
+	c := loopbackClient(t, func(c net.Conn, br *bufio.Reader) {
 		if _, ok := nextRequest(br); !ok {
 			return
 		}
@@ -255,8 +260,6 @@ func TestAnswerHeadIsBounded(t *testing.T) {
 			}
 		}
 	})
-	c := New(Config{BaseURL: "http://" + ln.Addr().String()})
-	defer c.CloseIdle()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	o := c.Do(context.Background(), testKey(t), "POST", "/v1/messages", []byte(`{}`))
