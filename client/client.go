@@ -176,13 +176,13 @@ type Config struct {
 	MaxConns int
 	// AttemptTimeout bounds one attempt (default 10 minutes, like the SDKs).
 	AttemptTimeout time.Duration
-	// Transport replaces the tuned transports with net/http over this
-	// round tripper (tests that wrap a transport).
+	// Transport replaces the tuned transport (tests that wrap a
+	// transport).
 	Transport http.RoundTripper
-	// HTTP2 sends attempts over net/http, with HTTP/2 over TLS where the
-	// server offers it (many requests multiplexed on few connections),
-	// instead of internal/h1's HTTP/1.1 connections, one per request in
-	// flight (docs/h1.md): for thousands of requests in flight at once.
+	// HTTP2 lets the transport speak HTTP/2 over TLS where the server
+	// offers it (many requests multiplexed on few connections) instead of
+	// HTTP/1.1 alone, one kept-alive connection per request in flight:
+	// for thousands of requests in flight at once.
 	HTTP2 bool
 	// Dial opens connections in place of a net.Dialer (tests: an
 	// in-memory network).
@@ -195,19 +195,14 @@ type Config struct {
 type Client struct {
 	cfg  Config
 	http *http.Client
-	// wire sends the attempts of Do and Send: internal/h1 where the base
-	// URL allows it (docs/h1.md), net/http otherwise.
-	wire wire
 }
 
-// New returns a Client with its own tuned transports. Attempts go over
-// internal/h1's connections, written and read on the attempt's own
-// goroutine (docs/h1.md), unless cfg.HTTP2 is set, a proxy from the
-// environment applies to the base URL, the base URL carries user
-// information or a query, or cfg.Transport is set: then over net/http,
-// with idle connections per host sized to MaxConns (the default keeps 2,
-// which churns thousands of connections under load), HTTP/2 attempted
-// over TLS, TCP keep-alive. Stream's downloads always go over net/http.
+// New returns a Client with its own tuned net/http transport: HTTP/1.1,
+// one kept-alive connection per request in flight, idle connections per
+// host sized to MaxConns (the default keeps 2, which churns thousands of
+// connections under load), HTTP/2 only when cfg.HTTP2 asks, answers
+// uncompressed (as the API writes them), a proxy from the environment
+// (HTTPS_PROXY, …), TCP keep-alive.
 func New(cfg Config) *Client {
 	if cfg.BaseURL == "" {
 		cfg.BaseURL = "https://api.anthropic.com"
@@ -225,42 +220,33 @@ func New(cfg Config) *Client {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "sluice/0"
 	}
-	dial := cfg.Dial
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
 	rt := cfg.Transport
 	if rt == nil {
+		dial := cfg.Dial
+		if dial == nil {
+			dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		}
+		var protocols http.Protocols
+		protocols.SetHTTP1(true)
+		protocols.SetHTTP2(cfg.HTTP2)
 		rt = &http.Transport{
 			Proxy:                 http.ProxyFromEnvironment,
 			DialContext:           dial,
-			ForceAttemptHTTP2:     true,
+			Protocols:             &protocols,
 			MaxIdleConns:          cfg.MaxConns,
 			MaxIdleConnsPerHost:   cfg.MaxConns,
-			IdleConnTimeout:       idleTimeout,
+			IdleConnTimeout:       90 * time.Second,
 			TLSHandshakeTimeout:   10 * time.Second,
 			ResponseHeaderTimeout: cfg.AttemptTimeout,
+			DisableCompression:    true,
 		}
 	}
-	c := &Client{cfg: cfg, http: &http.Client{Transport: rt, CheckRedirect: refuseRedirect}}
-	c.wire = &netWire{c: c}
-	if cfg.Transport == nil && !cfg.HTTP2 {
-		if w := newH1Wire(cfg, dial); w != nil {
-			c.wire = w
-		}
-	}
-	return c
+	return &Client{cfg: cfg, http: &http.Client{Transport: rt, CheckRedirect: refuseRedirect}}
 }
 
 // CloseIdle closes the connections no attempt is using. The client stays
 // usable: the next attempt opens a new one.
-func (c *Client) CloseIdle() {
-	c.wire.closeIdle()
-	c.http.CloseIdleConnections()
-}
-
-// idleTimeout closes a connection idle that long, on either wire.
-const idleTimeout = 90 * time.Second
+func (c *Client) CloseIdle() { c.http.CloseIdleConnections() }
 
 // refuseRedirect keeps every redirect as the answer: net/http strips only
 // Authorization and cookies on a cross-host redirect, so following one

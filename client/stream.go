@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/h1"
 	"github.com/sluice-dev/sluice/internal/rawjson"
 	"github.com/sluice-dev/sluice/keys"
 )
@@ -23,7 +22,7 @@ import (
 //   - extra headers are added to the request (the caller's anthropic-version
 //     replaces the client's, anthropic-beta is passed on). Credentials in
 //     extra (x-api-key, Authorization) are ignored: the request is always
-//     authenticated by key; so are the headers the wire owns
+//     authenticated by key; so are the headers the transport owns
 //     (Content-Length, Content-Type, Host, Connection, Transfer-Encoding).
 //   - when stream is true and the answer is a 2xx text/event-stream, the
 //     body is not read: Send returns the Outcome of the headers (class OK,
@@ -58,21 +57,21 @@ func (c *Client) Send(ctx context.Context, key *keys.Key, method, path string, b
 	for name, vs := range extra {
 		name = http.CanonicalHeaderKey(name) // no allocation when it already is
 		switch {
-		case name == "X-Api-Key", name == "Authorization", name == "Content-Type", h1.Owned(name):
+		case name == "X-Api-Key", name == "Authorization", name == "Content-Type", owned(name):
 			// The key's, the body's and the transport's: net/http
 			// dropped or replaced these too.
 			continue
 		}
 		if len(vs) > 0 {
-			// Shared, not copied: the wire only reads a request's header,
+			// Shared, not copied: the transport only reads a request's header,
 			// and every attempt sets its own map's entries.
 			h[name] = vs
 		}
 	}
 	key.Apply(h, c.cfg.Auth)
 
-	resp, wrote, err := c.wire.send(ctx, method, path, h, body, stream)
-	if errors.Is(err, h1.ErrRequest) {
+	resp, wrote, err := c.send(ctx, method, path, h, body, stream)
+	if errors.Is(err, errRequest) {
 		// Refused before a byte left: no key or retry can send it.
 		return Outcome{Class: Invalid, ShouldRetry: -1, Err: fmt.Errorf("client: %w", err)}, nil
 	}
@@ -134,13 +133,10 @@ func readBody(resp *http.Response) ([]byte, error) {
 }
 
 // readMessage reads usage and stop_reason of a Message. It validates the
-// whole answer but decodes only the small usage object: decoding the
-// answer into a struct would walk the content a second time, and on a
-// zero-latency upstream that was about 8 % of the proxy's CPU (29 % of
-// Send's; docs/overhead.md).
+// whole answer but decodes only the small usage object (docs/overhead.md).
 func readMessage(b []byte) (api.Usage, string, error) {
 	var u api.Usage
-	if !rawjson.Valid(b) {
+	if !json.Valid(b) {
 		return u, "", json.Unmarshal(b, new(any)) // the decoder's own message
 	}
 	b = bytes.TrimSpace(b)
@@ -154,8 +150,7 @@ func readMessage(b []byte) (api.Usage, string, error) {
 		stop = rawjson.String(v)
 	}
 	if v := rawjson.Lookup(ms, "usage"); v != nil {
-		var err error
-		if u, err = decodeUsage(v); err != nil {
+		if err := json.Unmarshal(v, &u); err != nil {
 			return api.Usage{}, "", fmt.Errorf("usage: %w", err)
 		}
 	}

@@ -418,7 +418,6 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 			d.enqueue(it, now)
 		case a := <-d.done:
 			d.ended(a)
-			d.finishReady()
 		case it := <-d.withdraw:
 			d.withdrawItem(it)
 		case c := <-d.reclaim:
@@ -434,31 +433,12 @@ func (d *Dispatcher) Serve(ctx context.Context) error {
 	}
 }
 
-// finishReady finishes the attempts that ended while the loop handled
-// one, up to maxReady of them: one admission pass and one select for all,
-// not one each (at thousands of answers a second, the loop's preamble and
-// its select were most of its own cost). Loop-owned.
-func (d *Dispatcher) finishReady() {
-	for range maxReady {
-		select {
-		case a := <-d.done:
-			d.ended(a)
-		default:
-			return
-		}
-	}
-}
-
 // ended takes in a, an attempt its worker has just handed back: the
 // worker rests, the attempt is finished. Loop-owned.
 func (d *Dispatcher) ended(a *attempt) {
 	d.rest(a.w, d.now()) // not the loop's now, read before the select waited: perhaps through the whole attempt
 	d.finish(a)
 }
-
-// maxReady bounds finishReady, so a flood of answers cannot keep the loop
-// from admitting (and from its other events) for long.
-const maxReady = 64
 
 // AddKeys adds keys to a serving dispatcher (a rotation: the key sources
 // were re-read). Each key must have its org (Discover sets it); a key of a

@@ -50,10 +50,6 @@ type surveyed struct {
 	// prefixes counts the prompt prefixes pending requests share (nil:
 	// CachePrefixOff, or none shared: nothing is injected).
 	prefixes *cacheprefix.Survey
-	// accepted holds what the survey found on each line it accepted, so
-	// the feeds take it for lines that did not change since instead of
-	// validating them again (they read custom_id and copy params).
-	accepted jsonl.Accepted
 }
 
 // countPrefix counts the prompt-prefix units of a pending request.
@@ -141,7 +137,6 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 			}
 			continue
 		}
-		p.accepted.Add(n, line, info)
 		if p.firstModel == "" {
 			p.firstModel = info.Model
 		}
@@ -175,7 +170,7 @@ func survey(ctx context.Context, o Options, st *results.State) (*surveyed, error
 // that take(line, id) gives this feeder, and that fromCache did not
 // answer. With w set it also records invalid lines (--skip-invalid):
 // exactly one feeder of a run does that, on its first pass.
-func feed(ctx context.Context, o Options, st *results.State, accepted *jsonl.Accepted, drop func(string, results.Entry) bool,
+func feed(ctx context.Context, o Options, st *results.State, drop func(string, results.Entry) bool,
 	take func(line int, id string) bool, fromCache func(*dispatch.Request) (bool, error), submit func(*dispatch.Request) error, w *results.Writer) error {
 	f, err := os.Open(o.Input)
 	if err != nil {
@@ -198,7 +193,7 @@ func feed(ctx context.Context, o Options, st *results.State, accepted *jsonl.Acc
 		if err != nil {
 			return fmt.Errorf("job: reading %s: %w", o.Input, err)
 		}
-		info, verr := v.CheckAgainst(n, line, accepted)
+		info, verr := v.Check(n, line)
 		if verr != nil {
 			// Only reached with SkipInvalid: survey refused otherwise.
 			le, _ := errors.AsType[jsonl.LineError](verr)

@@ -258,7 +258,7 @@ func (r *run) open() error {
 // fromCache ends a run whose every pending request the cache answers: no
 // call, not even the free key probes.
 func (r *run) fromCache(ctx context.Context) (*Report, error) {
-	ferr := feed(ctx, r.o, r.st, &r.in.accepted, r.drop, func(int, string) bool { return true }, r.cache.serve,
+	ferr := feed(ctx, r.o, r.st, r.drop, func(int, string) bool { return true }, r.cache.serve,
 		func(req *dispatch.Request) error {
 			return fmt.Errorf("%w: the cache changed while the run started (%s is no longer in it); re-run %s to resume", ErrInterrupted, req.ID, r.o.Command)
 		}, r.w)
@@ -512,7 +512,7 @@ func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *re
 			r.in.prepare(s, req, r.prefixSharers(s), r.o.Logger)
 			return submit(req)
 		}
-		err := feed(r.feedCtx, r.o, r.st, &r.in.accepted, r.drop, func(line int, id string) bool { return r.fan.Take(s, line, id) }, r.cache.serve, prepared, w)
+		err := feed(r.feedCtx, r.o, r.st, r.drop, func(line int, id string) bool { return r.fan.Take(s, line, id) }, r.cache.serve, prepared, w)
 		if s == route.SideSync {
 			r.syncPassing.Store(false)
 		}

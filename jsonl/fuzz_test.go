@@ -73,16 +73,8 @@ func FuzzValidatorCheck(f *testing.F) {
 	dir := f.TempDir()
 	seq := 0
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var v, shared, again Validator
-		var acc Accepted
+		var v, shared Validator
 		var wantErrs []LineError
-		type checked struct {
-			n    int
-			line []byte
-			info Info
-			err  error
-		}
-		var firstPass []checked
 		lines := bytes.SplitAfter(data, []byte{'\n'})
 		firstSeen := map[string]int{}
 		for i, raw := range lines {
@@ -100,10 +92,6 @@ func FuzzValidatorCheck(f *testing.F) {
 			if !reflect.DeepEqual(vinfo, info) || !reflect.DeepEqual(sinfo, info) || !reflect.DeepEqual(verr, serr) {
 				t.Fatalf("line %d: Check %+v, %v; CheckShared %+v, %v; ValidateLine %+v, %v", n, vinfo, verr, sinfo, serr, info, err)
 			}
-			if serr == nil {
-				acc.Add(n, l, sinfo)
-			}
-			firstPass = append(firstPass, checked{n, l, vinfo, verr})
 			if verr != nil {
 				le, isLE := errors.AsType[LineError](verr)
 				if !isLE || le.Line != n || le.Reason == "" {
@@ -134,18 +122,7 @@ func FuzzValidatorCheck(f *testing.F) {
 				}
 			}
 		}
-		// A second pass that takes the first's facts for unchanged lines
-		// returns what checking them in full does.
-		for _, c := range firstPass {
-			info, err := again.CheckAgainst(c.n, bytes.Clone(c.line), &acc)
-			if !reflect.DeepEqual(info, c.info) || !reflect.DeepEqual(err, c.err) {
-				t.Fatalf("line %d: CheckAgainst %+v, %v; Check %+v, %v", c.n, info, err, c.info, c.err)
-			}
-		}
 		sum := v.Summary()
-		if again := again.Summary(); !reflect.DeepEqual(again, sum) {
-			t.Fatalf("second pass Summary %+v, first %+v", again, sum)
-		}
 		if sum.Valid+sum.Invalid != sum.Lines || sum.Invalid != len(wantErrs) {
 			t.Fatalf("Summary %+v with %d invalid lines", sum, len(wantErrs))
 		}

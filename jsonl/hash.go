@@ -3,6 +3,7 @@ package jsonl
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 
 	"github.com/sluice-dev/sluice/internal/rawjson"
 )
@@ -18,7 +19,7 @@ import (
 // hash of an input line equals the one in its result line exactly when the
 // request is unchanged but for whitespace.
 func ParamsHash(params []byte) string {
-	if !rawjson.Valid(params) {
+	if !json.Valid(params) {
 		return hashOf(params)
 	}
 	return validParamsHash(params)
@@ -27,9 +28,8 @@ func ParamsHash(params []byte) string {
 // validParamsHash is ParamsHash of params that json.Valid accepts (the
 // validator has just checked it). It hashes the runs of bytes between
 // insignificant whitespace as rawjson.Runs finds them — exactly what
-// json.Compact would have written, without the second scanner pass and the
-// copy, which were 10 % of the engine's CPU (TestParamsHashIsCompactsHash,
-// FuzzParamsHash).
+// json.Compact would have written, without its second scanner pass and
+// the copy (TestParamsHashIsCompactsHash, FuzzParamsHash; docs/overhead.md).
 func validParamsHash(params []byte) string {
 	sum := sha256.New()
 	for run := range rawjson.Runs(params) {

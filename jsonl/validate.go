@@ -94,7 +94,7 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	fail := func(format string, args ...any) (Info, error) {
 		return info, LineError{CustomID: info.CustomID, Reason: fmt.Sprintf(format, args...)}
 	}
-	if !rawjson.Valid(line) {
+	if !json.Valid(line) {
 		return fail("%s", syntaxReason(line))
 	}
 	if !utf8.Valid(line) {
@@ -170,17 +170,6 @@ func validate(line []byte, copyParams bool) (Info, error) {
 		info.Params = bytes.Clone(params)
 	}
 	return info, nil
-}
-
-// recalled is validate's Info for a line an Accepted holds with exactly
-// these bytes: custom_id and a copy of params read from the line, the rest
-// from what validating it found then (known).
-func recalled(line []byte, known Info) Info {
-	var topBuf [8]rawjson.Member
-	top := rawjson.AppendMembers(topBuf[:0], bytes.TrimSpace(line))
-	known.CustomID = rawjson.String(rawjson.Lookup(top, "custom_id"))
-	known.Params = bytes.Clone(rawjson.Lookup(top, "params"))
-	return known
 }
 
 // readParams applies the params rules of ValidateLine to params (an object)
@@ -315,7 +304,7 @@ func DescribeParams(body []byte) (Info, error) {
 
 func describeParams(body []byte) (Info, error) {
 	var info Info
-	if !rawjson.Valid(body) {
+	if !json.Valid(body) {
 		return info, LineError{Reason: syntaxReason(body)}
 	}
 	body = bytes.TrimSpace(body)

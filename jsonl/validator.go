@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"github.com/sluice-dev/sluice/cacheprefix"
-	"github.com/sluice-dev/sluice/internal/idset"
 )
 
 // Summary tallies the lines a Validator checked.
@@ -62,16 +61,15 @@ func mean(sum int64, n int) float64 {
 // Validator checks the lines of one input file in order: each line by
 // ValidateLine, and custom_ids for uniqueness across the file. It keeps the
 // custom_ids seen so far and the line each was first seen on, nothing else
-// per line (idset: an id's bytes plus 13–25). The zero value is ready to
-// use. A Validator is not safe for concurrent use, and must not be copied
-// once used (go vet reports a copy).
+// per line. The zero value is ready to use. A Validator is not safe for
+// concurrent use.
 type Validator struct {
 	// Version, when set, is the API version the lines will be sent with:
 	// a line that it or the line's model refuses (CheckCompat, under the
 	// model table's rules) is invalid. Set it before the first Check.
 	Version string
 
-	seen idset.Set // custom_id → line first seen on
+	seen map[string]int // custom_id → line first seen on
 	sum  Summary
 }
 
@@ -88,18 +86,6 @@ func (v *Validator) Check(lineNo int, line []byte) (Info, error) {
 	return v.check(lineNo, line, true)
 }
 
-// CheckAgainst is Check for a second pass over a file: for a line that a
-// keeps with exactly these bytes, what validating it found then is taken
-// from a, and only custom_id is read and params copied; every other line is
-// checked in full. Uniqueness is applied to every line, as by Check, and
-// the Info and error are Check's. A nil a checks every line in full.
-func (v *Validator) CheckAgainst(lineNo int, line []byte, a *Accepted) (Info, error) {
-	if known, ok := a.recall(lineNo, line); ok {
-		return v.tally(lineNo, recalled(line, known), nil)
-	}
-	return v.check(lineNo, line, true)
-}
-
 func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error) {
 	info, err := validate(line, copyParams)
 	return v.tally(lineNo, info, v.compat(info, err))
@@ -108,12 +94,15 @@ func (v *Validator) check(lineNo int, line []byte, copyParams bool) (Info, error
 // tally applies custom_id uniqueness to a line validate judged (err is its
 // verdict) and counts it in the Summary.
 func (v *Validator) tally(lineNo int, info Info, err error) (Info, error) {
-	if v.sum.Models == nil {
+	if v.seen == nil {
+		v.seen = make(map[string]int)
 		v.sum.Models = make(map[string]int)
 	}
 	v.sum.Lines++
 	if id := info.CustomID; id != "" {
-		if first, added := v.seen.Add(id, lineNo); !added {
+		if first, dup := v.seen[id]; !dup {
+			v.seen[id] = lineNo
+		} else {
 			reason := fmt.Sprintf("duplicate custom_id %q, first on line %d", id, first)
 			if le, ok := errors.AsType[LineError](err); ok {
 				reason += "; also " + le.Reason

@@ -69,7 +69,7 @@ func (f *engineFlags) registerAPI(fl *pflag.FlagSet) {
 	fl.StringVar(&f.auth, "auth", "x-api-key", "auth header style: x-api-key or bearer")
 	fl.StringVar(&f.version, "anthropic-version", api.VersionDefault, "anthropic-version header to send (input lines are checked against what that version refuses before anything is sent: sluice models)")
 	fl.StringVar(&f.models, "models", "", modelsFlagUsage)
-	fl.BoolVar(&f.http2, "http2", false, "send over HTTP/2 where the API offers it (many requests on few connections) instead of one kept-alive HTTP/1.1 connection per request in flight: for thousands in flight at once (docs/h1.md)")
+	fl.BoolVar(&f.http2, "http2", false, "send over HTTP/2 where the API offers it (many requests on few connections) instead of one kept-alive HTTP/1.1 connection per request in flight: for thousands in flight at once (docs/engine.md)")
 }
 
 // loadKeys reads the key pool and logs its warnings.

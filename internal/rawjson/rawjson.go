@@ -1,13 +1,13 @@
-// Package rawjson validates JSON exactly as json.Valid does, ten times
-// faster (Valid), and walks JSON it has accepted without decoding it:
-// values are returned as sub-slices of the input, so reading a few fields
-// of a request or an answer costs one validation pass and one walk however
-// deep the document is. jsonl reads input lines with it, the client reads
-// answers, the proxy reads the bodies it forwards and the results writer
-// compacts answers (AppendCompact).
+// Package rawjson walks JSON that json.Valid has accepted without
+// decoding it: values are returned as sub-slices of the input, so reading
+// a few fields of a request or an answer costs one validation pass and one
+// walk however deep the document is. jsonl reads input lines with it
+// (their params hash through Runs, their input estimate through
+// StringLen), the client reads answers and the proxy the bodies it
+// forwards.
 //
-// Every function but Valid assumes valid input and starts at a value's
-// first byte; on anything else the result is unspecified (it may panic).
+// Every function assumes valid input and starts at a value's first byte;
+// on anything else the result is unspecified (it may panic).
 package rawjson
 
 import (
