@@ -152,6 +152,26 @@ func (b *browser) chartCounts(t *testing.T) map[string]int {
 	return eval[map[string]int](t, b, `window.sluiceView.charts()`)
 }
 
+// seenCounts is chartCounts as a reader scrolling down the page sees it:
+// a chart off screen is drawn only when it comes into view, so each chart
+// still empty is scrolled to and given up to a second to draw.
+func (b *browser) seenCounts(t *testing.T) map[string]int {
+	t.Helper()
+	counts := b.chartCounts(t)
+	for id, c := range counts {
+		if c > 0 {
+			continue
+		}
+		eval[bool](t, b, `(document.getElementById(`+strconv.Quote(id)+`).scrollIntoView(), true)`)
+		for deadline := time.Now().Add(time.Second); counts[id] == 0 && time.Now().Before(deadline); {
+			time.Sleep(50 * time.Millisecond)
+			counts[id] = b.chartCounts(t)[id]
+		}
+	}
+	eval[bool](t, b, `(window.scrollTo(0, 0), true)`)
+	return counts
+}
+
 // card reads the text of a summary card's value.
 func (b *browser) card(t *testing.T, key string) string {
 	t.Helper()
@@ -245,13 +265,23 @@ func TestViewInABrowser(t *testing.T) {
 	points1 := eval[int](t, b, `+document.body.dataset.points`)
 
 	// The page updates while the run goes on.
+	// Every chart fills, each once scrolled into view.
 	var points2 int
 	var second int64
-	_ = points2
+	var counts map[string]int
+	filled := func() bool {
+		for _, c := range counts {
+			if c == 0 {
+				return false
+			}
+		}
+		return len(counts) > 0
+	}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
 		points2 = eval[int](t, b, `+document.body.dataset.points`)
 		second = doneOf(b.card(t, "done"))
-		if points2 > points1 && second > first {
+		counts = b.seenCounts(t)
+		if points2 > points1 && second > first && filled() {
 			break
 		}
 	}
@@ -259,7 +289,6 @@ func TestViewInABrowser(t *testing.T) {
 		t.Errorf("the page did not update: %d points and %d done, then %d and %d", points1, first, points2, second)
 	}
 	b.screenshot(t, "see-live.png", false)
-	counts := b.chartCounts(t)
 	for _, id := range []string{"chart-progress", "chart-cost", "chart-errors", "chart-lane-use-0", "chart-lane-conc-0"} {
 		if counts[id] == 0 {
 			t.Errorf("chart %s holds no data (%v)", id, counts)
@@ -267,7 +296,7 @@ func TestViewInABrowser(t *testing.T) {
 	}
 	for id, c := range counts {
 		if c == 0 {
-			t.Errorf("chart %s holds no data", id)
+			t.Errorf("chart %s holds no data (%v)", id, counts)
 		}
 	}
 	// What the page shows is what the process recorded at that instant.
