@@ -146,10 +146,11 @@ func (b *browser) checkNoErrors(t *testing.T, where string) {
 	b.errors = nil
 }
 
-// chartCounts is, per chart on the page, how many values it holds.
+// chartCounts is, per chart on the page, how many values it holds — 0 for
+// a chart whose canvas shows no line, whatever data it was handed.
 func (b *browser) chartCounts(t *testing.T) map[string]int {
 	t.Helper()
-	return eval[map[string]int](t, b, `window.sluiceView.charts()`)
+	return eval[map[string]int](t, b, `(() => { const n = window.sluiceView.charts(), d = window.sluiceView.drawn(); for (const id in n) if (!d[id]) n[id] = 0; return n; })()`)
 }
 
 // seenCounts is chartCounts as a reader scrolling down the page sees it:

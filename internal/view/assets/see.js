@@ -167,7 +167,7 @@
       series: [{ value: function (u, v) { return v == null ? "–" : fmtClock(v * 1000); } }].concat(series.map(function (s) { s.points = s.points || { show: false }; return s; })),
       axes: [{ values: timeTicks, space: 70 }, { size: 60, values: o.yValues || function (u, vs) { return vs.map(human); } }],
       bands: o.bands,
-      hooks: { draw: [function (u) { overlay(u); (u._hooks || []).forEach(function (f) { f(u); }); }] },
+      hooks: { draw: [function (u) { overlay(u); (u._hooks || o.draw || []).forEach(function (f) { f(u); }); }] },
       legend: { live: true }
     };
     if (charts[id]) { charts[id].destroy(); }
@@ -177,9 +177,16 @@
     c._key = key;
     c._hooks = o.draw || [];
     c._visible = true;
-    c.redraw();
     if (seen) seen.observe(node);
     return c;
+  }
+
+  // inked reports whether a chart has drawn: its x scale set and a path
+  // built for some series (uPlot 1.6 keeps each series' last paths).
+  function inked(u) {
+    if (u.scales.x.min == null) return false;
+    for (var i = 1; i < u.series.length; i++) if (u.series[i]._paths) return true;
+    return false;
   }
 
   // seen tracks which charts are on screen: a live update redraws those,
@@ -722,6 +729,13 @@
         for (var s = 1; s < d.length; s++) d[s].forEach(function (v) { if (v != null) n++; });
         out[id] = n;
       }
+      return out;
+    },
+    // drawn: for each chart, whether its canvas holds a line: a pixel
+    // inside the plot area in a series' colour, not only grid and axes.
+    drawn: function () {
+      var out = {};
+      for (var id in charts) out[id] = inked(charts[id]);
       return out;
     },
     drawMs: function () { return drawMs; },
