@@ -103,7 +103,7 @@ func (s *seeing) finish(rep *job.Report, judgeData any, runErr error, reportPath
 		status = "failed"
 	}
 	err := s.w.Finish(rep, judgeData, status)
-	if reportPath != "" && reportPath != "off" && (rep != nil || s.w.Status().History.Points > 0) {
+	if reportPath != "" && reportPath != "off" && s.w.Reported() {
 		tl, terr := s.timeline()
 		if terr == nil {
 			terr = view.WriteReport(reportPath, s.title, tl)

@@ -362,7 +362,9 @@ func b2f(b bool) float64 {
 // Finish ends the recording: a last sample, the run's report (rep, and a
 // judge's summary; either may be nil) and how it ended (status) appended,
 // the history compacted and closed. A run that never started (nothing to
-// do, invalid input) still gets a segment, with its report.
+// do, invalid input) still gets a segment, with its report — unless every
+// request was already done, when the history is left as it was (Reported
+// then says false).
 func (w *Watch) Finish(rep *job.Report, judgeSummary any, status string) error {
 	w.mu.Lock()
 	started := w.live != nil
@@ -374,9 +376,11 @@ func (w *Watch) Finish(rep *job.Report, judgeSummary any, status string) error {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !started && rep == nil {
+	if !started && (rep == nil || rep.Requests.Total > 0 && rep.Requests.AlreadyDone >= rep.Requests.Total) {
+		// Stopped before it began (invalid input, no key), or a finished
+		// run run again: nothing to record, and the earlier report stands.
 		w.phase = PhaseEnded
-		return nil // stopped before it began (invalid input, no key): nothing to record
+		return nil
 	}
 	if !started {
 		run := history.Run{Cmd: w.cfg.Cmd}
@@ -405,6 +409,14 @@ func (w *Watch) Finish(rep *job.Report, judgeSummary any, status string) error {
 		err = w.err
 	}
 	return err
+}
+
+// Reported says whether Finish recorded a report: false for a run that
+// stopped before it began or found everything already done.
+func (w *Watch) Reported() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.report != nil
 }
 
 // Timeline writes the timeline after since (Unix ms; 0: all of it) as

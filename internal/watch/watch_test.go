@@ -205,6 +205,42 @@ func TestNothingRecordedBeforeStart(t *testing.T) {
 	}
 }
 
+// A finished run run again finds nothing to do: its history, and so its
+// report, stay as the run that did the work left them.
+func TestFinishedRunRunAgainKeepsItsReport(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	path := filepath.Join(t.TempDir(), "out.jsonl.history")
+	f := newFakeRun(1)
+	w := New(Config{Path: path, Cmd: "run", Now: c.now, History: history.Options{NoSync: true}})
+	w.Start(f.live(5))
+	c.t = c.t.Add(time.Second)
+	f.step()
+	w.Sample()
+	rep := &job.Report{Input: "in.jsonl", Succeeded: 5}
+	rep.Requests.Total, rep.Requests.Written = 5, 5
+	if err := w.Finish(rep, nil, "done"); err != nil || !w.Reported() {
+		t.Fatalf("Finish: %v, reported %v", err, w.Reported())
+	}
+	c.t = c.t.Add(time.Hour)
+	again := New(Config{Path: path, Cmd: "run", Now: c.now, History: history.Options{NoSync: true}})
+	rep2 := &job.Report{Input: "in.jsonl"}
+	rep2.Requests.Total, rep2.Requests.AlreadyDone = 5, 5
+	if err := again.Finish(rep2, nil, "done"); err != nil {
+		t.Fatal(err)
+	}
+	if again.Reported() {
+		t.Error("a run with nothing to do says it recorded a report")
+	}
+	tl, err := history.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r job.Report
+	if len(tl.Segments) != 1 || tl.Report == nil || json.Unmarshal(tl.Report.Report, &r) != nil || r.Succeeded != 5 {
+		t.Errorf("%d segments, report %+v: the first run's should stand", len(tl.Segments), r)
+	}
+}
+
 func benchWatch(b *testing.B, lanes int) (*Watch, *fakeRun, *clock) {
 	c := &clock{t: time.Unix(1_800_000_000, 0)}
 	w := New(Config{Path: filepath.Join(b.TempDir(), "h"), Cmd: "run", Now: c.now, History: history.Options{NoSync: true}})
