@@ -101,15 +101,22 @@ sluice process of this user that serves a view. It says so, with exit status
 			w := cmd.OutOrStdout()
 			found := 0
 			for _, st := range states {
-				s, err := view.FetchStatus(st)
-				if errors.Is(err, view.ErrNotRunning) {
-					if len(args) == 0 && !processAlive(st.PID) {
+				if !view.Alive(st.PID) {
+					if len(args) == 0 {
 						os.Remove(filepath.Join(view.RunningDir(), fmt.Sprintf("%d.json", st.PID))) // a killed process's
 					}
 					continue
 				}
+				s, err := view.FetchStatus(st)
+				if errors.Is(err, view.ErrNotRunning) {
+					continue
+				}
 				if err != nil {
-					return err
+					if len(args) == 1 {
+						return err
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "sluice status: pid %d (%s): %v\n", st.PID, st.Base, err)
+					continue
 				}
 				found++
 				if asJSON {

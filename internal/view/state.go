@@ -46,11 +46,17 @@ func RunningDir() string {
 }
 
 // Publish writes st beside the results (if any) and in RunningDir, and
-// returns the function that removes both.
+// returns the function that removes them. The file beside the results is
+// left alone while it names another live process (a second run refused
+// the results lock must not take the first's place), and remove deletes
+// only files that still name st.PID.
 func Publish(st State) (remove func(), err error) {
 	var paths []string
 	if st.Results != "" {
-		paths = append(paths, StatePath(st.Results))
+		p := StatePath(st.Results)
+		if old, err := ReadState(p); err != nil || old.PID == st.PID || !Alive(old.PID) {
+			paths = append(paths, p)
+		}
 	}
 	if d := RunningDir(); d != "" {
 		if err := os.MkdirAll(d, 0o700); err == nil {
@@ -59,20 +65,21 @@ func Publish(st State) (remove func(), err error) {
 	}
 	b, _ := json.MarshalIndent(st, "", "  ")
 	var written []string
+	removeOwn := func() {
+		for _, p := range written {
+			if cur, err := ReadState(p); err == nil && cur.PID == st.PID {
+				os.Remove(p)
+			}
+		}
+	}
 	for _, p := range paths {
 		if err := atomicfile.Write(p, 0o600, func(w io.Writer) error { _, err := w.Write(append(b, '\n')); return err }); err != nil {
-			for _, q := range written {
-				os.Remove(q)
-			}
+			removeOwn()
 			return func() {}, fmt.Errorf("view: %w", err)
 		}
 		written = append(written, p)
 	}
-	return func() {
-		for _, p := range written {
-			os.Remove(p)
-		}
-	}, nil
+	return removeOwn, nil
 }
 
 // ReadState reads a state file.
