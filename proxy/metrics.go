@@ -24,6 +24,7 @@ type metrics struct {
 
 	reg       *prometheus.Registry
 	requests  *prometheus.CounterVec
+	ledger    cost.Ledger // every answer's usage: the proxy's cost (Proxy.Cost)
 	costUSD   *prometheus.CounterVec
 	unpriced  *prometheus.CounterVec // answers of models the table has no price for
 	wait      *prometheus.HistogramVec
@@ -117,8 +118,10 @@ func (m *metrics) queueWait(org string, pool api.Pool, d time.Duration) {
 	m.wait.WithLabelValues(org, string(pool)).Observe(d.Seconds())
 }
 
-// usage adds an answer's cost, at batch prices for a batch's row.
+// usage adds an answer's cost, at batch prices for a batch's row, to the
+// ledger and the counters.
 func (m *metrics) usage(org string, pool api.Pool, model string, u api.Usage, batch bool) {
+	m.ledger.Add(org, model, u, batch)
 	usd, ok := cost.Cost(model, u, batch)
 	if !ok {
 		m.unpriced.WithLabelValues(org, string(pool)).Inc()
@@ -129,6 +132,9 @@ func (m *metrics) usage(org string, pool api.Pool, model string, u api.Usage, ba
 	}
 	m.costUSD.WithLabelValues(org, string(pool)).Add(usd)
 }
+
+// Cost is what the proxy's answers cost so far, at list prices.
+func (p *Proxy) Cost() cost.Snapshot { return p.metrics.ledger.Snapshot() }
 
 // handleMetrics serves GET /metrics in the Prometheus exposition format.
 func (p *Proxy) handleMetrics(w http.ResponseWriter, r *http.Request) {

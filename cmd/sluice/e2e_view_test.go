@@ -562,3 +562,41 @@ func TestJudgeReportInABrowser(t *testing.T) {
 	b.screenshot(t, "see-judge.png", true)
 	b.checkNoErrors(t, "judge report")
 }
+
+// A run that used a model without a price has an unknown cost, and its
+// report says so: never a dollar figure for the whole, only the priced
+// part beside the count.
+func TestReportShowsUnknownCost(t *testing.T) {
+	chromiumPath(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "u.jsonl.history")
+	now := time.Unix(1_800_000_000, 0)
+	w, err := history.Open(path, history.Run{Cmd: "run", Total: 100}, history.Options{Now: func() time.Time { return now }, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Append(history.Lanes{T: history.Millis(now), Lanes: []history.LaneID{{Org: "org0", Pool: "sonnet-9"}}})
+	for i := 1; i <= 30; i++ {
+		now = now.Add(time.Second)
+		row := make([]float64, history.NumCols)
+		row[history.ColSent], row[history.ColOK] = float64(i*2), float64(i*2)
+		p := history.Point{T: history.Millis(now), Done: int64(i * 2), Cost: [3]float64{0.5, 0.5, 0}, Unpriced: int64(i * 2), L: [][]float64{row}}
+		w.Append(p)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	html := filepath.Join(dir, "u.report.html")
+	if _, err := view.WriteReportFromHistory(path, html, "unpriced"); err != nil {
+		t.Fatal(err)
+	}
+	b := newBrowser(t, chrome(t), 1280, 1000)
+	b.do(t, chromedp.Navigate("file://"+html), chromedp.WaitVisible(chromedp.CSS(`#chart-cost .uplot`)))
+	if got := b.card(t, "cost"); got != "unknown" {
+		t.Errorf("the cost card shows %q, want unknown", got)
+	}
+	if note := b.text(t, `#cost-note`); !strings.Contains(note, "Cost unknown: 60 requests") || !strings.Contains(note, "$0.5000") {
+		t.Errorf("the cost note says %q", note)
+	}
+	b.checkNoErrors(t, "report of an unpriced run")
+}

@@ -197,7 +197,7 @@ docs/proxy.md.`,
 			dctx, dstop := context.WithCancel(context.Background())
 			defer dstop()
 			go d.Serve(dctx)
-			see.w.Start(job.Live{Snapshot: d.Snapshot, Keys: pool.Keys()})
+			see.w.Start(job.Live{Snapshot: d.Snapshot, Keys: pool.Keys(), Cost: px.Cost})
 			// Key rotation (SIGHUP, the keys file changed): new keys join,
 			// removed ones drain and leave, without a restart.
 			rotations := eng.watchKeys(dctx, pool, log)

@@ -155,13 +155,20 @@ func printStatus(w io.Writer, st view.State, s watch.Status) {
 		fmt.Fprintln(w)
 	}
 	if p := s.Plan; p != nil {
-		fmt.Fprintf(w, "  route %s, predicted %s", p.Route, fmtSeconds(p.Predicted))
+		fmt.Fprintf(w, "  route %s", p.Route)
+		if p.Predicted > 0 {
+			fmt.Fprintf(w, ", predicted %s", fmtSeconds(p.Predicted))
+		}
 		if p.Replans > 0 {
 			fmt.Fprintf(w, ", %d re-plans", p.Replans)
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "  cost $%.4f (projected $%.4f", s.Cost.USD, s.Cost.Projected)
+	if s.Cost.Unpriced > 0 {
+		fmt.Fprintf(w, "  cost unknown (priced part $%.4f; %d requests of models without a price, see --models", s.Cost.USD, s.Cost.Unpriced)
+	} else {
+		fmt.Fprintf(w, "  cost $%.4f (projected $%.4f", s.Cost.USD, s.Cost.Projected)
+	}
 	if s.Cost.MaxCost > 0 {
 		fmt.Fprintf(w, ", --max-cost $%.2f", s.Cost.MaxCost)
 	}

@@ -133,6 +133,9 @@ type Point struct {
 	Done int64  `json:"done"` // results done: before this segment and durable since
 	// Cost is the ledger's USD: total, sync, batch (counters).
 	Cost [3]float64 `json:"cost"`
+	// Unpriced counts requests of models without a price (a counter): with
+	// any, Cost is only the priced part and the cost is unknown.
+	Unpriced int64 `json:"unpriced,omitempty"`
 	// Tok is the ledger's tokens: input, output, cache write, cache read
 	// (counters; batch answers included).
 	Tok [4]int64 `json:"tok"`

@@ -83,6 +83,7 @@ type Timeline struct {
 	Seg      []int         `json:"seg"` // index into Segments, per point
 	Done     Series        `json:"done"`
 	Cost     [3]Series     `json:"cost"`
+	Unpriced Series        `json:"unpriced"` // requests without a price (Point.Unpriced)
 	Tok      [4]Series     `json:"tok"`
 	B        [5]Series     `json:"b"`
 	Events   []Event       `json:"events"`
@@ -98,8 +99,8 @@ type builder struct {
 	byID   map[LaneID]int
 	off    [][]float64 // per lane: what earlier segments counted (counters)
 	last   [][]float64 // per lane: the current segment's last row
-	offTop [3 + 4 + 3]float64
-	lastTp [3 + 4 + 3]float64
+	offTop [3 + 4 + 3 + 1]float64
+	lastTp [3 + 4 + 3 + 1]float64
 }
 
 // NewTimeline returns an empty timeline.
@@ -255,8 +256,8 @@ func (tl *Timeline) AddPoint(p Point) error {
 	tl.T = append(tl.T, p.T)
 	tl.Seg = append(tl.Seg, seg)
 	tl.Done = append(tl.Done, float64(p.Done))
-	top := [10]float64{p.Cost[0], p.Cost[1], p.Cost[2], float64(p.Tok[0]), float64(p.Tok[1]), float64(p.Tok[2]), float64(p.Tok[3]),
-		float64(p.B[0]), float64(p.B[1]), float64(p.B[2])}
+	top := [11]float64{p.Cost[0], p.Cost[1], p.Cost[2], float64(p.Tok[0]), float64(p.Tok[1]), float64(p.Tok[2]), float64(p.Tok[3]),
+		float64(p.B[0]), float64(p.B[1]), float64(p.B[2]), float64(p.Unpriced)}
 	for i, v := range top {
 		b.lastTp[i] = v
 		top[i] = v + b.offTop[i]
@@ -270,6 +271,7 @@ func (tl *Timeline) AddPoint(p Point) error {
 	for i := range 3 {
 		tl.B[i] = append(tl.B[i], top[7+i])
 	}
+	tl.Unpriced = append(tl.Unpriced, top[10])
 	tl.B[3] = append(tl.B[3], float64(p.B[3]))
 	tl.B[4] = append(tl.B[4], float64(p.B[4]))
 	seen := make([]bool, len(tl.Lanes))
@@ -310,7 +312,7 @@ func (tl *Timeline) Since(t int64) *Timeline {
 	for i > 0 && tl.T[i-1] > t {
 		i--
 	}
-	out := &Timeline{V: tl.V, Cols: tl.Cols, Segments: tl.Segments, T: tl.T[i:], Seg: tl.Seg[i:], Done: tl.Done[i:], Report: tl.Report}
+	out := &Timeline{V: tl.V, Cols: tl.Cols, Segments: tl.Segments, T: tl.T[i:], Seg: tl.Seg[i:], Done: tl.Done[i:], Unpriced: tl.Unpriced[i:], Report: tl.Report}
 	for k := range tl.Cost {
 		out.Cost[k] = tl.Cost[k][i:]
 	}
@@ -359,6 +361,7 @@ func (tl *Timeline) Retain(keep []int64) {
 	}
 	tl.T, tl.Seg = tl.T[:len(idx)], tl.Seg[:len(idx)]
 	tl.Done = pick(tl.Done)
+	tl.Unpriced = pick(tl.Unpriced)
 	for k := range tl.Cost {
 		tl.Cost[k] = pick(tl.Cost[k])
 	}

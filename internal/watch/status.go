@@ -58,8 +58,11 @@ type Plan struct {
 }
 
 // Cost is the ledger so far, the projection at the current cost per
-// result, and --max-cost.
+// result, and --max-cost. With Unpriced > 0 (requests of models without a
+// price) the cost is unknown: USD is only the priced part, and no
+// projection is made.
 type Cost struct {
+	Unpriced  int64   `json:"unpriced_requests,omitempty"`
 	USD       float64 `json:"usd"`
 	SyncUSD   float64 `json:"sync_usd"`
 	BatchUSD  float64 `json:"batch_usd"`
@@ -162,8 +165,9 @@ func (w *Watch) Status() Status {
 	dtMin := float64(tl.T[last]-tl.T[back]) / 60e3
 	s.Done = int64(tl.Done[last])
 	s.Cost.USD, s.Cost.SyncUSD, s.Cost.BatchUSD = tl.Cost[0][last], tl.Cost[1][last], tl.Cost[2][last]
+	s.Cost.Unpriced = int64(tl.Unpriced[last])
 	first := tl.Segments[0]
-	if doneSince := s.Done - int64(first.Done0); doneSince > 0 && first.Total > first.Done0 {
+	if doneSince := s.Done - int64(first.Done0); doneSince > 0 && first.Total > first.Done0 && s.Cost.Unpriced == 0 {
 		s.Cost.Projected = s.Cost.USD / float64(doneSince) * float64(first.Total-first.Done0)
 	}
 	if dtMin > 0 {
@@ -259,7 +263,7 @@ type jobCollector struct{ w *Watch }
 var (
 	descDone  = prometheus.NewDesc("sluice_job_done", "Results done: kept from before and durable since.", nil, nil)
 	descTotal = prometheus.NewDesc("sluice_job_total", "Requests in the input.", nil, nil)
-	descCost  = prometheus.NewDesc("sluice_job_cost_usd_total", "USD spent so far at list prices (the ledger).", nil, nil)
+	descCost  = prometheus.NewDesc("sluice_job_cost_usd_total", "USD spent so far at list prices (the ledger; only the priced part while a model without a price is used).", nil, nil)
 	descBatch = prometheus.NewDesc("sluice_job_batch_in_flight", "Requests in unended Message Batches.", nil, nil)
 	descKeys  = prometheus.NewDesc("sluice_keys_live", "Keys not marked dead.", nil, nil)
 )
@@ -290,8 +294,11 @@ func (c jobCollector) Collect(ch chan<- prometheus.Metric) {
 	if n == 0 {
 		return
 	}
+	ch <- prometheus.MustNewConstMetric(descCost, prometheus.CounterValue, w.tl.Cost[0][n-1])
+	if w.cfg.Cmd == "proxy" {
+		return // no input, no batch path of its own: the proxy serves its batches' figures itself
+	}
 	ch <- prometheus.MustNewConstMetric(descDone, prometheus.GaugeValue, w.tl.Done[n-1])
 	ch <- prometheus.MustNewConstMetric(descTotal, prometheus.GaugeValue, float64(w.live.Total))
-	ch <- prometheus.MustNewConstMetric(descCost, prometheus.CounterValue, w.tl.Cost[0][n-1])
 	ch <- prometheus.MustNewConstMetric(descBatch, prometheus.GaugeValue, w.tl.B[4][n-1])
 }

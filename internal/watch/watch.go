@@ -272,6 +272,7 @@ func (w *Watch) Sample() {
 	if l.Cost != nil {
 		c := l.Cost().Total
 		p.Cost = [3]float64{c.USD, c.SyncUSD, c.BatchUSD}
+		p.Unpriced = c.UnknownModelRequests
 		p.Tok = [4]int64{c.Tokens.Input, c.Tokens.Output, c.Tokens.CacheWrite5m + c.Tokens.CacheWrite1h, c.Tokens.CacheRead}
 	}
 	if l.Batch != nil {

@@ -21,9 +21,10 @@ import (
 
 // fakeRun is a job's live sources with lanes whose counters the test moves.
 type fakeRun struct {
-	lanes   []dispatch.LaneView
-	durable int64
-	usd     float64
+	lanes    []dispatch.LaneView
+	durable  int64
+	usd      float64
+	unpriced int64 // requests of models without a price
 }
 
 func newFakeRun(n int) *fakeRun {
@@ -64,7 +65,7 @@ func (f *fakeRun) live(total int) job.Live {
 		},
 		Batch: func() (batch.Stats, bool) { return batch.Stats{}, false },
 		Cost: func() cost.Snapshot {
-			return cost.Snapshot{Total: cost.Totals{USD: f.usd, SyncUSD: f.usd}}
+			return cost.Snapshot{Total: cost.Totals{USD: f.usd, SyncUSD: f.usd, UnknownModelRequests: f.unpriced}}
 		},
 		Durable: func() int64 { return f.durable },
 		Total:   total, Todo: total, MaxCost: 5,
@@ -238,6 +239,42 @@ func TestFinishedRunRunAgainKeepsItsReport(t *testing.T) {
 	var r job.Report
 	if len(tl.Segments) != 1 || tl.Report == nil || json.Unmarshal(tl.Report.Report, &r) != nil || r.Succeeded != 5 {
 		t.Errorf("%d segments, report %+v: the first run's should stand", len(tl.Segments), r)
+	}
+}
+
+// A run with requests of a model without a price has an unknown cost:
+// the status says how many and projects nothing from the priced part, and
+// the history carries the count across a restart.
+func TestUnpricedCostIsUnknown(t *testing.T) {
+	c := &clock{t: time.Unix(1_800_000_000, 0)}
+	path := filepath.Join(t.TempDir(), "out.jsonl.history")
+	f := newFakeRun(1)
+	w := New(Config{Path: path, Cmd: "run", Now: c.now, History: history.Options{NoSync: true}})
+	w.Start(f.live(100))
+	for range 3 {
+		c.t = c.t.Add(time.Second)
+		f.step()
+		w.Sample()
+	}
+	if s := w.Status(); s.Cost.Unpriced != 0 || s.Cost.Projected <= 0 {
+		t.Fatalf("all priced: unpriced %d, projected %v; want 0 and a projection", s.Cost.Unpriced, s.Cost.Projected)
+	}
+	f.unpriced = 7
+	c.t = c.t.Add(time.Second)
+	f.step()
+	w.Sample()
+	if s := w.Status(); s.Cost.Unpriced != 7 || s.Cost.Projected != 0 || s.Cost.USD != f.usd {
+		t.Errorf("status cost %+v: want 7 unpriced, no projection, the priced part %v", s.Cost, f.usd)
+	}
+	if err := w.Finish(nil, nil, "interrupted"); err != nil {
+		t.Fatal(err)
+	}
+	tl, err := history.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tl.Unpriced[tl.Len()-1]; got != 7 {
+		t.Errorf("the history's last point holds %v unpriced, want 7", got)
 	}
 }
 

@@ -53,13 +53,24 @@
 
   function laneKey(l) { return l.org + "/" + l.pool; }
 
+  // filled gives a timeline's lists that Go wrote as null (none yet) their
+  // empty value.
+  function filled(tl) {
+    if (!tl) return tl;
+    ["events", "lanes", "segments", "t", "seg", "done"].forEach(function (k) { tl[k] = tl[k] || []; });
+    tl.unpriced = tl.unpriced || tl.t.map(function () { return 0; });
+    return tl;
+  }
+
   // merge appends the increment inc (Timeline.Since) to TL.
   function merge(inc) {
-    if (!TL || !inc) { TL = inc; return; }
+    if (!TL || !inc) { TL = filled(inc); return; }
+    inc = filled(inc);
     var n0 = TL.t.length, add = inc.t.length;
     TL.segments = inc.segments;
     TL.report = inc.report;
     TL.t = TL.t.concat(inc.t); TL.seg = TL.seg.concat(inc.seg); TL.done = TL.done.concat(inc.done);
+    TL.unpriced = TL.unpriced.concat(inc.unpriced);
     ["cost", "tok", "b"].forEach(function (k) { for (var i = 0; i < TL[k].length; i++) TL[k][i] = TL[k][i].concat(inc[k][i]); });
     var byKey = {};
     TL.lanes.forEach(function (l) { byKey[laneKey(l)] = l; });
@@ -247,21 +258,27 @@
   function drawCost() {
     var ax = axis();
     var cost = mapped(ax, TL.cost[0]);
-    var series = [{ label: "spent", stroke: "#d9531e", width: 2, fill: "rgba(217,83,30,0.08)", value: function (u, v) { return fmtUSD(v); } }];
+    var n = TL.t.length - 1, up = unpriced(n);
+    var series = [{ label: up > 0 ? "spent, priced part" : "spent", stroke: "#d9531e", width: 2, fill: "rgba(217,83,30,0.08)", value: function (u, v) { return fmtUSD(v); } }];
     var data = [ax.x, cost];
     var proj = projected();
     if (proj > 0) { data.push(ax.x.map(function () { return proj; })); series.push({ label: "projected", stroke: "#b26a00", dash: [6, 4], width: 1, value: function (u, v) { return fmtUSD(v); } }); }
     var maxc = TL.segments.length ? TL.segments[TL.segments.length - 1].max_cost : 0;
     if (maxc > 0) { data.push(ax.x.map(function () { return maxc; })); series.push({ label: "--max-cost", stroke: "#c62828", width: 1, value: function (u, v) { return fmtUSD(v); } }); }
     chart("chart-cost", series, data, { yValues: function (u, vs) { return vs.map(function (v) { return v === 0 ? "$0" : "$" + (v < 1 ? v.toFixed(3) : human(v)); }); } });
-    var n = TL.t.length - 1;
-    $("cost-note").textContent = n >= 0 ? "At list prices: " + fmtUSD(TL.cost[0][n]) + " so far (sync " + fmtUSD(TL.cost[1][n]) + ", batch " + fmtUSD(TL.cost[2][n]) + ")" +
-      (proj > 0 ? "; " + fmtUSD(proj) + " projected for the whole input at the cost per result so far" : "") + (maxc > 0 ? "; --max-cost " + fmtUSD(maxc) : "") + "." : "";
+    $("cost-note").textContent = n < 0 ? "" : up > 0 ? "Cost unknown: " + fmtInt(up) + " requests of models without a price (add their prices with --models); the priced part so far is " + fmtUSD(TL.cost[0][n]) + "." :
+      "At list prices: " + fmtUSD(TL.cost[0][n]) + " so far (sync " + fmtUSD(TL.cost[1][n]) + ", batch " + fmtUSD(TL.cost[2][n]) + ")" +
+      (proj > 0 ? "; " + fmtUSD(proj) + " projected for the whole input at the cost per result so far" : "") + (maxc > 0 ? "; --max-cost " + fmtUSD(maxc) : "") + ".";
   }
+
+  // unpriced is how many requests so far have no price (a model the
+  // catalog lacks): with any, the cost is unknown and the figures are
+  // only the priced part.
+  function unpriced(n) { return TL.unpriced && n >= 0 ? TL.unpriced[n] || 0 : 0; }
 
   function projected() {
     var n = TL.t.length - 1, s = TL.segments[0];
-    if (n < 0 || !s || s.total <= s.done0) return 0;
+    if (n < 0 || !s || s.total <= s.done0 || unpriced(n) > 0) return 0;
     var d = TL.done[n] - s.done0;
     return d > 0 ? TL.cost[0][n] / d * (s.total - s.done0) : 0;
   }
@@ -547,7 +564,9 @@
       r && r.pred ? "planned " + fmtDur(r.pred) + (r.low && r.high ? " (" + fmtDur(r.low) + "–" + fmtDur(r.high) + ")" : "") : "", null, "elapsed"));
     box.appendChild(card("throughput", rpm == null ? "–" : fmtInt(rpm) + "/min", REP ? "requests over the whole run" : "results over the last minute", null, "rate"));
     var proj = projected(), maxc = TL.segments.length ? TL.segments[TL.segments.length - 1].max_cost : 0;
-    box.appendChild(card("cost", fmtUSD(TL.cost[0][n]), (proj > 0 && !ended ? "projected " + fmtUSD(proj) : "") + (maxc > 0 ? " · max " + fmtUSD(maxc) : ""), maxc > 0 ? TL.cost[0][n] / maxc : null, "cost"));
+    var up = unpriced(n);
+    box.appendChild(card("cost", up > 0 ? "unknown" : fmtUSD(TL.cost[0][n]), up > 0 ? fmtInt(up) + " unpriced; priced part " + fmtUSD(TL.cost[0][n]) + (maxc > 0 ? " · max " + fmtUSD(maxc) : "") :
+      (proj > 0 && !ended ? "projected " + fmtUSD(proj) : "") + (maxc > 0 ? " · max " + fmtUSD(maxc) : ""), maxc > 0 ? TL.cost[0][n] / maxc : null, "cost"));
     var e429 = sumLanes(C.r429)[n] || 0, e529 = sumLanes(C.r529)[n] || 0, e5 = sumLanes(C.r5xx)[n] || 0;
     box.appendChild(card("429 · 529 · 5xx", fmtInt(e429) + " · " + fmtInt(e529) + " · " + fmtInt(e5), "answers retried or given up on", null, "errors"));
     var reps = TL.events.filter(function (e) { return e.kind === "replan" && e.state === "applied"; });
@@ -585,7 +604,8 @@
       ["retries", fmtInt(REP.retries.rate_limited) + " rate-limited (429), " + fmtInt(REP.retries.overloaded) + " overloaded (529), " + fmtInt(REP.retries.failed) + " failed"],
       ["binding limit", REP.binding_limit],
       ["route", (REP.route || "–") + (REP.predicted_seconds ? " (predicted " + fmtDur(REP.predicted_seconds) + ", took " + fmtDur(REP.wall_seconds) + ")" : "") + (REP.route_why ? " — " + REP.route_why : "")],
-      ["cost", fmtUSD(REP.cost.total.usd) + " (sync " + fmtUSD(REP.cost.total.sync_usd) + ", batch " + fmtUSD(REP.cost.total.batch_usd) + ")"]
+      ["cost", REP.cost.total.usd == null ? "unknown: " + fmtInt(REP.cost.total.unknown_model_requests) + " requests of models without a price; priced part " + fmtUSD(REP.cost.total.priced_usd) :
+        fmtUSD(REP.cost.total.usd) + " (sync " + fmtUSD(REP.cost.total.sync_usd) + ", batch " + fmtUSD(REP.cost.total.batch_usd) + ")"]
     ];
     (REP.replans || []).forEach(function (r) { rows.push(["re-planned at " + fmtDur(r.at_seconds), r.route + (r.batch_share ? " (" + pct(r.batch_share) + " of the unsent by batch)" : "") + ", predicted " + fmtDur(r.predicted_seconds) + " more — " + r.why]); });
     if (REP.cache && REP.cache.mode) rows.push(["response cache (" + REP.cache.mode + ")", fmtInt(REP.cache.hits) + " answered at no cost (saved " + fmtUSD(REP.cache.saved_usd) + "), " + fmtInt(REP.cache.stored) + " stored"]);
@@ -707,7 +727,7 @@
     var since = !full && TL.t.length ? TL.t[TL.t.length - 1] : 0;
     Promise.all([api("/api/status"), api("/api/history" + (since ? "?since=" + since : ""))]).then(function (res) {
       ST = res[0];
-      if (full) { TL = res[1]; lastFull = Date.now(); } else merge(res[1]);
+      if (full) { TL = filled(res[1]); lastFull = Date.now(); } else merge(res[1]);
       drawAll();
     }).catch(function (e) {
       if (ST && ST.phase !== "ended") showError("The run's process does not answer (" + e.message + "): it may have ended. The report beside the results holds the whole run.");
@@ -753,7 +773,7 @@
     };
     tick();
   } else {
-    TL = embedded.timeline;
+    TL = filled(embedded.timeline);
     drawAll();
   }
 })();
