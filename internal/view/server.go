@@ -22,7 +22,8 @@ import (
 // address beyond loopback); otherwise a random one is made.
 const EnvToken = "SLUICE_UI_TOKEN"
 
-// cookieName holds the token once the page was opened with it.
+// cookieName, with the port appended (cookieFor), holds the token once
+// the page was opened with it.
 const cookieName = "sluice_ui_token"
 
 // Server serves one Watch: the page, /api/status, /api/history and
@@ -51,12 +52,19 @@ func Listen(addr string) (net.Listener, error) {
 	}
 	tcp, ok := ln.Addr().(*net.TCPAddr)
 	loop := ok && tcp.IP.IsLoopback()
+	if t := os.Getenv(EnvToken); t != "" && (len(t) < minTokenLen || strings.ContainsAny(t, " \t\r\n")) {
+		ln.Close()
+		return nil, fmt.Errorf("--ui: %s must be at least %d characters with no spaces (as the proxy's token)", EnvToken, minTokenLen)
+	}
 	if !loop && os.Getenv(EnvToken) == "" {
 		ln.Close()
 		return nil, fmt.Errorf("--ui %s (bound %s): %w", addr, ln.Addr(), ErrNeedToken)
 	}
 	return ln, nil
 }
+
+// minTokenLen is the shortest EnvToken accepted, the proxy's rule.
+const minTokenLen = 16
 
 // NewToken returns EnvToken's value, else a random token.
 func NewToken() string {
@@ -82,9 +90,27 @@ func NewServer(w *watch.Watch, token string, title string) *Server {
 	return s
 }
 
-// URL is the page's address on ln, with the token.
+// URL is the page's address on ln, with the token. A listener on every
+// interface (0.0.0.0, ::) is named by the machine's host name, which
+// another machine can open.
 func (s *Server) URL(ln net.Listener) string {
-	return "http://" + ln.Addr().String() + "/?token=" + s.token
+	addr := ln.Addr().String()
+	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && tcp.IP.IsUnspecified() {
+		if h, err := os.Hostname(); err == nil && h != "" {
+			addr = net.JoinHostPort(h, strconv.Itoa(tcp.Port))
+		}
+	}
+	return "http://" + addr + "/?token=" + s.token
+}
+
+// cookieFor is the name of the token's cookie for the listener r came to:
+// a browser sends a cookie to every port of a host, so each view's cookie
+// is named for its port and never reaches another local service.
+func cookieFor(r *http.Request) string {
+	if _, port, err := net.SplitHostPort(r.Host); err == nil {
+		return cookieName + "_" + port
+	}
+	return cookieName
 }
 
 // ServeHTTP implements http.Handler.
@@ -101,7 +127,7 @@ func (s *Server) tokenOK(r *http.Request) bool {
 	if same(r.URL.Query().Get("token")) {
 		return true
 	}
-	if c, err := r.Cookie(cookieName); err == nil && same(c.Value) {
+	if c, err := r.Cookie(cookieFor(r)); err == nil && same(c.Value) {
 		return true
 	}
 	a := r.Header.Get("Authorization")
@@ -119,7 +145,7 @@ func (s *Server) authed(h http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) handlePage(rw http.ResponseWriter, r *http.Request) {
-	http.SetCookie(rw, &http.Cookie{Name: cookieName, Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(rw, &http.Cookie{Name: cookieFor(r), Value: s.token, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	rw.Header().Set("Content-Type", "text/html; charset=utf-8")
 	rw.Header().Set("Cache-Control", "no-store")
 	render(rw, s.title, []byte(`{"title":`+jsonString(s.title)+`}`))

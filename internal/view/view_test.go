@@ -51,7 +51,7 @@ func TestTokenGuardsTheView(t *testing.T) {
 		}
 		var cookie string
 		for _, c := range resp.Cookies() {
-			if c.Name == cookieName && c.HttpOnly {
+			if strings.HasPrefix(c.Name, cookieName) && c.HttpOnly {
 				cookie = c.Name + "=" + c.Value
 			}
 		}
@@ -64,6 +64,48 @@ func TestTokenGuardsTheView(t *testing.T) {
 		if resp, _ = get(t, s, "/metrics", "Authorization", "Bearer s3cret"); resp.StatusCode != 200 {
 			t.Errorf("loopback %v: /metrics with the token: %d, want 200", loop, resp.StatusCode)
 		}
+	}
+}
+
+// The page's cookie is named for the listener's port: a browser sends a
+// host's cookies to all its ports, and the token is no other service's.
+func TestCookieIsNamedForItsPort(t *testing.T) {
+	s := NewServer(watch.New(watch.Config{Cmd: "run"}), "s3cret-s3cret-s3cret", "a run")
+	req := httptest.NewRequest("GET", "/?token=s3cret-s3cret-s3cret", nil)
+	req.Host = "127.0.0.1:41327"
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, req)
+	cs := rec.Result().Cookies()
+	if len(cs) != 1 || cs[0].Name != cookieName+"_41327" || !cs[0].HttpOnly {
+		t.Fatalf("cookies %v, want one HttpOnly %s_41327", cs, cookieName)
+	}
+	api := httptest.NewRequest("GET", "/api/status", nil)
+	api.Host = "127.0.0.1:41327"
+	api.AddCookie(cs[0])
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, api)
+	if rec.Code != 200 {
+		t.Errorf("the API with the page's cookie: %d", rec.Code)
+	}
+}
+
+// A token from the environment is as long as the proxy's; a listener on
+// every interface is named by the host name in the URL.
+func TestListenChecksTheToken(t *testing.T) {
+	t.Setenv(EnvToken, "short")
+	if ln, err := Listen("127.0.0.1:0"); err == nil {
+		ln.Close()
+		t.Error("a 5-character token was accepted")
+	}
+	t.Setenv(EnvToken, "0123456789abcdef")
+	ln, err := Listen("0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	h, _ := os.Hostname()
+	if u := NewServer(watch.New(watch.Config{Cmd: "run"}), NewToken(), "t").URL(ln); h != "" && !strings.HasPrefix(u, "http://"+h+":") {
+		t.Errorf("URL %s does not name the host %s", u, h)
 	}
 }
 
