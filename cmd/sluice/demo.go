@@ -89,7 +89,11 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 	out := cmd.ErrOrStderr()
 	log := newLogger()
 	resume := "sluice demo --dir " + dir
-	if dir == "" {
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("demo: --dir: %w", err)
+		}
+	} else {
 		resume = "sluice demo --dir DIR (a temporary directory is deleted at exit)"
 		tmp, err := os.MkdirTemp("", "sluice-demo-")
 		if err != nil {

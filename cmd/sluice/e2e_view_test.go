@@ -543,6 +543,9 @@ func TestJudgeReportInABrowser(t *testing.T) {
 	html := e.path("v.report.html")
 	b := newBrowser(t, chrome(t), 1280, 1000)
 	b.do(t, chromedp.Navigate("file://"+html), chromedp.WaitVisible(chromedp.CSS(`#judge .uplot`)))
+	if got := b.text(t, `#what`); got != "items.jsonl → v.jsonl" {
+		t.Errorf("the judge report's header names %q, want the user's files items.jsonl → v.jsonl", got)
+	}
 	if got := b.text(t, `#judge table tr:nth-child(2) td:nth-child(2)`); got != "60" {
 		t.Errorf("the (all) row counts %q verdicts, want 60", got)
 	}

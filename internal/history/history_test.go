@@ -113,6 +113,23 @@ func TestKillAndResumeContinueTheTimeline(t *testing.T) {
 	}
 }
 
+// An event stamped before the last point a page holds, recorded after
+// the page's poll, still reaches the page's next poll.
+func TestSinceReturnsEventsStampedLate(t *testing.T) {
+	tl := NewTimeline()
+	tl.AddRun(Run{Cmd: "run"})
+	for i := range 3 {
+		if err := tl.AddPoint(Point{T: int64(1000 * (i + 1))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tl.Events = append(tl.Events, Event{K: KindEvent, T: 2500, Kind: "batch", State: "created", ID: "late"})
+	s := tl.Since(3000)
+	if s.Len() != 0 || len(s.Events) != 1 || s.Events[0].ID != "late" {
+		t.Errorf("Since(3000): %d points, events %+v; want none and the late event", s.Len(), s.Events)
+	}
+}
+
 func equal(a Series, b []float64) bool {
 	if len(a) != len(b) {
 		return false

@@ -304,9 +304,9 @@ func (tl *Timeline) AddPoint(p Point) error {
 	return nil
 }
 
-// Since is the part of tl after t (Unix ms): the points and events later
-// than t, with every segment and lane (what a page that has the rest
-// appends).
+// Since is the part of tl after t (Unix ms): the points later than t and
+// the events later than t − EventOverlap, with every segment and lane
+// (what a page that has the rest appends).
 func (tl *Timeline) Since(t int64) *Timeline {
 	i := len(tl.T)
 	for i > 0 && tl.T[i-1] > t {
@@ -330,12 +330,18 @@ func (tl *Timeline) Since(t int64) *Timeline {
 		out.Lanes = append(out.Lanes, o)
 	}
 	for _, e := range tl.Events {
-		if e.T > t {
+		if e.T > t-EventOverlap {
 			out.Events = append(out.Events, e)
 		}
 	}
 	return out
 }
+
+// EventOverlap is how far before t Since still returns events (ms): an
+// event can be stamped before a point recorded ahead of it (a batch
+// event's time is when the chunk changed), so a page that has everything
+// up to t gets those again and drops the ones it holds.
+const EventOverlap = 60_000
 
 // Retain keeps the points whose times are in keep (sorted, as
 // Writer.PointTimes gives them): the timeline downsampled as its file was.

@@ -670,7 +670,7 @@
     if (TL && TL.report && TL.report.status) phase = TL.report.status;
     var b = $("phase"); b.textContent = phase; b.className = "badge " + phase;
     var title = (embedded && embedded.title) || "";
-    $("what").textContent = REP ? REP.input + " → " + REP.output : title.replace(/^sluice [a-z]+: /, "");
+    $("what").textContent = REP && !JUDGE ? REP.input + " → " + REP.output : title.replace(/^sluice [a-z]+: /, ""); // a judge's report names its engine files: the title names the user's
     var n = TL ? TL.t.length - 1 : -1;
     $("updated").textContent = n >= 0 ? (LIVE ? "updated " : "last sample ") + fmtClock(TL.t[n]) : "";
     if (TL && TL.segments.length > 1) $("footer").textContent = TL.segments.length + " segments: the run was resumed " + (TL.segments.length - 1) + " time" + (TL.segments.length > 2 ? "s" : "") + "; grey bands are the time no process ran it.";
