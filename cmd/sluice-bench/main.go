@@ -57,7 +57,7 @@ func main() {
 	}
 	var prof profiling.Flags
 	prof.Register(root)
-	root.PersistentFlags().StringVar(&sluiceFlag, "sluice", "", "the sluice binary that chaos, fleet, overhead and proxy run as children (default: a sluice next to this binary, else one built now with go build ./cmd/sluice)")
+	root.PersistentFlags().StringVar(&sluiceFlag, "sluice", "", "the sluice binary that chaos, fleet, overhead and proxy run as children (default: one built now from the checkout in the working directory, go build ./cmd/sluice)")
 	root.AddCommand(engineCmds()...)
 	root.AddCommand(benchPredictCmd(), benchFleetCmd(), benchJudgeValidationCmd(), benchJudgeValidationArmCmd(), benchProxyCmd(), benchOverheadCmd(), benchWorldsCmd(), benchChaosCmd(), benchCachingCmd(), benchZeroAPICmd(), simChildCmd())
 	err := root.ExecuteContext(ctx)
@@ -80,17 +80,11 @@ func main() {
 }
 
 // sluiceBinary is the sluice binary the benchmarks that run `sluice run` or
-// `sluice proxy` as child processes measure, in this order:
-//
-//   - --sluice PATH;
-//   - a sluice next to this executable (both built into one directory:
-//     go build -o DIR ./cmd/... or go install ./cmd/...);
-//   - one built now from the module in the working directory, with the go
-//     on PATH (go run ./cmd/sluice-bench … from a checkout measures that
-//     checkout), removed as sluice-bench ends.
-//
-// It never takes a sluice from PATH: an installed release is not the code
-// under measurement. It says on log which one it uses.
+// `sluice proxy` as child processes measure: --sluice PATH, else one built
+// now from the module in the working directory with the go on PATH (go run
+// ./cmd/sluice-bench … from a checkout measures that checkout), removed as
+// sluice-bench ends. It never takes a sluice from PATH or from beside this
+// binary: one built at another commit is not the code under measurement.
 func sluiceBinary(ctx context.Context, log io.Writer) (string, error) {
 	if sluiceFlag != "" {
 		p, err := filepath.Abs(sluiceFlag)
@@ -102,17 +96,6 @@ func sluiceBinary(ctx context.Context, log io.Writer) (string, error) {
 		}
 		return p, nil
 	}
-	name := "sluice"
-	if runtime.GOOS == "windows" {
-		name += ".exe"
-	}
-	if self, err := os.Executable(); err == nil {
-		p := filepath.Join(filepath.Dir(self), name)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
-			fmt.Fprintf(log, "sluice-bench: measuring %s (the sluice next to this binary; --sluice to choose another)\n", p)
-			return p, nil
-		}
-	}
 	if builtDir == "" {
 		dir, err := os.MkdirTemp("", "sluice-bench-")
 		if err != nil {
@@ -120,7 +103,10 @@ func sluiceBinary(ctx context.Context, log io.Writer) (string, error) {
 		}
 		builtDir = dir
 	}
-	p := filepath.Join(builtDir, name)
+	p := filepath.Join(builtDir, "sluice")
+	if runtime.GOOS == "windows" {
+		p += ".exe"
+	}
 	if _, err := os.Stat(p); err == nil {
 		return p, nil
 	}
