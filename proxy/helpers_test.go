@@ -44,6 +44,8 @@ type env struct {
 	// httpc is the callers' client: http.DefaultClient, or one that
 	// dials the proxy's in-memory listener (options.pipe).
 	httpc *http.Client
+	// dial connects to the proxy as a caller's raw connection would.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 type options struct {
@@ -71,7 +73,7 @@ func newEnv(t *testing.T, o options) *env {
 	if o.scale == 0 {
 		o.scale = 1000
 	}
-	e := &env{t: t, seen: &responses{}, httpc: http.DefaultClient}
+	e := &env{t: t, seen: &responses{}, httpc: http.DefaultClient, dial: (&net.Dialer{}).DialContext}
 	var base string
 	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	cfg := sim.Default()
@@ -131,7 +133,7 @@ func newEnv(t *testing.T, o options) *env {
 		ln := pipenet.Listen()
 		pln = ln
 		tr := &http.Transport{DialContext: ln.DialContext}
-		e.httpc = &http.Client{Transport: tr}
+		e.httpc, e.dial = &http.Client{Transport: tr}, ln.DialContext
 		t.Cleanup(func() { tr.CloseIdleConnections(); c.CloseIdle() })
 	}
 	st := proxytest.ServeOn(t, pln, pool, dispatch.Config{Client: c, Keys: pool.Keys(),
