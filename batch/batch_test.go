@@ -444,7 +444,7 @@ func TestResumeParked(t *testing.T) {
 // was cut short (Ctrl-C, a write error). StopInput must leave the chunk
 // open in the journal, so the third run still harvests it — closing it (as
 // CloseInput does for a finished input) made the next run batch, and pay
-// for, those requests again (found by sluice bench chaos).
+// for, those requests again (found by sluice-bench chaos).
 func TestStopInputKeepsParkedChunks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, nil, "batch")

@@ -150,8 +150,7 @@ func Units(params []byte) (units []Unit, own bool) {
 // reaches the minimum cacheable length. Units below it are not kept, so a
 // job whose requests share one long system prompt holds one entry however
 // many requests it has; a job of a million requests each with its own long
-// system prompt holds a million (100 MB measured: a heap probe over
-// 1,000,000 distinct 5,000-character system prompts).
+// system prompt holds a million (docs/caching.md gives their size).
 type Survey struct {
 	units map[uint64]entry
 }

@@ -49,7 +49,7 @@ func TestUnservablePoolWaitsForMoreWork(t *testing.T) {
 		if err := d.Submit(t.Context(), op, func(dispatch.Result) {}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
+		synctest.Wait() // the loop holds the unservable request
 		son := requests(1, "claude-sonnet-4-5")[0]
 		son.ID = "sonnet"
 		res := d.Do(t.Context(), son)
@@ -75,14 +75,14 @@ func TestRotationReplacesTheOnlyKey(t *testing.T) {
 		for _, r := range requests(3, "claude-sonnet-4-5") {
 			d.Submit(t.Context(), r, func(res dispatch.Result) { done <- res })
 		}
-		time.Sleep(100 * time.Millisecond) // in flight
+		synctest.Wait() // every goroutine waits: the attempts are in flight
 		log := slog.New(slog.NewTextHandler(io.Discard, nil))
 		rotated := make(chan error, 1)
 		go func() {
 			_, err := dispatch.NewRotator(c, pool.Keys(), "claude-sonnet-4-5", log).Apply(t.Context(), keys.Rotation{Added: added, Removed: removed}, d)
 			rotated <- err
 		}()
-		time.Sleep(10 * time.Millisecond)
+		synctest.Wait() // the new key's probe is in flight
 		for _, r := range requests(3, "claude-sonnet-4-5") {
 			r.ID = "late-" + r.ID
 			d.Submit(t.Context(), r, func(res dispatch.Result) { done <- res })

@@ -3,10 +3,10 @@ package dispatch
 import "time"
 
 // An attempt runs deep in net/http on a goroutine of its own, so that the
-// loop never waits on the network. A fresh goroutine per attempt grew its
-// stack by copying on every attempt (4 % of the proxy's CPU on a
-// zero-latency upstream, docs/overhead.md); a goroutine that lives on
-// keeps the stack it grew. So attempts run on workers the loop reuses.
+// loop never waits on the network. A fresh goroutine per attempt grows its
+// stack by copying on every attempt, a goroutine that lives on keeps the
+// stack it grew (docs/overhead.md, item 8), so attempts run on workers the
+// loop reuses.
 //
 // The loop owns the idle list (Dispatcher.workers): a worker is on it
 // from the moment the loop reads its finished attempt until the loop

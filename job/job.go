@@ -101,9 +101,10 @@ type Options struct {
 	CachePrefixOff bool
 	// CachePrefixBatch (`--cache-prefix batch`) caches the shared prefix
 	// on the batch route too (1 h, each org primed before its batches).
-	// Not the default: users measured batches after a sync pre-warm
-	// reading 0–16 %, where the 1 h writes make a batch job cost more
-	// (`sluice bench caching`: +61 % input cost at 16 %, −44 % at 80 %).
+	// Not the default: whether batch rows read a sync-primed prefix is the
+	// API's to decide, and when they read little the 1 h writes make a
+	// batch job cost more (docs/caching.md, "The batch route is opt-in",
+	// has the measurements).
 	CachePrefixBatch bool
 
 	// Cache, if set (and not Off), answers requests it holds without a

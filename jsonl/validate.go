@@ -114,8 +114,7 @@ func validate(line []byte, copyParams bool) (Info, error) {
 	}
 	// Each key once, and none but these two. They are matched in place;
 	// only a line with another key, which fails anyway, pays for a map of
-	// decoded keys (a map and two key strings a line were 3 % of the
-	// engine's allocations).
+	// decoded keys (docs/overhead.md, item 10).
 	var haveID, haveParams bool
 	var others map[string]bool
 	var unknown []string

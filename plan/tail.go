@@ -19,9 +19,9 @@ import (
 //
 // Requests are sent in a first wave at 0 and then evenly until the last
 // send T; the job is done by T + x when every one of them is, and the
-// expected overshoot is ∫ P(not all done by T + x) dx (overshoot below). prediction.md shows why: with
-// the mean latency in its place, jobs of 10–1,000 requests came out
-// 6–77 % slower than predicted.
+// expected overshoot is ∫ P(not all done by T + x) dx (overshoot below).
+// docs/prediction.md measures why the mean latency in its place is not
+// enough.
 
 // latencyMix is the latency distribution as a mixture of log-normals, one
 // per answer length.

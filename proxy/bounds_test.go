@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
@@ -92,15 +93,20 @@ func TestBodyWaitsForRoom(t *testing.T) {
 
 // TestSlowBodyIsCut: a caller that sends its body a byte at a time is cut
 // at BodyTimeout (408, connection closed), long before its body is whole.
+// In a synctest bubble on in-memory connections: the trickle is fake time.
 func TestSlowBodyIsCut(t *testing.T) {
+	synctest.Test(t, testSlowBodyIsCut)
+}
+
+func testSlowBodyIsCut(t *testing.T) {
 	f := newFake()
 	close(f.hold)
 	const token = "slow-body-test-token"
-	e := newEnv(t, options{upstream: f, keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) {
+	e := newEnv(t, options{upstream: f, keysEnv: onlyHighPrio, pipe: true, proxy: func(c *proxy.Config) {
 		c.Token = token
 		c.BodyTimeout = 300 * time.Millisecond
 	}})
-	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	conn, err := e.dial(t.Context(), "tcp", strings.TrimPrefix(e.url, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}

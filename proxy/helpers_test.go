@@ -2,9 +2,11 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/sluice-dev/sluice/client"
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/logbuf"
+	"github.com/sluice-dev/sluice/internal/pipenet"
 	"github.com/sluice-dev/sluice/internal/proxytest"
 	"github.com/sluice-dev/sluice/internal/simtest"
 	"github.com/sluice-dev/sluice/keys"
@@ -38,6 +41,11 @@ type env struct {
 	logs  *logbuf.Buffer
 	seen  *responses
 	close func()
+	// httpc is the callers' client: http.DefaultClient, or one that
+	// dials the proxy's in-memory listener (options.pipe).
+	httpc *http.Client
+	// dial connects to the proxy as a caller's raw connection would.
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 type options struct {
@@ -50,6 +58,9 @@ type options struct {
 	orgs     map[string]string       // fake: label → org id (default one org)
 	simOf    *env                    // serve in front of this env's simulator (a restart)
 	health   *keys.Health            // the keys' refusal rule (default keys.DefaultHealth)
+	// pipe serves upstream (which must be set) and the proxy on in-memory
+	// listeners, so the test can run in a testing/synctest bubble.
+	pipe bool
 }
 
 // dieAtOnce is a refusal rule under which the first refusal kills a key:
@@ -62,10 +73,20 @@ func newEnv(t *testing.T, o options) *env {
 	if o.scale == 0 {
 		o.scale = 1000
 	}
-	e := &env{t: t, seen: &responses{}}
+	e := &env{t: t, seen: &responses{}, httpc: http.DefaultClient, dial: (&net.Dialer{}).DialContext}
 	var base string
+	var dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	cfg := sim.Default()
 	switch {
+	case o.pipe:
+		if o.upstream == nil {
+			t.Fatal("options.pipe needs options.upstream")
+		}
+		ln := pipenet.Listen()
+		srv := &http.Server{Handler: o.upstream}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close(); ln.Close() })
+		base, dial = "http://upstream", ln.DialContext
 	case o.simOf != nil:
 		e.sim, base = o.simOf.sim, o.simOf.base
 		cfg = e.sim.Config()
@@ -95,7 +116,7 @@ func newEnv(t *testing.T, o options) *env {
 	if o.health != nil {
 		pool.SetHealth(*o.health)
 	}
-	c := client.New(client.Config{BaseURL: base, MaxConns: 512})
+	c := client.New(client.Config{BaseURL: base, MaxConns: 512, Dial: dial})
 	if o.upstream != nil {
 		for _, k := range pool.Keys() {
 			org := "org-fake"
@@ -107,9 +128,20 @@ func newEnv(t *testing.T, o options) *env {
 	} else if _, err := dispatch.Discover(t.Context(), c, pool.Keys(), sonnet); err != nil {
 		t.Fatal(err)
 	}
-	st := proxytest.Serve(t, pool, dispatch.Config{Client: c, Keys: pool.Keys(),
+	var pln net.Listener
+	if o.pipe {
+		ln := pipenet.Listen()
+		pln = ln
+		tr := &http.Transport{DialContext: ln.DialContext}
+		e.httpc, e.dial = &http.Client{Transport: tr}, ln.DialContext
+		t.Cleanup(func() { tr.CloseIdleConnections(); c.CloseIdle() })
+	}
+	st := proxytest.ServeOn(t, pln, pool, dispatch.Config{Client: c, Keys: pool.Keys(),
 		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}}, o.dispatch, o.proxy)
 	e.d, e.px, e.logs, e.url, e.close = st.Dispatcher, st.Proxy, st.Logs, st.Server.URL, st.Close
+	if o.pipe {
+		e.url = "http://localhost" // the pipe's dialer takes any address; the proxy answers loopback names
+	}
 	return e
 }
 
@@ -162,7 +194,7 @@ func (e *env) do(method, path string, body any, hdr ...string) (*http.Response, 
 			req.Header.Set(hdr[i], hdr[i+1])
 		}
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := e.httpc.Do(req)
 	if err != nil {
 		e.t.Fatalf("%s %s: %v", method, path, err)
 	}

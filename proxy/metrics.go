@@ -53,7 +53,7 @@ func (m *metrics) init() {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_proxy_wait_expired_total",
 			Help: "Requests whose wait ended (--max-wait, or --max-attempts spent) unanswered: given the last upstream 429/529/5xx, or sluice's own 429, 529 or 500."},
 			func() float64 { return float64(m.waitExpired.Load()) }),
-		// The process's own allocations: what `sluice bench overhead`
+		// The process's own allocations: what `sluice-bench overhead`
 		// divides by the requests served to report allocations per request.
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_go_heap_allocs_objects_total", Help: "Heap objects the process has allocated."},
 			func() float64 { return heapAllocs("/gc/heap/allocs:objects") }),

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
@@ -125,16 +126,26 @@ func TestRateLimitedAfter529sIsNot529(t *testing.T) {
 
 // TestOwnRetryAfterSaysWhenCapacityIsExpected: callers queued behind one
 // slot answering ten a second, who give up after 350 ms, are told to come
-// back when the queue ahead of them will have drained — not in 1 s.
+// back when the queue ahead of them will have drained — not in 1 s. In a
+// synctest bubble on in-memory connections: the upstream's pace and the
+// callers' patience are fake time.
 func TestOwnRetryAfterSaysWhenCapacityIsExpected(t *testing.T) {
+	synctest.Test(t, testOwnRetryAfterSaysWhenCapacityIsExpected)
+}
+
+func testOwnRetryAfterSaysWhenCapacityIsExpected(t *testing.T) {
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-time.After(100 * time.Millisecond):
+		case <-r.Context().Done():
+			return
+		}
 		w.Header().Set(api.HeaderRequestID, "req_slow")
 		w.Header().Set(api.HeaderOrganizationID, "org-fake")
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprint(w, `{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"stop_reason":"end_turn","usage":{"input_tokens":1,"output_tokens":1}}`)
 	})
-	e := newEnv(t, options{upstream: up, keysEnv: onlyHighPrio, dispatch: oneSlot,
+	e := newEnv(t, options{upstream: up, keysEnv: onlyHighPrio, dispatch: oneSlot, pipe: true,
 		proxy: func(c *proxy.Config) { c.MaxWait = 350 * time.Millisecond }})
 	const n = 40
 	var wg sync.WaitGroup

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
@@ -85,20 +86,39 @@ func TestStalledStreamReaderFreesItsSlot(t *testing.T) {
 
 // TestStreamWriteTimeoutIsPerEvent: the write timeout bounds each write
 // to the caller, not the stream: a model that pauses between events for
-// longer than it does not get its stream cut.
+// longer than it does not get its stream cut. In a synctest bubble on
+// in-memory connections: the pauses are fake time.
 func TestStreamWriteTimeoutIsPerEvent(t *testing.T) {
+	synctest.Test(t, testStreamWriteTimeoutIsPerEvent)
+}
+
+func testStreamWriteTimeoutIsPerEvent(t *testing.T) {
 	up := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.WriteHeader(200)
 		fmt.Fprint(w, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":7}}}\n\n")
 		w.(http.Flusher).Flush()
-		time.Sleep(300 * time.Millisecond) // six write timeouts without an event
+		// Six write timeouts without an event (a pause that ends early if
+		// the proxy hangs up, so a failing run leaves nothing behind).
+		pause := func() bool {
+			select {
+			case <-time.After(300 * time.Millisecond):
+				return true
+			case <-r.Context().Done():
+				return false
+			}
+		}
+		if !pause() {
+			return
+		}
 		fmt.Fprint(w, "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"late\"}}\n\n")
 		w.(http.Flusher).Flush()
-		time.Sleep(300 * time.Millisecond)
+		if !pause() {
+			return
+		}
 		fmt.Fprint(w, "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")
 	})
-	e := newEnv(t, options{upstream: up, keysEnv: onlyHighPrio,
+	e := newEnv(t, options{upstream: up, keysEnv: onlyHighPrio, pipe: true,
 		proxy: func(c *proxy.Config) { c.StreamWriteTimeout = 50 * time.Millisecond }})
 	resp, b := e.do("POST", "/v1/messages", message("a slow model", "stream", true))
 	events, rest := sseEvents(b)

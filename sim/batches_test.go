@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -274,40 +273,41 @@ func TestBatchList(t *testing.T) {
 // TestCreateLost: with pcreate_lost every create makes its batch and loses
 // its answer — a dropped connection or a 500 — and the batch is listed.
 func TestCreateLost(t *testing.T) {
-	s := newTestServer(t, func(c *Config) { c.Faults.PCreateLost = 1; c.TimeScale = 1000 })
-	ts := httptest.NewServer(s.Handler())
-	defer ts.Close()
-	body, _ := batchOf(3)
-	raw, _ := json.Marshal(body)
-	drops, errs := 0, 0
-	const n = 20
-	for range n {
-		req, _ := http.NewRequest("POST", ts.URL+"/v1/messages/batches", bytes.NewReader(raw))
-		req.Header.Set(api.HeaderAPIKey, FakeKeyBatch)
-		req.Header.Set("anthropic-version", api.VersionDefault)
-		resp, err := ts.Client().Do(req)
-		if err != nil {
-			drops++
-			continue
+	synctest.Test(t, func(t *testing.T) {
+		s := newTestServer(t, func(c *Config) { c.Faults.PCreateLost = 1; c.TimeScale = 1000 })
+		c := serveOnPipe(t, s)
+		body, _ := batchOf(3)
+		raw, _ := json.Marshal(body)
+		drops, errs := 0, 0
+		const n = 20
+		for range n {
+			req, _ := http.NewRequest("POST", "http://sim/v1/messages/batches", bytes.NewReader(raw))
+			req.Header.Set(api.HeaderAPIKey, FakeKeyBatch)
+			req.Header.Set("anthropic-version", api.VersionDefault)
+			resp, err := c.Do(req)
+			if err != nil {
+				drops++
+				continue
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 500 {
+				t.Fatalf("create answered %d, want 500 or a dropped connection", resp.StatusCode)
+			}
+			errs++
 		}
-		resp.Body.Close()
-		if resp.StatusCode != 500 {
-			t.Fatalf("create answered %d, want 500 or a dropped connection", resp.StatusCode)
+		if drops == 0 || errs == 0 {
+			t.Errorf("%d drops, %d 500s: want both kinds", drops, errs)
 		}
-		errs++
-	}
-	if drops == 0 || errs == 0 {
-		t.Errorf("%d drops, %d 500s: want both kinds", drops, errs)
-	}
-	bs := s.Stats().Orgs["batch"].Batches
-	if bs.Created != n || bs.CreateLost != n {
-		t.Errorf("created %d, lost %d; want %d of each", bs.Created, bs.CreateLost, n)
-	}
-	time.Sleep(10 * time.Millisecond) // past the read-after-write window (scaled)
-	page := decode[api.Page[api.MessageBatch]](t, request(t, s, "GET", "/v1/messages/batches?limit=100", FakeKeyBatch, nil))
-	if len(page.Data) != n {
-		t.Errorf("%d batches listed, want %d (each create happened)", len(page.Data), n)
-	}
+		bs := s.Stats().Orgs["batch"].Batches
+		if bs.Created != n || bs.CreateLost != n {
+			t.Errorf("created %d, lost %d; want %d of each", bs.Created, bs.CreateLost, n)
+		}
+		time.Sleep(10 * time.Millisecond) // past the read-after-write window (scaled; fake time)
+		page := decode[api.Page[api.MessageBatch]](t, request(t, s, "GET", "/v1/messages/batches?limit=100", FakeKeyBatch, nil))
+		if len(page.Data) != n {
+			t.Errorf("%d batches listed, want %d (each create happened)", len(page.Data), n)
+		}
+	})
 }
 
 // TestBatchPromptCache: in Message Batches hits are best effort. A cold

@@ -9,8 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/sluice-dev/sluice/internal/profiling"
 )
 
 func main() {
@@ -22,8 +25,8 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	var prof profiles
-	prof.register(root)
+	var prof profiling.Flags
+	prof.Register(root)
 	var withParent bool
 	root.PersistentFlags().BoolVar(&withParent, "exit-with-parent", false, "stop as on SIGTERM when standard input (a pipe the parent holds) reaches its end: the parent died; for programs that start sluice")
 	profStart := root.PersistentPreRunE
@@ -35,9 +38,9 @@ func main() {
 		}
 		return profStart(cmd, args)
 	}
-	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), benchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), modelsCmd(), reportCmd(), statusCmd(), versionCmd())
+	root.AddCommand(simCmd(), demoCmd(), runCmd(), keysCmd(), movedBenchCmd(), planCmd(), guidelinesCmd(), judgeCmd(), cacheCmd(), fleetCmd(), proxyCmd(), modelsCmd(), reportCmd(), statusCmd(), versionCmd())
 	err := root.ExecuteContext(ctx)
-	if perr := prof.stop(); perr != nil {
+	if perr := prof.Stop(); perr != nil {
 		fmt.Fprintln(os.Stderr, "sluice:", perr)
 	}
 	if err != nil {
@@ -53,5 +56,23 @@ func main() {
 		}
 		stop()
 		os.Exit(1)
+	}
+}
+
+// movedBenchCmd answers `sluice bench …`: the benchmark harness is its own
+// command, sluice-bench, so the shipped binary carries none of it.
+func movedBenchCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:                "bench",
+		Short:              "Moved: the benchmarks are the sluice-bench command",
+		Hidden:             true,
+		DisableFlagParsing: true,
+		RunE: func(_ *cobra.Command, args []string) error {
+			rest := "…"
+			if len(args) > 0 {
+				rest = strings.Join(args, " ")
+			}
+			return &exitError{code: 2, err: fmt.Errorf("bench moved: use sluice-bench (go run ./cmd/sluice-bench %s)", rest)}
+		},
 	}
 }

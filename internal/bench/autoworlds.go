@@ -20,7 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/sim"
 )
 
-// AutoWorld is a world of `sluice bench worlds` run as `sluice run --route
+// AutoWorld is a world of `sluice-bench worlds` run as `sluice run --route
 // auto` would run it: the planner picks the route (and re-plans) where
 // the right answer is not sync.
 type AutoWorld struct {

@@ -21,7 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/sim"
 )
 
-// CachingRun is `sluice bench caching` (issue 16): a job whose requests
+// CachingRun is `sluice-bench caching` (issue 16): a job whose requests
 // share a long system prompt, on three organizations bound by ITPM, run on
 // the sync route and on the batch route, each with --cache-prefix off and
 // auto.

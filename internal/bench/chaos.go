@@ -1,6 +1,6 @@
 package bench
 
-// `sluice bench chaos`: one job on the simulator, part sync and part
+// `sluice-bench chaos`: one job on the simulator, part sync and part
 // batch, with the fault mix on, SIGKILLed at many moments (some aimed at
 // batch creates, polls and results downloads) and resumed each time by
 // re-running the same command, with a key revoked mid-run and one run that
@@ -39,7 +39,7 @@ import (
 	"github.com/sluice-dev/sluice/sim"
 )
 
-// Chaos is one `sluice bench chaos` run.
+// Chaos is one `sluice-bench chaos` run.
 type Chaos struct {
 	// Binary is the sluice binary: the simulator and every run are child
 	// processes of it.

@@ -26,7 +26,7 @@ import (
 // EngineRun is one measured `sluice run` against a simulator child process.
 type EngineRun struct {
 	Name     string
-	Binary   string // the sluice binary, to start `sluice sim`
+	Binary   string // sluice-bench, to start its sim and zeroapi children
 	Sim      sim.Config
 	Workload workload.Judge
 	// Caps per family; nil keeps the defaults.

@@ -56,7 +56,7 @@ var ValidationArms = []struct{ Name, Title string }{
 // (Sonnet 4.5, 120–400 input and 64–256 output tokens), the old ways
 // against sluice, on the three-org simulator.
 type JudgeValidation struct {
-	Binary string // the sluice binary: the simulator child and the kill arm
+	Binary string // sluice-bench: the simulator child and the kill arm
 	N      int
 	Seed   uint64
 	Arms   []string // default: every arm
@@ -870,7 +870,7 @@ func fmtSimDur(s float64) string {
 func sanitize(s string) string { return strings.ReplaceAll(s, "|", "/") }
 
 // ArmChildCommand is the hidden subcommand the kill arm runs as a child
-// process (cmd/sluice wires it to SluiceArm).
+// process (cmd/sluice-bench wires it to SluiceArm).
 const ArmChildCommand = "judge-validation-arm"
 
 func (b *JudgeValidation) runKill(ctx context.Context, items string, k float64) (*KillResult, error) {
@@ -886,7 +886,7 @@ func (b *JudgeValidation) runKill(ctx context.Context, items string, k float64) 
 	}
 	defer sp.Stop()
 	out := filepath.Join(dir, "verdicts.jsonl")
-	args := []string{"bench", ArmChildCommand, "--base", sp.Base, "--items", items, "--out", out,
+	args := []string{ArmChildCommand, "--base", sp.Base, "--items", items, "--out", out,
 		"--time-scale", fmt.Sprint(k), "--prefer", "latency"}
 	rng := rand.New(rand.NewPCG(b.Seed, 658))
 	killAt := int(float64(b.N) * (0.25 + 0.5*rng.Float64()))

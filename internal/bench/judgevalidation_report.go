@@ -125,7 +125,7 @@ func (r *JudgeValidationResult) WriteMarkdown(w io.Writer, command, svgName stri
 
 	if k := r.Kill; k != nil {
 		p("## Kill and resume\n\n")
-		p("The latency arm again, as a child process (`sluice bench %s`, the same code), SIGKILLed once %s results were durable (a point drawn from the seed), then re-run with the same command to resume:\n\n", ArmChildCommand, commas(k.AtKill))
+		p("The latency arm again, as a child process (`sluice-bench %s`, the same code), SIGKILLed once %s results were durable (a point drawn from the seed), then re-run with the same command to resume:\n\n", ArmChildCommand, commas(k.AtKill))
 		p("| items in | verdict rows out | distinct ids | duplicate result rows (at the kill / after the resume) | missing | billed twice by the simulator | extra wall-clock the crash cost |\n|---:|---:|---:|---:|---:|---:|---:|\n")
 		p("| %s | %s | %s | %d / %d | %d | %d | %s |\n\n", commas(k.Items), commas(k.VerdictRows), commas(k.Unique), k.DuplicatesAtKill, k.Duplicates, k.Missing, k.BilledTwice, fmtSimDur(k.ExtraSeconds))
 		verdict := "within"

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"testing/synctest"
@@ -97,14 +98,31 @@ func TestScheduleKeepsDueTimes(t *testing.T) {
 // counted (cutting it would drop the slowest), while the rate counts only
 // what was answered within the window.
 func TestLoadCountsTheRequestInFlightAtTheClose(t *testing.T) {
+	// The window's marks are the signals: the first request of the window
+	// is answered at once, the next is held until the window has closed.
+	started, closed := make(chan struct{}), make(chan struct{})
+	var inWindow atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
-		time.Sleep(200 * time.Millisecond) // the window (500 ms) closes mid-request
+		select {
+		case <-started:
+			if inWindow.Add(1) >= 2 {
+				<-closed // in flight as the window closes
+			}
+		default:
+		}
 		w.Write([]byte(`{}`))
 	}))
 	defer srv.Close()
-	o := OverheadRun{Connections: 1, Duration: 500 * time.Millisecond}
-	res, err := o.load(t.Context(), "slow", srv.URL, "k", []byte(`{}`), map[string]int{}, 0, nil)
+	mark := func(start bool) {
+		if start {
+			close(started)
+		} else {
+			close(closed)
+		}
+	}
+	o := OverheadRun{Connections: 1, Duration: 100 * time.Millisecond}
+	res, err := o.load(t.Context(), "slow", srv.URL, "k", []byte(`{}`), map[string]int{}, 0, mark)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@ type PredictCell struct {
 // PredictRun runs cells against a simulator child process and compares
 // what the planner said for each run with what the run took.
 type PredictRun struct {
-	Binary string     // the sluice binary, to start `sluice sim`
+	Binary string     // sluice-bench or sluice, to start the simulator child
 	Sim    sim.Config // the world; TimeScale is set per cell
 	Seed   uint64     // of the judge workload
 	Log    io.Writer  // the runs' logs (nil: discarded)

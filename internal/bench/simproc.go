@@ -22,7 +22,7 @@ import (
 	"github.com/sluice-dev/sluice/sim"
 )
 
-// SimProcess is a `sluice sim` child process (or another upstream the
+// SimProcess is a simulator child process (`sluice sim` or `sluice-bench sim`) (or another upstream the
 // engine is measured against, StartZeroAPI): in its own process, so its
 // CPU and memory are not charged to the engine measured.
 type SimProcess struct {
@@ -48,8 +48,9 @@ func StartSimPool(ctx context.Context, binary string, cfg sim.Config, dir string
 	return sp, pool, nil
 }
 
-// StartSim runs `binary sim --config <cfg> --addr 127.0.0.1:0` and waits
-// until it says where it serves.
+// StartSim runs `binary sim --config <cfg> --addr 127.0.0.1:0` (binary is
+// sluice-bench or sluice: both serve the simulator so) and waits until it
+// says where it serves.
 func StartSim(ctx context.Context, binary string, cfg sim.Config, dir string) (*SimProcess, error) {
 	path := filepath.Join(dir, "sim-config.json")
 	b, err := json.Marshal(cfg)
@@ -63,11 +64,11 @@ func StartSim(ctx context.Context, binary string, cfg sim.Config, dir string) (*
 		"--time-scale", fmt.Sprint(cfg.TimeScale))
 }
 
-// StartZeroAPI runs `binary bench zeroapi --addr 127.0.0.1:0` (the
+// StartZeroAPI runs `binary zeroapi --addr 127.0.0.1:0` (the
 // stand-in upstream of internal/zeroapi, with orgs organizations) and
 // waits until it says where it serves.
 func StartZeroAPI(ctx context.Context, binary string, orgs int) (*SimProcess, error) {
-	return startChild(ctx, binary, "the zero-latency upstream", "bench", "zeroapi", "--addr", "127.0.0.1:0", "--orgs", fmt.Sprint(orgs))
+	return startChild(ctx, binary, "the zero-latency upstream", "zeroapi", "--addr", "127.0.0.1:0", "--orgs", fmt.Sprint(orgs))
 }
 
 // startChild runs binary with args and waits until it writes "serving on

@@ -5,6 +5,7 @@ package proxytest
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"sync"
 	"testing"
@@ -90,6 +91,14 @@ type Stack struct {
 // keys (proxyOpt changes its Config), until the test ends.
 func Serve(t testing.TB, pool *keys.Pool, dcfg dispatch.Config, dispatchOpt func(*dispatch.Config), proxyOpt func(*proxy.Config)) *Stack {
 	t.Helper()
+	return ServeOn(t, nil, pool, dcfg, dispatchOpt, proxyOpt)
+}
+
+// ServeOn is Serve with the proxy listening on ln (nil: loopback TCP). On
+// an in-memory listener (internal/pipenet) and a dcfg whose client dials
+// one, the whole stack runs inside a testing/synctest bubble, in fake time.
+func ServeOn(t testing.TB, ln net.Listener, pool *keys.Pool, dcfg dispatch.Config, dispatchOpt func(*dispatch.Config), proxyOpt func(*proxy.Config)) *Stack {
+	t.Helper()
 	logs := &logbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	dcfg.Logger = log
@@ -111,7 +120,13 @@ func Serve(t testing.TB, pool *keys.Pool, dcfg dispatch.Config, dispatchOpt func
 		cancel()
 		t.Fatal(err)
 	}
-	st := &Stack{Dispatcher: d, Proxy: px, Server: httptest.NewServer(px), Logs: logs}
+	srv := httptest.NewUnstartedServer(px)
+	if ln != nil {
+		srv.Listener.Close()
+		srv.Listener = ln
+	}
+	srv.Start()
+	st := &Stack{Dispatcher: d, Proxy: px, Server: srv, Logs: logs}
 	var once sync.Once
 	st.Close = func() {
 		once.Do(func() {

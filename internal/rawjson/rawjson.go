@@ -21,8 +21,8 @@ import (
 
 // Member is one key and raw value of a JSON object. The key is kept as its
 // raw string literal and decoded only when asked for: comparing it with a
-// name allocates nothing, which matters on the proxy's path (a key string
-// per member of every body and answer was 4 % of its allocations).
+// name allocates nothing, on the proxy's path for every member of every
+// body and answer (docs/overhead.md, item 6).
 type Member struct {
 	raw []byte // the key's string literal, quotes included
 	Val []byte
@@ -147,8 +147,8 @@ func skipValue(b []byte, i int) int {
 
 // skipString returns the index just past the string starting at b[i].
 // It jumps from quote to quote with bytes.IndexByte rather than looking at
-// every byte (the texts of a judge line are most of its bytes: walking
-// them one by one was 5 % of the engine's CPU); a quote preceded by an
+// every byte (the texts of a judge line are most of its bytes:
+// docs/overhead.md, item 9); a quote preceded by an
 // odd run of backslashes is escaped, an even run is pairs of escaped
 // backslashes. The run cannot reach past b[i], which is a quote.
 func skipString(b []byte, i int) int {
@@ -188,9 +188,8 @@ func String(b []byte) string {
 }
 
 // StringLen returns len(String(b)) without building the string: the
-// input-token estimate measures every text of every request with it, and
-// decoding the escapes of a text that has a newline through json.Unmarshal
-// was 14 % of the engine's CPU. It equals len(String(b)) exactly: for a
+// input-token estimate measures every text of every request with it
+// (docs/overhead.md, items 4 and 15: why not json.Unmarshal). It equals len(String(b)) exactly: for a
 // literal with escapes that is encoding/json's unquoting (a \\u escape's
 // UTF-8 length, a surrogate pair as one rune, a lone surrogate or an
 // invalid byte as U+FFFD); for one without, the raw bytes, as String

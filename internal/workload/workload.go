@@ -33,7 +33,7 @@ type Judge struct {
 	// NoRubric leaves the system prompt out (small lines for memory tests).
 	NoRubric bool
 	// System, if set, is every request's system prompt instead of the
-	// rubric: a long shared prefix (`sluice bench caching`).
+	// rubric: a long shared prefix (`sluice-bench caching`).
 	System string
 }
 

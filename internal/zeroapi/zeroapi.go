@@ -1,10 +1,10 @@
 // Package zeroapi is a stand-in for the Messages API with no latency and
-// no limits that costs its host as little as it can: the upstream `sluice
-// bench capacity` measures the engine against. The simulator (sim) models
-// the API's world — buckets, faults, caching, batches — and spent 57–160
-// µs of CPU a request doing it on this project's two-core machine (by
-// line size and the host's state); there that was most of what the engine
-// was measured against (BENCHMARKS.md, "(b) Capacity").
+// no limits that costs its host as little as it can: the upstream `sluice-bench
+// capacity` measures the engine against. The simulator (sim) models
+// the API's world — buckets, faults, caching, batches — at a CPU cost a
+// request of its own that, on a small machine, is most of what the engine
+// would be measured against (BENCHMARKS.md, "(b) Capacity", and
+// docs/overhead.md give the figures).
 //
 // It speaks HTTP/1.1 itself, one goroutine per connection, and answers:
 //
@@ -100,7 +100,7 @@ type stamp struct {
 // Limits are the per-minute limits the rate-limit headers state: far
 // above what one process sends (24k requests a second is 1.4M a minute
 // over every org). The benchmarks' simulator states the same (`unlimited`
-// in cmd/sluice/bench.go), so the two upstreams are one world.
+// in cmd/sluice-bench/engine.go), so the two upstreams are one world.
 var Limits = apimodel.Limits{RPM: 10_000_000, ITPM: 10_000_000_000, OTPM: 2_000_000_000}
 
 // New returns a Server.

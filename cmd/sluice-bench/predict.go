@@ -16,7 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/sim"
 )
 
-// benchPredictCmd is `sluice bench predict`: the planner's wall-clock
+// benchPredictCmd is `sluice-bench predict`: the planner's wall-clock
 // against the measured one, on the sync route at N = 10 … 100,000 and on
 // the batch route at a few N.
 func benchPredictCmd() *cobra.Command {

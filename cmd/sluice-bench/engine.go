@@ -14,11 +14,9 @@ import (
 	"github.com/sluice-dev/sluice/sim"
 )
 
-func benchCmd() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure sluice against the simulator (figures for BENCHMARKS.md)",
-	}
+// engineCmds are the benchmarks of the engine in this process: efficiency,
+// capacity and memory.
+func engineCmds() []*cobra.Command {
 	// Each subcommand has its own variables: cobra writes a flag's default
 	// into its variable when the flag is registered.
 	type knobs struct {
@@ -95,7 +93,7 @@ world, 100–160 µs of CPU a request of its own on a two-core machine).`,
 				zero = true
 			case "sim":
 			default:
-				return fmt.Errorf("bench capacity: --upstream %q: zero or sim", capUpstream)
+				return fmt.Errorf("capacity: --upstream %q: zero or sim", capUpstream)
 			}
 			r, err := bench.EngineRun{Name: "capacity (zero latency, limits out of reach, " + capUpstream + ")", Binary: bin, Sim: unlimited(ck.scale, 8, 32),
 				Workload: workload.Judge{N: ck.n, Seed: 12, MaxTokens: 64}, Zero: zero}.Run(cmd.Context())
@@ -129,8 +127,7 @@ world, 100–160 µs of CPU a request of its own on a two-core machine).`,
 		},
 	}
 	flags(memory, mk, 1000000, 1)
-	cmd.AddCommand(eff, capacity, memory, benchPredictCmd(), benchFleetCmd(), benchJudgeValidationCmd(), benchJudgeValidationArmCmd(), benchProxyCmd(), benchOverheadCmd(), benchWorldsCmd(), benchChaosCmd(), benchCachingCmd(), benchZeroAPICmd())
-	return cmd
+	return []*cobra.Command{eff, capacity, memory}
 }
 
 // unlimited is the three-org world with no latency and limits far above

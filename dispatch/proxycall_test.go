@@ -1,8 +1,8 @@
 package dispatch_test
 
-// Tests of the dispatcher's behaviour for the proxy that the review of
-// issue 6 asked for: whole events only, the idle cut, prompt withdrawal,
-// OnWait, and budget kept for work the API did.
+// What a call the proxy forwards gets from the dispatcher: whole stream
+// events only, the idle cut, prompt withdrawal, OnWait, and budget kept for
+// work the API did.
 
 import (
 	"context"

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -39,7 +38,7 @@ The load generator shares the machine's cores with both children: on a small
 machine every figure is a floor, and the ratio is the number to compare.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bin, err := os.Executable()
+			bin, err := sluiceBinary(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"io"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -11,7 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bench"
 )
 
-// benchChaosCmd is `sluice bench chaos`: one job, part sync and part
+// benchChaosCmd is `sluice-bench chaos`: one job, part sync and part
 // batch, on a faulty simulator, SIGKILLed again and again and resumed by
 // re-running the same command, with a key revoked and a disk that fills.
 func benchChaosCmd() *cobra.Command {
@@ -52,7 +51,7 @@ directory (results, journal, report, cache, every run's stdout and
 stderr), and exits 1 if a goal is missed. --quick is --n 5000 --kills 10.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bin, err := os.Executable()
+			bin, err := sluiceBinary(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -10,7 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/sim"
 )
 
-// benchCachingCmd is `sluice bench caching` (docs/caching.md).
+// benchCachingCmd is `sluice-bench caching` (docs/caching.md).
 func benchCachingCmd() *cobra.Command {
 	run := bench.CachingRun{}
 	var routes []string

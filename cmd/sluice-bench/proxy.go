@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -16,7 +15,7 @@ import (
 // proxy load test (before time scaling): far below what 200 clients offer.
 var proxyBenchRPM = map[string]int64{"high_prio": 600, "batch": 400, "low_prio": 600}
 
-// benchProxyCmd is `sluice bench proxy`: the issue-6 load test.
+// benchProxyCmd is `sluice-bench proxy`: the issue-6 load test.
 func benchProxyCmd() *cobra.Command {
 	var (
 		n, clients int
@@ -46,7 +45,7 @@ must not grow with the rows it has served (goal: flat within 20 % from 10 %
 on). Time scale 100 unless --time-scale is given.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bin, err := os.Executable()
+			bin, err := sluiceBinary(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -25,7 +25,7 @@ var fleetBenchLimits = map[string]sim.Limits{
 	"low_prio":  {RPM: 10_000, ITPM: 10_000_000, OTPM: 86_400},
 }
 
-// benchFleetCmd is `sluice bench fleet`: three `sluice run --fleet`
+// benchFleetCmd is `sluice-bench fleet`: three `sluice run --fleet`
 // processes sharing one simulator through one private redis-server, steady,
 // with one process SIGKILLed mid-run, and with Redis stopped and restarted.
 func benchFleetCmd() *cobra.Command {
@@ -60,7 +60,7 @@ the jobs' wall-clocks, and what the scenario measures; every result file is
 checked to hold every request exactly once.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			bin, err := os.Executable()
+			bin, err := sluiceBinary(cmd.Context(), cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

@@ -22,7 +22,7 @@ func benchZeroAPICmd() *cobra.Command {
 		Long: `zeroapi answers POST /v1/messages and /v1/messages/count_tokens at once,
 with limits out of reach stated in the API's rate-limit headers, for the keys
 it prints, and GET /_zero/stats with what it answered. It is a measuring instrument: it checks only the key and the framing.
-sluice bench capacity starts it as a child process.`,
+sluice-bench capacity starts it as a child process.`,
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -35,7 +35,7 @@ sluice bench capacity starts it as a child process.`,
 			}
 			srv := zeroapi.New(zeroapi.Config{Orgs: orgs})
 			out := cmd.ErrOrStderr()
-			fmt.Fprintf(out, "sluice bench zeroapi: %d organizations, serving on http://%s\n", orgs, ln.Addr())
+			fmt.Fprintf(out, "sluice-bench zeroapi: %d organizations, serving on http://%s\n", orgs, ln.Addr())
 			for i := range orgs {
 				// The stand-in's own fake keys, like the simulator's.
 				fmt.Fprintf(out, "  org %s key %s\n", zeroapi.OrgID(i), zeroapi.Key(i))

@@ -123,7 +123,7 @@ func benchJudgeValidationArmCmd() *cobra.Command {
 }
 
 func command(n int, arms string, noKill bool, check string) string {
-	c := "go run ./cmd/sluice bench judge-validation"
+	c := "go run ./cmd/sluice-bench judge-validation"
 	if n != 141600 {
 		c += fmt.Sprintf(" --n %d", n)
 	}
