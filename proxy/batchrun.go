@@ -1,11 +1,14 @@
 package proxy
 
 // Running a virtual batch: the planner (Config.Plan) routes it — sync,
-// batch or a split — the batch part goes through package batch (its own
-// Runner and journal per virtual batch, as job wires it for `sluice run`),
-// the sync part and whatever the batch path gives back through the
-// dispatcher. Every row ends exactly once (vbatch.deliver), in the API's
-// result-line shape; the collector stores the lines and ends the batch.
+// batch or a split — and route.Fanout.Drive sends it, as it does a
+// `sluice run`: the batch part through package batch (its own Runner and
+// journal per virtual batch), the sync part and whatever the batch path
+// gives back through the dispatcher. The proxy gives Drive the rows and
+// ends each row the fan-out does not answer (a cancel, a shutdown, the
+// sweep's unanswered rows). Every row ends exactly once (vbatch.deliver),
+// in the API's result-line shape; the collector stores the lines and ends
+// the batch.
 
 import (
 	"context"

@@ -475,7 +475,9 @@ func TestBatchPathCapsRetryAfter(t *testing.T) {
 				}
 				return nil
 			},
-			Sync: func(ctx context.Context, q *dispatch.Request) error { return d.Submit(ctx, q, func(dispatch.Result) {}) },
+			Sync: func(ctx context.Context, q *dispatch.Request) error {
+				return d.Submit(ctx, q, func(dispatch.Result) {})
+			},
 		})
 		fan.Batch().Close()
 		if out.Feed != nil || out.Batch != nil {
