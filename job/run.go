@@ -57,19 +57,21 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err := r.discover(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.plan(); err != nil {
+	routing, err := r.plan()
+	if err != nil {
 		return nil, err
 	}
-	if err := r.send(ctx); err != nil {
+	if err := r.send(ctx, routing); err != nil {
 		return nil, err
 	}
 	defer r.stopFeed()
 	defer r.stopServe()
-	r.drain(ctx)
-	return r.report(ctx)
+	return r.report(ctx, r.drain(ctx))
 }
 
-// run is one job run: what each step learns, for the steps after it.
+// run is one job run: what each step learns, for the steps after it. How
+// the requests are sent — both sides, re-plans, the batch path's start and
+// end — is the fan-out's (route.Fanout.Drive), not the run's.
 type run struct {
 	o       Options
 	started time.Time
@@ -82,48 +84,33 @@ type run struct {
 	w       *results.Writer
 	durable atomic.Int64
 	cache   *cacheSide
-	ledger  cost.Ledger
-	// orgs is how many organizations the dispatcher serves, read once
-	// (prefixSharers).
-	orgsOnce sync.Once
-	orgs     int
-	// pc sums what the prompt cache did for the answers (sink).
-	pcMu sync.Mutex
-	pc   PromptCacheReport
-	// batchResults counts the batch path's answers by class (sink): the
-	// dispatcher's snapshot counts only its own.
-	batchResults batchCounts
-	todo         int    // requests this run gives a result
-	model        string // for the key probes: the input's first model
+	tally   tally // what the answers add up to (sink)
+	todo    int   // requests this run gives a result
 	// discover (rotations append while the run sends)
 	disc []dispatch.Discovery
 	// plan
-	routing route.Routing
-	d       *dispatch.Dispatcher
+	orgs int // organizations the live keys reach (prefixSharers)
+	d    *dispatch.Dispatcher
 	// send
-	fan                 *route.Fanout
-	batchRunner         atomic.Pointer[batch.Runner] // for OnDurable, set once the fan-out opens
-	feedCtx, serveCtx   context.Context
-	stopFeed, stopServe context.CancelFunc
-	served, batchDone   chan error
-	fed, rotWG, progWG  sync.WaitGroup
-	rotDone, progDone   chan struct{}
-	feedErr, batchErr   error
-	stopReason          atomic.Value // string: why a halt stopped the run
-	writeErr            atomic.Value // error: the results file failed
-	// re-plans (--route auto)
-	sideMu       sync.Mutex // a batch path starting, against the sync feeder's end
-	batchStarted bool
-	batchFed     sync.WaitGroup
-	batchFeedErr error
-	syncPassing  atomic.Bool  // the sync feeder is in a pass over the input
-	syncAnswered atomic.Int64 // sync answers so far
-	replanWG     sync.WaitGroup
-	replanStop   chan struct{} // closed when the feeders are done
-	replans      atomic.Int64
-	repMu        sync.Mutex // the report's Replans, appended while the run sends
-	// drain
-	serveErr error
+	fan                      atomic.Pointer[route.Fanout]
+	feedCtx, serveCtx        context.Context
+	stopFeed, stopServe      context.CancelFunc
+	served                   chan error
+	drove                    chan route.Driven // the fan-out's end, once the dispatcher is closed
+	stopReason               atomic.Value      // string: why a halt stopped the run
+	writeErr                 atomic.Value      // error: the results file failed
+	stopRotate, stopProgress func()            // the loops beside the send
+}
+
+// tally is what the answers add up to, as the sink records them.
+type tally struct {
+	ledger cost.Ledger
+	mu     sync.Mutex
+	pc     PromptCacheReport // guarded by mu
+	// batch counts the batch path's answers by class: the dispatcher's
+	// snapshot counts only its own.
+	batch        batchCounts
+	syncAnswered atomic.Int64
 }
 
 func newRun(o Options) *run {
@@ -151,7 +138,7 @@ func newRun(o Options) *run {
 	if o.ReplanInterval <= 0 {
 		o.ReplanInterval = time.Second
 	}
-	r := &run{o: o, started: o.Now(), replanStop: make(chan struct{})}
+	r := &run{o: o, started: o.Now()}
 	r.rep = &Report{Input: o.Input, Output: o.Output, StartedAt: r.started.UTC()}
 	return r
 }
@@ -231,8 +218,8 @@ func (r *run) open() error {
 	var err error
 	r.w, err = results.Open(r.o.Output, r.st, r.drop, results.Options{NoSync: r.o.SyncOff, OnDurable: func(ids []string) {
 		n := r.durable.Add(int64(len(ids)))
-		if br := r.batchRunner.Load(); br != nil {
-			br.Durable(ids)
+		if f := r.fan.Load(); f != nil {
+			f.Durable(ids)
 		}
 		if r.o.OnDurable != nil {
 			r.o.OnDurable(n)
@@ -242,10 +229,6 @@ func (r *run) open() error {
 		return err
 	}
 	r.rep.Requests.AlreadyDone = len(r.st.Done)
-	r.model = r.in.firstModel
-	if r.model == "" {
-		r.model = "claude-sonnet-4-5"
-	}
 	r.todo = r.in.pending
 	if r.o.AllowChanged {
 		r.todo += r.in.nChanged
@@ -292,9 +275,17 @@ func (r *run) nothingToDo() (*Report, error) {
 	return r.rep, nil
 }
 
+// probeModel is the model the key probes ask for: the input's first.
+func (r *run) probeModel() string {
+	if r.in.firstModel == "" {
+		return "claude-sonnet-4-5"
+	}
+	return r.in.firstModel
+}
+
 // discover learns each key's organization with a free probe.
 func (r *run) discover(ctx context.Context) error {
-	disc, err := dispatch.Discover(ctx, r.o.Dispatch.Client, r.o.Dispatch.Keys, r.model)
+	disc, err := dispatch.Discover(ctx, r.o.Dispatch.Client, r.o.Dispatch.Keys, r.probeModel())
 	for _, d := range disc {
 		if dead, why := d.Key.Dead(); dead {
 			r.o.Logger.Warn("key is not usable", "key", d.Key, "reason", why)
@@ -311,8 +302,17 @@ func (r *run) discover(ctx context.Context) error {
 // plan picks the route — sync, batch or a split, decided once the input's
 // shape is known — and builds the dispatcher on the organizations the route
 // uses.
-func (r *run) plan() error {
-	r.routing = route.Routing{Route: route.Sync}
+func (r *run) plan() (route.Routing, error) {
+	// Every organization a live key reaches, whichever route it serves: a
+	// batch org writes a shared prefix too (its primer).
+	seen := map[string]bool{}
+	for _, d := range r.disc {
+		if dead, _ := d.Key.Dead(); !dead {
+			seen[d.Key.Org()] = true
+		}
+	}
+	r.orgs = len(seen)
+	routing := route.Routing{Route: route.Sync}
 	if r.o.Plan != nil {
 		// The planner sizes what will be sent: cache hits cost nothing;
 		// and what the prompt cache can spare what is sent.
@@ -321,17 +321,17 @@ func (r *run) plan() error {
 			r.in.summary.BatchPrefix = r.in.prefixes.Reach(r.prefixSharers(route.SideBatch))
 		}
 		var err error
-		if r.routing, err = r.o.Plan(r.in.summary, r.todo-r.in.cached); err != nil {
-			return err
+		if routing, err = r.o.Plan(r.in.summary, r.todo-r.in.cached); err != nil {
+			return routing, err
 		}
 	}
-	r.rep.Route, r.rep.RouteWhy, r.rep.PredictedSeconds = r.routing.Route, r.routing.Why, r.routing.Predicted.Seconds()
-	r.routed(event.Route, "", r.routing)
+	r.rep.Route, r.rep.RouteWhy, r.rep.PredictedSeconds = routing.Route, routing.Why, routing.Predicted.Seconds()
+	r.routed(event.Route, "", routing)
 	dc := r.o.Dispatch
-	dc.Keys = r.routing.SyncKeys(dc.Keys)
+	dc.Keys = routing.SyncKeys(dc.Keys)
 	var err error
 	r.d, err = dispatch.New(dc)
-	return err
+	return routing, err
 }
 
 // halt stops feeding and admitting; requests in flight finish within Grace
@@ -359,13 +359,13 @@ func (r *run) sink(res dispatch.Result, batchID string) {
 	if batchID != "" {
 		via = route.Batch
 		rec.Sluice.Route, rec.Sluice.BatchID = via, batchID
-		r.batchResults.add(res.Class)
+		r.tally.batch.add(res.Class)
 	}
 	if res.Class == api.ClassOK {
 		r.cache.store(res.Request, res.Body, via)
-		r.ledger.Add(res.Org, res.Request.Model, res.Usage, batchID != "")
+		r.tally.ledger.Add(res.Org, res.Request.Model, res.Usage, batchID != "")
 		r.countPromptCache(res, batchID != "")
-		if r.o.MaxCost > 0 && r.ledger.Bound() >= r.o.MaxCost {
+		if r.o.MaxCost > 0 && r.tally.ledger.Bound() >= r.o.MaxCost {
 			r.halt(fmt.Sprintf("--max-cost $%.2f reached", r.o.MaxCost))
 		}
 	}
@@ -374,11 +374,12 @@ func (r *run) sink(res dispatch.Result, batchID string) {
 	}
 }
 
-// send starts the dispatcher's loop and the fan-out, then feeds: two
-// feeders, each its own pass over the input, so a full batch window never
-// holds up the sync side, nor sync back-pressure the batch side. Key
-// rotations and the progress display run beside them.
-func (r *run) send(ctx context.Context) error {
+// send starts the dispatcher's loop and the fan-out, which feeds both
+// sides (route.Fanout.Drive: two feeders, each its own pass over the
+// input, so a full batch window never holds up the sync side, nor sync
+// back-pressure the batch side) and applies re-plans. Key rotations and the
+// progress display run beside them.
+func (r *run) send(ctx context.Context, routing route.Routing) error {
 	r.feedCtx, r.stopFeed = context.WithCancel(ctx)
 	r.serveCtx, r.stopServe = context.WithCancel(context.Background())
 	r.served = make(chan error, 1)
@@ -388,8 +389,9 @@ func (r *run) send(ctx context.Context) error {
 	// the journal holds batches a previous run left open — their requests
 	// must be answered by those batches, or they are paid twice.
 	fan, err := route.Open(route.Config{
-		Routing: r.routing, Client: r.o.Dispatch.Client, Keys: r.o.Dispatch.Keys,
+		Routing: routing, Client: r.o.Dispatch.Client, Keys: r.o.Dispatch.Keys,
 		Logger: r.o.Logger, NoSync: r.o.SyncOff, Journal: r.o.Output + ".batch-journal",
+		MaxRetryAfter: r.o.Dispatch.MaxRetryAfter,
 		// st.Done holds the kept rows only: rows being driven again were
 		// dropped from it by Open.
 		Done:  func(id string) bool { _, ok := r.st.Done[id]; return ok },
@@ -407,48 +409,65 @@ func (r *run) send(ctx context.Context) error {
 		<-r.served
 		return err
 	}
-	r.fan = fan
-	r.batchDone = make(chan error, 1)
-	if br := fan.Batch(); br != nil {
-		r.startBatch(br)
+	r.fan.Store(fan)
+	drv := route.Driver{
+		Feed: r.feed,
+		Sync: func(ctx context.Context, req *dispatch.Request) error { return r.d.Submit(ctx, req, r.syncSink) },
+		Prepare: func(s route.Side, req *dispatch.Request) {
+			r.in.prepare(s, req, r.prefixSharers(s), r.o.Logger) // this side's TTL
+		},
 	}
-	r.fed.Go(func() {
+	if r.o.Replan != nil {
+		drv.Replan, drv.Every, drv.Reclaim, drv.Rerouted = r.measure, r.o.ReplanInterval, r.reclaim, r.rerouted
+	}
+	r.drove = make(chan route.Driven, 1)
+	go func() {
+		out := fan.Drive(r.feedCtx, drv)
+		if errors.Is(out.Batch, batch.ErrJournal) {
+			r.halt("the batch journal failed")
+		}
 		// The dispatcher stays open until the batch path has finished: it
 		// re-routes requests to it until then.
-		defer r.d.Close()
-		r.feedErr = r.feedSide(route.SideSync, func(req *dispatch.Request) error { return r.d.Submit(r.feedCtx, req, r.syncSink) }, r.w)
-		// No batch path starts after this: the sync side has left, so the
-		// routing is frozen unless a batch feeder runs (and then the batch
-		// path exists already).
-		r.sideMu.Lock()
-		started := r.batchStarted
-		r.sideMu.Unlock()
-		r.batchFed.Wait()
-		if started {
-			r.batchErr = <-r.batchDone
-			if errors.Is(r.batchErr, batch.ErrJournal) {
-				r.halt("the batch journal failed")
-			}
-		}
-		if r.feedErr == nil {
-			r.feedErr = r.batchFeedErr
-		}
-	})
-	if r.o.Replan != nil {
-		r.replanWG.Go(r.replan)
-	}
+		r.d.Close()
+		r.drove <- out
+	}()
 
 	// Key rotations while the job runs; their discoveries join the report
-	// (read after rotWG.Wait).
-	r.rotDone = make(chan struct{})
-	if r.o.Rotations != nil {
-		r.rotWG.Go(func() { r.rotate(ctx) })
-	}
-	prog := newProgress(r.o, r.d, &r.ledger, &r.durable, r.todo, len(r.st.Done))
-	r.progDone = make(chan struct{})
-	r.progWG.Go(func() { prog.run(r.progDone) })
+	// (read once stopRotate returns).
+	r.stopRotate = beside(func(stop <-chan struct{}) {
+		if r.o.Rotations != nil {
+			r.rotate(ctx, stop)
+		}
+	})
+	prog := newProgress(r.o, r.d, &r.tally.ledger, &r.durable, r.todo, len(r.st.Done))
+	r.stopProgress = beside(prog.run)
 	r.watchStart()
 	return nil
+}
+
+// beside runs loop on its own goroutine until the returned stop is called;
+// stop returns once loop has.
+func beside(loop func(stop <-chan struct{})) (stop func()) {
+	ch, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		loop(ch)
+	}()
+	return func() {
+		close(ch)
+		<-done
+	}
+}
+
+// feed is one pass of side s over the input (route.Feed): the lines take
+// gives s, cache hits answered here, invalid lines recorded on the sync
+// side's first pass.
+func (r *run) feed(ctx context.Context, s route.Side, first bool, take func(int, string) bool, submit func(context.Context, *dispatch.Request) error) error {
+	var w *results.Writer
+	if s == route.SideSync && first {
+		w = r.w
+	}
+	return feed(ctx, r.o, r.st, r.drop, take, r.cache.serve, func(req *dispatch.Request) error { return submit(ctx, req) }, w)
 }
 
 // replanLines is route.Config.Lines: the input's last line number when
@@ -462,144 +481,66 @@ func (r *run) replanLines() int {
 
 // syncSink is the dispatcher's callback: a sync answer to the one sink.
 func (r *run) syncSink(res dispatch.Result) {
-	r.syncAnswered.Add(1)
+	r.tally.syncAnswered.Add(1)
 	r.sink(res, "")
 }
 
-// startBatch runs the batch path and its feeder: when the run opens, or
-// when a re-plan opens the batch path mid-run.
-func (r *run) startBatch(br *batch.Runner) {
-	r.sideMu.Lock()
-	defer r.sideMu.Unlock()
-	r.startBatchLocked(br)
-}
-
-// startBatchLocked is startBatch with sideMu held: a re-plan opens the
-// batch path in the same critical section as its re-route, so a sync
-// feeder ending in between cannot miss the batch path it must wait for.
-func (r *run) startBatchLocked(br *batch.Runner) {
-	r.batchStarted = true
-	r.batchRunner.Store(br)
-	go func() { r.batchDone <- br.Run(r.feedCtx) }()
-	r.batchFed.Go(func() {
-		r.batchFeedErr = r.feedSide(route.SideBatch, func(req *dispatch.Request) error { return br.Submit(r.feedCtx, req) }, nil)
-		if r.batchFeedErr != nil || r.feedCtx.Err() != nil {
-			br.StopInput() // cut short: resumed chunks stay the next run's
-		} else {
-			br.CloseInput()
-		}
-	})
-}
-
-// feedSide is one side's feeder: a pass over the input taking the lines
-// the routing gives side s, and more passes while a re-plan changes the
-// routing (route.Fanout.PassDone; docs/route.md, "Re-planning mid-run").
-// w, if set, records invalid lines on the first pass.
-func (r *run) feedSide(s route.Side, submit func(*dispatch.Request) error, w *results.Writer) error {
-	defer r.fan.Leave(s)
-	for {
-		gen := r.fan.Generation()
-		for _, req := range r.fan.Handoff(s) {
-			r.in.prepare(s, req, r.prefixSharers(s), r.o.Logger) // this side's TTL
-			if err := submit(req); err != nil {
-				return err
-			}
-		}
-		if s == route.SideSync {
-			r.syncPassing.Store(true)
-		}
-		prepared := func(req *dispatch.Request) error {
-			r.in.prepare(s, req, r.prefixSharers(s), r.o.Logger)
-			return submit(req)
-		}
-		err := feed(r.feedCtx, r.o, r.st, r.drop, func(line int, id string) bool { return r.fan.Take(s, line, id) }, r.cache.serve, prepared, w)
-		if s == route.SideSync {
-			r.syncPassing.Store(false)
-		}
-		if err != nil {
-			return err
-		}
-		w = nil
-		if br := r.fan.Batch(); s == route.SideBatch && br != nil && !r.fan.Frozen() {
-			br.CutWaiting() // what this pass submitted must not wait for a full chunk
-		}
-		again, err := r.fan.PassDone(r.feedCtx, s, gen)
-		if err != nil || !again {
-			return err
-		}
+// measure hands the Router what the run measures (route.Driver.Replan):
+// the lanes, and the requests not yet sent — lines no side has taken, and
+// those the sync queue holds but never sent (a re-plan to batch takes them
+// back).
+func (r *run) measure(p route.Progress) (route.Routing, bool) {
+	_, views := r.d.Snapshot()
+	queued, err := r.d.Reclaimable(r.feedCtx)
+	if err != nil {
+		return route.Routing{}, false // stopping
 	}
+	unsent := r.todo - r.in.cached - p.Taken + int(r.cache.hits.Load()) + queued
+	return r.o.Replan(route.Measure{At: r.o.Now(), Lanes: views, Unsent: max(unsent, 0),
+		SyncAnswered: r.tally.syncAnswered.Load(), SyncBacklog: p.SyncPassing})
 }
 
-// replan hands the Router what the run measures about once a second until
-// the routing is frozen or the run stops, and applies a new routing.
-func (r *run) replan() {
-	t := time.NewTicker(r.o.ReplanInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-		case <-r.replanStop:
-			return
-		}
-		if r.fan.Frozen() {
-			return
-		}
-		_, views := r.d.Snapshot()
-		// Unsent: lines no side has taken, and those the sync queue holds
-		// but never sent (a re-plan to batch takes them back).
-		queued, err := r.d.Reclaimable(r.feedCtx)
-		if err != nil {
-			return
-		}
-		unsent := r.todo - r.in.cached - r.fan.Taken() + int(r.cache.hits.Load()) + queued
-		nr, ok := r.o.Replan(route.Measure{At: r.o.Now(), Lanes: views, Unsent: max(unsent, 0),
-			SyncAnswered: r.syncAnswered.Load(), SyncBacklog: r.syncPassing.Load()})
-		if !ok {
-			continue
-		}
-		r.sideMu.Lock()
-		br, err := r.fan.Reroute(nr, func(toBatch func(*dispatch.Request) bool) []*dispatch.Request {
-			back, err := r.d.Reclaim(r.feedCtx, toBatch)
-			if err != nil {
-				return nil // stopping: they stay where they are
-			}
-			if len(back) > 0 {
-				r.o.Logger.Info("re-plan: unsent requests taken back from the sync queue", "requests", len(back))
-			}
-			return back
-		})
-		if err == nil && br != nil {
-			r.startBatchLocked(br)
-		}
-		r.sideMu.Unlock()
-		if err != nil {
-			r.o.Logger.Warn("re-plan not applied: the route stays "+r.fan.Routing().Route, "err", err)
-			if r.o.ReplanRefused != nil {
-				r.o.ReplanRefused(nr)
-			}
-			r.routed(event.Replan, "refused", nr)
-			continue
-		}
-		r.routed(event.Replan, "applied", nr)
-		r.replans.Add(1)
-		r.repMu.Lock()
-		r.rep.Replans = append(r.rep.Replans, ReplanReport{AtSeconds: r.since().Seconds(), Route: nr.Route, BatchShare: nr.BatchShare,
-			PredictedSeconds: nr.Predicted.Seconds(), Why: nr.Why})
-		r.repMu.Unlock()
+// reclaim takes back the requests the sync queue holds unsent that a new
+// routing sends to batch (route.Driver.Reclaim).
+func (r *run) reclaim(toBatch func(*dispatch.Request) bool) []*dispatch.Request {
+	back, err := r.d.Reclaim(r.feedCtx, toBatch)
+	if err != nil {
+		return nil // stopping: they stay where they are
 	}
+	if len(back) > 0 {
+		r.o.Logger.Info("re-plan: unsent requests taken back from the sync queue", "requests", len(back))
+	}
+	return back
+}
+
+// rerouted logs and reports a re-plan, applied or refused
+// (route.Driver.Rerouted). The report's Replans are read once the fan-out
+// has ended.
+func (r *run) rerouted(nr route.Routing, err error) {
+	if err != nil {
+		r.o.Logger.Warn("re-plan not applied: the route stays "+r.fan.Load().Routing().Route, "err", err)
+		if r.o.ReplanRefused != nil {
+			r.o.ReplanRefused(nr)
+		}
+		r.routed(event.Replan, "refused", nr)
+		return
+	}
+	r.routed(event.Replan, "applied", nr)
+	r.rep.Replans = append(r.rep.Replans, ReplanReport{AtSeconds: r.since().Seconds(), Route: nr.Route, BatchShare: nr.BatchShare,
+		PredictedSeconds: nr.Predicted.Seconds(), Why: nr.Why})
 }
 
 // rotate applies key rotations until the run ends: new keys join the
 // dispatcher (and the batch path) after a probe, removed ones take no new
 // request once their organization has another working key
 // (dispatch.Rotator).
-func (r *run) rotate(ctx context.Context) {
-	rotator := dispatch.NewRotator(r.o.Dispatch.Client, r.o.Dispatch.Keys, r.model, r.o.Logger)
+func (r *run) rotate(ctx context.Context, stop <-chan struct{}) {
+	rotator := dispatch.NewRotator(r.o.Dispatch.Client, r.o.Dispatch.Keys, r.probeModel(), r.o.Logger)
 	for {
 		select {
 		case rot := <-r.o.Rotations:
 			joiners := []dispatch.KeyJoiner{r.d}
-			if br := r.fan.Batch(); br != nil {
+			if br := r.fan.Load().Batch(); br != nil {
 				joiners = append(joiners, br)
 			}
 			more, err := rotator.Apply(ctx, rot, joiners...)
@@ -608,7 +549,7 @@ func (r *run) rotate(ctx context.Context) {
 			}
 			r.disc = append(r.disc, more...)
 			r.keysJoined(rot)
-		case <-r.rotDone:
+		case <-stop:
 			return
 		case <-ctx.Done():
 			return
@@ -620,8 +561,8 @@ func (r *run) rotate(ctx context.Context) {
 // --max-cost, a journal failure). Stopped either way, attempts in flight
 // finish within Grace; the second interrupt (Options.Abort) cuts them
 // short, and so does the first when a halt is already draining. Then the
-// feeders are waited for and the writer and the batch path closed.
-func (r *run) drain(ctx context.Context) {
+// fan-out's end is waited for.
+func (r *run) drain(ctx context.Context) ending {
 	grace := func(interrupt <-chan struct{}) error {
 		select {
 		case err := <-r.served:
@@ -633,47 +574,52 @@ func (r *run) drain(ctx context.Context) {
 		r.d.Abort()
 		return <-r.served
 	}
+	var e ending
 	select {
-	case r.serveErr = <-r.served:
+	case e.serveErr = <-r.served:
 	case <-r.serveCtx.Done():
-		r.serveErr = grace(ctx.Done())
+		e.serveErr = grace(ctx.Done())
 	case <-ctx.Done():
 		r.record(event.Event{Kind: event.Interrupt, Why: "interrupted; requests in flight finish"})
 		r.stopFeed()
 		r.stopServe() // stop admitting; attempts in flight finish
-		r.serveErr = grace(nil)
+		e.serveErr = grace(nil)
 	}
-	r.fed.Wait()
-	close(r.replanStop)
-	r.replanWG.Wait()
+	e.Driven = <-r.drove
+	return e
+}
+
+// ending is how the sending ended: the dispatcher's Serve error and the
+// fan-out's.
+type ending struct {
+	serveErr error
+	route.Driven
 }
 
 // report fills the report — keys as they are now: one may have died during
 // the run — and says how the run ended: done, resumable (ErrInterrupted),
 // or failed.
-func (r *run) report(ctx context.Context) (*Report, error) {
+func (r *run) report(ctx context.Context, e ending) (*Report, error) {
 	rep := r.rep
 	closeErr := r.w.Close()
 	r.cache.finish(rep)
-	r.pcMu.Lock()
-	rep.PromptCache = r.pc
-	r.pcMu.Unlock()
-	if br := r.fan.Batch(); br != nil {
-		if err := br.Close(); err != nil && r.batchErr == nil {
-			r.batchErr = err
+	r.tally.mu.Lock()
+	rep.PromptCache = r.tally.pc
+	r.tally.mu.Unlock()
+	if br := r.fan.Load().Batch(); br != nil {
+		if err := br.Close(); err != nil && e.Batch == nil {
+			e.Batch = err
 		}
 		rep.Batch = br.Stats()
 	}
-	close(r.progDone) // the last frame shows every durable result
-	r.progWG.Wait()
+	r.stopProgress() // the last frame shows every durable result
 
-	rep.finish(r.d, &r.batchResults, &r.ledger, r.durable.Load(), r.since())
+	rep.finish(r.d, &r.tally.batch, &r.tally.ledger, r.durable.Load(), r.since())
 	if r.o.Observe != nil {
 		_, views := r.d.Snapshot()
 		r.o.Observe(views, rep.Batch, int(r.in.summary.MeanMaxTokens()+0.5))
 	}
-	close(r.rotDone)
-	r.rotWG.Wait()
+	r.stopRotate()
 	rep.Keys = keyReports(r.disc)
 	if e, _ := r.writeErr.Load().(error); e != nil {
 		return rep, fmt.Errorf("job: writing results: %w", e)
@@ -687,18 +633,18 @@ func (r *run) report(ctx context.Context) (*Report, error) {
 	// reported below as resumable, not a failure (the batch path exited 1
 	// on Ctrl-C).
 	interrupted := ctx.Err() != nil
-	if err := r.feedErr; err != nil && !interrupted && !errors.Is(err, context.Canceled) && !errors.Is(err, dispatch.ErrStopped) && !errors.Is(err, batch.ErrStopped) {
+	if err := e.Feed; err != nil && !interrupted && !errors.Is(err, context.Canceled) && !errors.Is(err, dispatch.ErrStopped) && !errors.Is(err, batch.ErrStopped) {
 		return rep, err
 	}
-	if r.batchErr != nil && !interrupted && !errors.Is(r.batchErr, context.Canceled) {
-		return rep, fmt.Errorf("job: batch path: %w", r.batchErr)
+	if e.Batch != nil && !interrupted && !errors.Is(e.Batch, context.Canceled) {
+		return rep, fmt.Errorf("job: batch path: %w", e.Batch)
 	}
 	remaining := max(0, r.todo-int(r.durable.Load()))
 	if s, _ := r.stopReason.Load().(string); s != "" && remaining > 0 {
 		rep.Stopped = s
 		return rep, fmt.Errorf("%w: %s; %d requests not run; re-run %s to resume", ErrInterrupted, s, remaining, r.o.Command)
 	}
-	if errors.Is(r.serveErr, dispatch.ErrNoLiveKey) {
+	if errors.Is(e.serveErr, dispatch.ErrNoLiveKey) {
 		rep.Stopped = "no live key left"
 		return rep, fmt.Errorf("%w: every key is dead (see the log); %d requests not run; fix the keys and re-run %s to resume", ErrInterrupted, remaining, r.o.Command)
 	}
@@ -722,21 +668,21 @@ func (r *run) countPromptCache(res dispatch.Result, batch bool) {
 	plain.CacheReadInputTokens, plain.CacheCreationInputTokens, plain.CacheCreation = 0, 0, nil
 	billed, _ := cost.Cost(res.Request.Model, u, batch)
 	uncached, _ := cost.Cost(res.Request.Model, plain, batch)
-	r.pcMu.Lock()
-	defer r.pcMu.Unlock()
+	r.tally.mu.Lock()
+	defer r.tally.mu.Unlock()
 	if res.Request.Sent != nil {
-		r.pc.Added++
+		r.tally.pc.Added++
 	}
-	r.pc.ReadTokens += u.CacheReadInputTokens
-	r.pc.WriteTokens += u.CacheCreationInputTokens
+	r.tally.pc.ReadTokens += u.CacheReadInputTokens
+	r.tally.pc.WriteTokens += u.CacheCreationInputTokens
 	if batch {
-		r.pc.BatchReadTokens += u.CacheReadInputTokens
-		r.pc.BatchWriteTokens += u.CacheCreationInputTokens
+		r.tally.pc.BatchReadTokens += u.CacheReadInputTokens
+		r.tally.pc.BatchWriteTokens += u.CacheCreationInputTokens
 	}
 	if m, ok := api.LookupModel(res.Request.Model); !batch && (!ok || !m.CacheReadsCountITPM) {
-		r.pc.ITPMSpared += u.CacheReadInputTokens // batches are not charged to ITPM at all
+		r.tally.pc.ITPMSpared += u.CacheReadInputTokens // batches are not charged to ITPM at all
 	}
-	r.pc.SavedUSD += uncached - billed
+	r.tally.pc.SavedUSD += uncached - billed
 }
 
 // primed counts a sync primer the batch path sent before a batch
@@ -747,15 +693,15 @@ func (r *run) primed(p batch.Prime) {
 	if !p.OK {
 		return
 	}
-	r.ledger.Add(p.Org, p.Model, p.Usage, false)
+	r.tally.ledger.Add(p.Org, p.Model, p.Usage, false)
 	usd, _ := cost.Cost(p.Model, p.Usage, false)
-	r.pcMu.Lock()
-	r.pc.Primers++
-	r.pc.WriteTokens += p.Usage.CacheCreationInputTokens
-	r.pc.ReadTokens += p.Usage.CacheReadInputTokens
-	r.pc.SavedUSD -= usd
-	r.pcMu.Unlock()
-	if r.o.MaxCost > 0 && r.ledger.Bound() >= r.o.MaxCost {
+	r.tally.mu.Lock()
+	r.tally.pc.Primers++
+	r.tally.pc.WriteTokens += p.Usage.CacheCreationInputTokens
+	r.tally.pc.ReadTokens += p.Usage.CacheReadInputTokens
+	r.tally.pc.SavedUSD -= usd
+	r.tally.mu.Unlock()
+	if r.o.MaxCost > 0 && r.tally.ledger.Bound() >= r.o.MaxCost {
 		r.halt(fmt.Sprintf("--max-cost $%.2f reached", r.o.MaxCost))
 	}
 }
@@ -765,17 +711,6 @@ func (r *run) primed(p batch.Prime) {
 // plan.BatchSharers, over the organizations the run's live keys reach;
 // docs/caching.md).
 func (r *run) prefixSharers(s route.Side) int {
-	r.orgsOnce.Do(func() {
-		// Every organization a live key reaches, whichever route it
-		// serves: a batch org writes the prefix too (its primer).
-		seen := map[string]bool{}
-		for _, d := range r.disc {
-			if dead, _ := d.Key.Dead(); !dead {
-				seen[d.Key.Org()] = true
-			}
-		}
-		r.orgs = len(seen)
-	})
 	if s == route.SideBatch {
 		if !r.o.CachePrefixBatch {
 			return math.MaxInt32 // no prefix is shared that widely: batch requests go as written

@@ -56,12 +56,12 @@ func (r *run) watchStart() {
 	r.o.Watch.Start(Live{
 		Snapshot: r.d.Snapshot,
 		Batch: func() (batch.Stats, bool) {
-			if br := r.batchRunner.Load(); br != nil {
+			if br := r.fan.Load().Batch(); br != nil {
 				return br.Stats(), true
 			}
 			return batch.Stats{}, false
 		},
-		Cost:    r.ledger.Snapshot,
+		Cost:    r.tally.ledger.Snapshot,
 		Durable: r.durable.Load,
 		Total:   r.in.summary.Lines, Todo: r.todo, AlreadyDone: len(r.st.Done), MaxCost: r.o.MaxCost,
 		Keys: r.o.Dispatch.Keys,

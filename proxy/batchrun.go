@@ -1,11 +1,14 @@
 package proxy
 
 // Running a virtual batch: the planner (Config.Plan) routes it — sync,
-// batch or a split — the batch part goes through package batch (its own
-// Runner and journal per virtual batch, as job wires it for `sluice run`),
-// the sync part and whatever the batch path gives back through the
-// dispatcher. Every row ends exactly once (vbatch.deliver), in the API's
-// result-line shape; the collector stores the lines and ends the batch.
+// batch or a split — and route.Fanout.Drive sends it, as it does a
+// `sluice run`: the batch part through package batch (its own Runner and
+// journal per virtual batch), the sync part and whatever the batch path
+// gives back through the dispatcher. The proxy gives Drive the rows and
+// ends each row the fan-out does not answer (a cancel, a shutdown, the
+// sweep's unanswered rows). Every row ends exactly once (vbatch.deliver),
+// in the API's result-line shape; the collector stores the lines and ends
+// the batch.
 
 import (
 	"context"
@@ -62,10 +65,17 @@ func (p *Proxy) driveBatch(b *vbatch, src rowSource, todo []int, release func())
 	sum.Lines, sum.Valid = len(drive), len(drive)
 
 	routing := p.routeBatch(b, sum, len(drive))
-	var br *batchRoute
+	rowOf := sync.OnceValue(func() map[string]int {
+		index := make(map[string]int, len(ids))
+		for i, id := range ids {
+			index[id] = i
+		}
+		return index
+	})
+	var fan *route.Fanout
 	if len(drive) > 0 && s.dir != "" {
 		var err error
-		br, err = p.newBatchRoute(b, routing, ids)
+		fan, err = p.openRoute(b, routing, ids, rowOf)
 		switch {
 		case errors.Is(err, route.ErrOpenBatches):
 			// Its batches may be running: sending their rows on sync
@@ -77,76 +87,85 @@ func (p *Proxy) driveBatch(b *vbatch, src rowSource, todo []int, release func())
 			p.log.Warn("virtual batch: the batch path cannot start; every row goes sync", "batch", b.id, "err", err)
 		}
 	}
-
-	var toBatch, toSync []int
-	for _, i := range drive {
-		if br.toBatch(ids[i]) {
-			toBatch = append(toBatch, i)
-		} else {
-			toSync = append(toSync, i)
-		}
+	if fan == nil {
+		// Every row sync: a fan-out without a batch path (no journal to
+		// read, so it cannot fail).
+		fan, _ = route.Open(route.Config{Routing: route.Routing{Route: route.Sync}})
 	}
-	var runErr error
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		taken, err := src.each(toSync, func(i int, params json.RawMessage) bool {
-			if b.ctx.Err() != nil {
-				return false
-			}
-			p.submitRow(b, i, ids[i], params)
-			return true
-		})
-		rest := toSync[taken:]
-		switch {
-		case b.ctx.Err() != nil:
-			for _, i := range rest {
-				b.deliver(p.aborted(i, ids[i], context.Cause(b.ctx)))
-			}
-		case err != nil:
-			p.log.Warn("virtual batch: its requests cannot be read; the rows not sent wait for a restart", "batch", b.id, "err", err)
-			p.leaveUnresolved(b, rest)
-		}
-	})
-	if br != nil {
+	if br := fan.Batch(); br != nil {
 		// A cancelled virtual batch cancels the Message Batches holding
 		// its rows, as the API stops processing a cancelled batch's rows;
 		// a shutdown does not (a restart adopts them).
 		stopCancel := context.AfterFunc(b.ctx, func() {
 			if errors.Is(context.Cause(b.ctx), errBatchCanceled) {
-				br.r.Cancel("the virtual batch was canceled")
+				br.Cancel("the virtual batch was canceled")
 			}
 		})
 		defer stopCancel()
-		ran := make(chan error, 1)
-		go func() { ran <- br.r.Run(p.life) }()
-		wg.Go(func() {
-			br.feed(p, b, src, ids, toBatch)
-			br.r.CloseInput()
-		})
-		wg.Wait()
-		release()
-		runErr = <-ran
+	}
+	// The fan-out drives both sides until a shutdown (p.life); the
+	// batch's own end (b.ctx: cancelled) is each row's, below.
+	out := fan.Drive(p.life, route.Driver{
+		Feed: func(_ context.Context, s route.Side, _ bool, take func(int, string) bool, submit func(context.Context, *dispatch.Request) error) error {
+			var rows []int
+			for _, i := range drive {
+				if take(i, ids[i]) {
+					rows = append(rows, i)
+				}
+			}
+			if s == route.SideBatch {
+				p.feedBatch(b, fan.Batch(), src, ids, rows, submit)
+			} else {
+				p.feedSync(b, src, ids, rows)
+			}
+			return nil
+		},
+		// Only a re-plan hands a request over, and the proxy does not
+		// re-plan; the feeders send their rows themselves.
+		Sync: func(_ context.Context, req *dispatch.Request) error {
+			p.submitRow(b, rowOf()[req.ID], req.ID, req.Params)
+			return nil
+		},
+		BatchContext: p.life,
+		Fed:          release,
 		// Rows the batch path never answered (it stopped: a shutdown, or
 		// a journal error) wait for a restart, which adopts their batches.
-		for _, i := range toBatch {
-			if br.in[i].Load() {
-				b.deliver(rowDone{i: i, unresolved: true})
-			}
-		}
-		if runErr != nil && !errors.Is(runErr, errShutdown) && !errors.Is(runErr, context.Canceled) {
-			p.log.Warn("virtual batch: the batch path stopped", "batch", b.id, "err", runErr)
-		}
-	} else {
-		wg.Wait()
-		release()
+		Unanswered: func(id string) { b.deliver(rowDone{i: rowOf()[id], unresolved: true}) },
+	})
+	runErr := out.Batch
+	if runErr != nil && !errors.Is(runErr, errShutdown) && !errors.Is(runErr, context.Canceled) {
+		p.log.Warn("virtual batch: the batch path stopped", "batch", b.id, "err", runErr)
 	}
 	unresolved := <-b.collected
+	br := fan.Batch()
 	if br != nil {
-		if err := br.r.Close(); err != nil && runErr == nil {
+		if err := br.Close(); err != nil && runErr == nil {
 			runErr = err
 		}
 	}
 	p.endBatch(b, unresolved == 0, br == nil || runErr == nil)
+}
+
+// feedSync sends the rows of b on sync (src gives their params), in
+// order, until the batch ends: the rows not sent then end with it.
+func (p *Proxy) feedSync(b *vbatch, src rowSource, ids []string, rows []int) {
+	taken, err := src.each(rows, func(i int, params json.RawMessage) bool {
+		if b.ctx.Err() != nil {
+			return false
+		}
+		p.submitRow(b, i, ids[i], params)
+		return true
+	})
+	rest := rows[taken:]
+	switch {
+	case b.ctx.Err() != nil:
+		for _, i := range rest {
+			b.deliver(p.aborted(i, ids[i], context.Cause(b.ctx)))
+		}
+	case err != nil:
+		p.log.Warn("virtual batch: its requests cannot be read; the rows not sent wait for a restart", "batch", b.id, "err", err)
+		p.leaveUnresolved(b, rest)
+	}
 }
 
 // endBatch records the end of b's run. An ended batch (every row has a
@@ -219,46 +238,31 @@ func (p *Proxy) routeBatch(b *vbatch, sum jsonl.Summary, n int) route.Routing {
 	return r
 }
 
-// batchRoute is a virtual batch's batch path: its fan-out (route.Open),
-// with a journal of its own next to the batch's files.
-type batchRoute struct {
-	fan   *route.Fanout
-	r     *batch.Runner
-	index map[string]int
-	// in[i]: row i was handed to the Runner and has had no callback yet.
-	in []atomic.Bool
-}
-
-// newBatchRoute opens the fan-out of b (resuming its journal, if any). It
-// is nil, with no error, when the routing sends nothing to batch and no
-// journal is open: every row goes sync.
-func (p *Proxy) newBatchRoute(b *vbatch, routing route.Routing, ids []string) (*batchRoute, error) {
-	br := &batchRoute{index: make(map[string]int, len(ids)), in: make([]atomic.Bool, len(ids))}
-	for i, id := range ids {
-		br.index[id] = i
-	}
+// openRoute opens the fan-out of b (resuming its journal, if any), with a
+// journal of its own next to the batch's files. It is nil, with no error,
+// when the routing sends nothing to batch and no journal is open: every
+// row goes sync. rowOf maps a custom_id to its row.
+func (p *Proxy) openRoute(b *vbatch, routing route.Routing, ids []string, rowOf func() map[string]int) (*route.Fanout, error) {
 	fan, err := route.Open(route.Config{
 		Routing: routing, Client: p.cfg.Client.WithVersion(b.version), Keys: p.pool().Keys(), Logger: p.log,
-		Journal: p.batches.journalPath(b.id),
+		Journal: p.batches.journalPath(b.id), MaxRetryAfter: p.d.MaxRetryAfter(),
 		Done: func(id string) bool {
-			i, ok := br.index[id]
+			i, ok := rowOf()[id]
 			return ok && b.finished(i)
 		},
 		Sink: func(r dispatch.Result, _ string) {
-			i, ok := br.index[r.Request.ID]
+			i, ok := rowOf()[r.Request.ID]
 			if !ok {
 				return
 			}
-			br.in[i].Store(false)
 			p.metrics.usage(r.Org, api.PoolOf(r.Request.Model), r.Request.Model, r.Usage, true)
 			b.deliver(rowDone{i: i, typ: rowType(r), line: rowLine(ids[i], r)})
 		},
 		Reroute: func(req *dispatch.Request, why string) {
-			i, ok := br.index[req.ID]
+			i, ok := rowOf()[req.ID]
 			if !ok {
 				return
 			}
-			br.in[i].Store(false)
 			if err := b.ctx.Err(); err != nil {
 				b.deliver(p.aborted(i, ids[i], context.Cause(b.ctx)))
 				return
@@ -270,22 +274,17 @@ func (p *Proxy) newBatchRoute(b *vbatch, routing route.Routing, ids []string) (*
 	if err != nil || fan.Batch() == nil {
 		return nil, err
 	}
-	br.fan, br.r = fan, fan.Batch()
-	return br, nil
+	return fan, nil
 }
 
-// toBatch reports whether the row with this custom_id goes to the batch
-// path (route.Fanout.ToBatch); with no batch path (br nil), none does.
-func (br *batchRoute) toBatch(id string) bool { return br != nil && br.fan.ToBatch(id) }
-
-// feed submits the rows toBatch of b (src gives their params) to the
-// Runner, in order, with its backpressure. A row the Runner holds (its
-// batch was created before a restart) is always submitted: only its batch
-// may answer it.
-func (br *batchRoute) feed(p *Proxy, b *vbatch, src rowSource, ids []string, toBatch []int) {
-	taken, err := src.each(toBatch, func(i int, params json.RawMessage) bool {
+// feedBatch submits the rows of b (src gives their params) to the batch
+// path br through submit, in order, with its backpressure. A row br holds
+// (its batch was created before a restart) is always submitted: only its
+// batch may answer it.
+func (p *Proxy) feedBatch(b *vbatch, br *batch.Runner, src rowSource, ids []string, rows []int, submit func(context.Context, *dispatch.Request) error) {
+	taken, err := src.each(rows, func(i int, params json.RawMessage) bool {
 		id := ids[i]
-		held := br.r.Holds(id)
+		held := br.Holds(id)
 		if err := b.ctx.Err(); err != nil && !held {
 			b.deliver(p.aborted(i, id, context.Cause(b.ctx)))
 			return true
@@ -297,12 +296,10 @@ func (br *batchRoute) feed(p *Proxy, b *vbatch, src rowSource, ids []string, toB
 		if held {
 			ctx = p.life
 		}
-		br.in[i].Store(true)
-		err := br.r.Submit(ctx, req)
+		err := submit(ctx, req)
 		if err == nil {
 			return true
 		}
-		br.in[i].Store(false)
 		switch {
 		case p.life.Err() != nil:
 			b.deliver(rowDone{i: i, unresolved: true})
@@ -315,7 +312,7 @@ func (br *batchRoute) feed(p *Proxy, b *vbatch, src rowSource, ids []string, toB
 	})
 	if err != nil {
 		p.log.Warn("virtual batch: its requests cannot be read; the rows not sent wait for a restart", "batch", b.id, "err", err)
-		p.leaveUnresolved(b, toBatch[taken:])
+		p.leaveUnresolved(b, rows[taken:])
 	}
 }
 

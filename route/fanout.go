@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-dev/sluice/batch"
 	"github.com/sluice-dev/sluice/client"
@@ -56,6 +57,10 @@ type Config struct {
 	// Events, if set, records the batch path's chunk lifecycle for the
 	// run's history (batch.Config.Events).
 	Events event.Recorder
+	// MaxRetryAfter caps the retry-after the batch path's control-plane
+	// calls wait for (batch.Config.MaxRetryAfter): the run's
+	// --max-retry-after, the sync dispatcher's cap.
+	MaxRetryAfter time.Duration
 	// Lines > 0 is the input's line count when the run may re-plan: the
 	// feeders then take lines through Take and pass again through
 	// PassDone, so Fanout.Reroute can change the routing mid-run.
@@ -102,6 +107,10 @@ type Fanout struct {
 	passed  [numSides]int64 // the generation of the last pass each side finished (-1: none)
 	frozen  bool
 	handoff [numSides][]*dispatch.Request // taken requests given to a side by a Reroute
+	drv     *driving                      // set by Drive
+
+	passing [numSides]atomic.Bool // a side's feeder is in a pass over the input
+	out     outstanding           // the batch path's unanswered requests (Drive's sweep)
 }
 
 // Open starts the batch path when the routing sends anything to batch, or
@@ -145,9 +154,18 @@ func (f *Fanout) openRunner(bc batch.Config, harvestOnly bool) (*batch.Runner, e
 	bc.HarvestOnly = harvestOnly
 	bc.Client, bc.Keys, bc.Logger, bc.NoSync = c.Client, c.Keys, c.Logger, c.NoSync
 	bc.Journal, bc.Done = c.Journal, c.Done
-	sink := c.Sink
-	bc.OnResult = func(r batch.Result) { sink(r.Result, r.BatchID) }
-	bc.OnReroute = c.Reroute
+	sink, reroute := c.Sink, c.Reroute
+	bc.OnResult = func(r batch.Result) {
+		f.out.done(r.Request.ID)
+		sink(r.Result, r.BatchID)
+	}
+	if reroute != nil {
+		bc.OnReroute = func(req *dispatch.Request, why string) {
+			f.out.done(req.ID)
+			reroute(req, why)
+		}
+	}
+	bc.MaxRetryAfter = c.MaxRetryAfter
 	bc.OnPrime = c.Prime
 	bc.Events = c.Events
 	return batch.New(bc)
@@ -156,6 +174,14 @@ func (f *Fanout) openRunner(bc batch.Config, harvestOnly bool) (*batch.Runner, e
 // Batch is the batch path's Runner (Run, Submit, CloseInput, Stats,
 // Close are the caller's to call), or nil when every request is sync.
 func (f *Fanout) Batch() *batch.Runner { return f.runner.Load() }
+
+// Durable passes on the custom_ids whose answers are durable to the batch
+// path, if any (batch.Runner.Durable).
+func (f *Fanout) Durable(ids []string) {
+	if br := f.runner.Load(); br != nil {
+		br.Durable(ids)
+	}
+}
 
 // Routing is the routing in force.
 func (f *Fanout) Routing() Routing { return *f.routing.Load() }
@@ -271,8 +297,9 @@ func (f *Fanout) Frozen() bool {
 }
 
 // Reroute puts r in force for every line not yet taken. When r sends to
-// batch and there is no batch path, it opens one sized by r (opened: the
-// caller runs it and starts its feeder); it refuses to send new requests
+// batch and there is no batch path, it opens one sized by r (opened; while
+// Drive runs, it starts it and its feeder at once, else the caller runs
+// it); it refuses to send new requests
 // to batch while the batch path only harvests an earlier run's batches,
 // and fails with ErrFrozen once the feeders are done, or when the run
 // does not re-plan.
@@ -298,6 +325,9 @@ func (f *Fanout) Reroute(r Routing, reclaim func(toBatch func(*dispatch.Request)
 			f.runner.Store(opened)
 			f.active[SideBatch] = true
 			f.passed[SideBatch] = -1
+			if f.drv != nil {
+				f.startBatchLocked(opened)
+			}
 		}
 	}
 	f.routing.Store(&r)

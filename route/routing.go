@@ -1,7 +1,10 @@
 // Package route is the one owner of how a job's requests are sent: the
 // route names, the Routing a run carries, the split rule, the fan-out that
 // sends each request to the sync dispatcher or the batch path and hands
-// both sides' answers to one sink, and the planner hook that turns the
+// both sides' answers to one sink, the drive of both sides (Fanout.Drive:
+// the batch path's start, the feeders, re-routes on a re-plan, the batch
+// input's close, the wait, the sweep of the unanswered — the one owner of
+// exactly-once through a re-plan), and the planner hook that turns the
 // planner's decision into a Routing. Package job (a run's requests, read
 // from a file) and package proxy (a virtual batch's rows) both route
 // through it; it imports neither. See docs/route.md.
