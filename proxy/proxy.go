@@ -75,10 +75,14 @@ type Config struct {
 	// Past it the caller is treated as gone: its stream is cut and the
 	// slot freed. Zero: 60 s; negative: no bound.
 	StreamWriteTimeout time.Duration
-	// BodyTimeout bounds how long a request body may take to arrive, from
-	// when its reading starts (default DefaultBodyTimeout; negative: no
-	// bound): past it the request ends with a 408 and its connection is
-	// closed, so a caller trickling its body cannot hold a connection.
+	// BodyTimeout bounds how long a request body may take to arrive
+	// (default DefaultBodyTimeout; negative: no bound): from when its room
+	// in MaxBodyMemory is reserved for a body a handler reads — past it
+	// the request ends with a 408 — and from the request's arrival for
+	// one no handler reads (net/http drains it after the answer); either
+	// way its connection is then closed, so a caller trickling its body
+	// cannot hold a connection. A refused caller's body (a wrong token)
+	// is never read: its connection closes after the answer.
 	BodyTimeout time.Duration
 	// WriteTimeout bounds one write of a non-streaming answer to its
 	// caller (a message, a batch object, a results download: set before
@@ -229,13 +233,32 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.code(),
 			"org", rec.Header().Get(api.HeaderOrganizationID), "ms", time.Since(start).Milliseconds())
 	}()
+	// Every body's time is bounded, read or not: net/http drains a body
+	// a handler left unread (up to 256 KiB) after the answer. readBody
+	// starts it again once the body has room, and lifts it once read.
+	hasBody := r.Body != http.NoBody
+	rd := deadliner(w)
+	if hasBody {
+		p.bodyDeadline(rd)
+	}
+	// A caller refused is not heard out: its body is never read, and its
+	// connection closes after the answer.
+	refuse := func(status int, t api.ErrorType, msg string) {
+		if hasBody {
+			rec.Header().Set("Connection", "close")
+			if rd != nil {
+				_ = rd.SetReadDeadline(time.Now())
+			}
+		}
+		p.fail(rec, status, t, msg)
+	}
 	if why := p.refuseOpen(r); why != "" {
-		p.fail(rec, 403, api.ErrPermission, why)
+		refuse(403, api.ErrPermission, why)
 		return
 	}
 	public := p.cfg.MetricsPublic && (endpoint == "metrics" || endpoint == "healthz")
 	if !public && !p.authorized(r) {
-		p.fail(rec, 401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token (`sluice proxy token`) as x-api-key or Authorization: Bearer")
+		refuse(401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token (`sluice proxy token`) as x-api-key or Authorization: Bearer")
 		return
 	}
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
