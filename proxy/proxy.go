@@ -23,7 +23,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -100,9 +100,16 @@ type Config struct {
 	// memory only. New takes its lock (one proxy per state dir); Close
 	// lets it go.
 	StateDir string
+	// Lock is the state dir's lock, taken beforehand with LockState on
+	// StateDir (by a caller that must own the state dir before it can
+	// build the rest of the Config); New takes it over, and Close
+	// releases it (if New fails, the caller still holds it). Nil: New
+	// takes it itself, waiting as LockWait says.
+	Lock *StateLock
 	// LockWait is how long New waits for another proxy that holds the
 	// state dir while it drains (a restart during its predecessor's
 	// drain); zero: no wait. A holder that serves is never waited for.
+	// To end the wait early (an interrupt), take the lock with LockState.
 	LockWait time.Duration
 	// OnLockWait, if set, is told once when New starts waiting for a
 	// draining holder, with the holder's status line.
@@ -141,7 +148,7 @@ type Proxy struct {
 	keyPool  atomic.Pointer[keys.Pool]
 	metrics  metrics
 	batches  batchSet
-	lock     *stateLock // nil without a state dir
+	lock     *StateLock // nil without a state dir
 	bodies   *bodyBudget
 
 	// life ends (errShutdown) on Drain: virtual batches stop sending.
@@ -189,19 +196,30 @@ func New(cfg Config) (*Proxy, error) {
 	p.keyPool.Store(cfg.Pool)
 	p.life, p.endLife = context.WithCancelCause(context.Background())
 	p.metrics.init()
-	if cfg.StateDir != "" {
-		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("proxy: state dir: %w", err)
+	switch {
+	case cfg.Lock != nil:
+		if cfg.StateDir == "" || filepath.Clean(cfg.Lock.dir) != filepath.Clean(cfg.StateDir) {
+			return nil, fmt.Errorf("proxy: Config.Lock is the lock of %s, not of the state dir %q", cfg.Lock.dir, cfg.StateDir)
 		}
-		l, err := lockState(context.Background(), cfg.StateDir, cfg.LockWait, cfg.OnLockWait)
+		p.lock = cfg.Lock
+	case cfg.StateDir != "":
+		l, err := LockState(context.Background(), cfg.StateDir, cfg.LockWait, cfg.OnLockWait)
 		if err != nil {
 			return nil, err
 		}
 		p.lock = l
 	}
 	if err := p.batches.init(p, cfg.StateDir); err != nil {
-		p.lock.release()
+		if cfg.Lock == nil {
+			p.lock.Release()
+		}
 		return nil, err
+	}
+	if err := p.lock.note("serving"); err != nil {
+		if cfg.Lock == nil {
+			p.lock.Release()
+		}
+		return nil, fmt.Errorf("proxy: state dir lock: %w", err)
 	}
 	m := http.NewServeMux()
 	m.HandleFunc("POST /v1/messages", p.handleMessages)
@@ -344,7 +362,7 @@ func (p *Proxy) Wait() { p.bg.Wait() }
 // stopped calling the proxy: another proxy may then take the state dir.
 // Calling it again does nothing. A process that exits without it lets the
 // lock go too (the kernel's).
-func (p *Proxy) Close() error { return p.lock.release() }
+func (p *Proxy) Close() error { return p.lock.Release() }
 
 // goBackground runs each f as background work Wait waits for, unless the
 // proxy is draining (then it runs none and says so). first, if set, runs

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -215,4 +216,52 @@ func TestUnreadableMetaIsSetAside(t *testing.T) {
 	if resp, b := e2.do("GET", "/v1/messages/batches/"+good.ID+"/results", nil); resp.StatusCode != 200 || bytes.Count(b, []byte("\n")) != 3 {
 		t.Errorf("the good batch after the restart: %d %s", resp.StatusCode, b)
 	}
+}
+
+// TestLockStateBeforeNew: a lock taken with LockState is refused to a
+// second taker while its holder starts (naming it, and its address once
+// set) and handed to New, which serves under it; a lock of another dir is
+// refused by New; a wait for a draining holder ends with its context.
+func TestLockStateBeforeNew(t *testing.T) {
+	dir := t.TempDir()
+	lock, err := proxy.LockState(t.Context(), dir, 10*time.Second, func(string) { t.Error("waited for a free state dir") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.SetAddr("http://127.0.0.1:9"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = proxy.LockState(t.Context(), dir, 10*time.Second, nil)
+	if !errors.Is(err, proxy.ErrStateInUse) || !strings.Contains(err.Error(), "starting http://127.0.0.1:9 since") {
+		t.Fatalf("a second taker while the first starts: %v, want ErrStateInUse naming the holder and its address", err)
+	}
+	e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio})
+	if _, err := e.another(t.TempDir(), func(c *proxy.Config) { c.Lock = lock }); err == nil || !strings.Contains(err.Error(), "Config.Lock") {
+		t.Fatalf("New with the lock of another dir: %v", err)
+	}
+	px, err := e.another(dir, func(c *proxy.Config) { c.Lock = lock })
+	if err != nil {
+		t.Fatalf("New with the lock taken: %v", err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "lock"))
+	if !strings.Contains(string(raw), "serving http://127.0.0.1:9 since") {
+		t.Errorf("the lock file says %q once New serves", raw)
+	}
+	px.Drain()
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err = proxy.LockState(ctx, dir, time.Minute, func(holder string) {
+		if !strings.Contains(holder, "draining http://127.0.0.1:9") {
+			t.Errorf("waiting for %q", holder)
+		}
+		cancel() // Ctrl-C while it waits
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("a wait for a draining holder, interrupted: %v, want context.Canceled", err)
+	}
+	px.Close()
+	again, err := proxy.LockState(t.Context(), dir, 0, nil)
+	if err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	again.Release()
 }
