@@ -265,3 +265,65 @@ func TestLockStateBeforeNew(t *testing.T) {
 	}
 	again.Release()
 }
+
+// TestBadBatchFilesDoNotStopTheStart: a meta file that parses but does not
+// hold what its batch needs (a custom_id per row) is set aside like one
+// that does not parse; a batch whose files cannot be opened is left in
+// place, not served, with a warning. Either way the proxy starts and
+// serves the other batches.
+func TestBadBatchFilesDoNotStopTheStart(t *testing.T) {
+	const times = `"created_at":"2026-01-01T00:00:00Z","expires_at":"2026-01-02T00:00:00Z"`
+	for _, tc := range []struct {
+		name, meta string
+		results    bool // the results file is a directory: it cannot be opened
+		metaDir    bool // the meta "file" is a directory
+		aside      bool // the meta is set aside (.unreadable), else left in place
+	}{
+		{name: "no custom_ids for its rows", meta: `{"id":"%s","n":3}`, aside: true},
+		{name: "fewer custom_ids than rows", meta: `{"id":"%s",` + times + `,"n":3,"custom_ids":["a","b"]}`, aside: true},
+		{name: "more custom_ids than rows", meta: `{"id":"%s",` + times + `,"n":1,"custom_ids":["a","b"]}`, aside: true},
+		{name: "ended, not ordered, no custom_ids", meta: `{"id":"%s",` + times + `,"ended_at":"2026-01-01T01:00:00Z","n":2}`, aside: true},
+		{name: "a negative count", meta: `{"id":"%s",` + times + `,"ended_at":"2026-01-01T01:00:00Z","results_ordered":true,"n":-1}`, aside: true},
+		{name: "its results file cannot be opened", meta: `{"id":"%s",` + times + `,"n":2,"custom_ids":["a","b"]}`, results: true},
+		{name: "its meta is a directory", metaDir: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+			good := e.createBatch(2, "good")
+			e.pollBatch(good.ID)
+			e.close()
+			const id = "msgbatch_sluice0000000000000000000000bad"
+			meta := filepath.Join(dir, id+".json")
+			if tc.metaDir {
+				if err := os.Mkdir(meta, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(meta, []byte(strings.ReplaceAll(tc.meta, "%s", id)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.results {
+				if err := os.Mkdir(filepath.Join(dir, id+".results.jsonl"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e2 := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+			if logs := e2.logs.String(); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, id) {
+				t.Errorf("no warning naming the batch:\n%s", logs)
+			}
+			_, err := os.Stat(meta + ".unreadable")
+			if aside := err == nil; aside != tc.aside {
+				t.Errorf("meta set aside: %v, want %v", aside, tc.aside)
+			}
+			if _, err := os.Stat(meta); (err == nil) == tc.aside {
+				t.Errorf("meta still in place: %v, want %v", err == nil, !tc.aside)
+			}
+			if resp, b := e2.do("GET", "/v1/messages/batches/"+id, nil); resp.StatusCode != 404 {
+				t.Errorf("the bad batch: %d %s, want 404 (not served)", resp.StatusCode, b)
+			}
+			if resp, b := e2.do("GET", "/v1/messages/batches/"+good.ID+"/results", nil); resp.StatusCode != 200 || bytes.Count(b, []byte("\n")) != 2 {
+				t.Errorf("the good batch after the restart: %d %s", resp.StatusCode, b)
+			}
+		})
+	}
+}
