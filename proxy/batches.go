@@ -168,8 +168,9 @@ func (s *batchSet) newVbatch(id string, ids []string, created, expires time.Time
 var errUnreadableMeta = errors.New("unreadable meta file")
 
 // init loads the batches kept in dir; the ones that had not ended are
-// driven to their end again (in the background). The caller holds the
-// state dir's lock.
+// driven to their end again (in the background). A batch that cannot be
+// loaded is set aside or skipped, with a warning: only the state dir
+// itself can make init fail. The caller holds the state dir's lock.
 func (s *batchSet) init(p *Proxy, dir string) error {
 	s.p, s.dir, s.byID = p, dir, map[string]*vbatch{}
 	if dir == "" {
