@@ -330,7 +330,10 @@ func (p *Proxy) authorized(r *http.Request) bool {
 	}
 	got := r.Header.Get(api.HeaderAPIKey)
 	if got == "" {
-		got, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// The scheme's case does not matter (RFC 7235): bearer, Bearer.
+		if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			got = cred
+		}
 	}
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(p.cfg.Token)) == 1
 }
