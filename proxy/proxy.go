@@ -8,7 +8,7 @@
 // proxy's token (Config.Token; `sluice proxy` always has one unless
 // --no-auth, kept in its state dir: StateToken) and thrown away; every
 // upstream call is authenticated by a key of the pool. The state dir has
-// one owner (its lock, taken by New); request bodies held at once, and the
+// one owner (its lock: LockState, or New); request bodies held at once, and the
 // time a caller may take to send or read, are bounded (bounds.go).
 package proxy
 
