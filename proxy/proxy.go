@@ -8,8 +8,9 @@
 // proxy's token (Config.Token; `sluice proxy` always has one unless
 // --no-auth, kept in its state dir: StateToken) and thrown away; every
 // upstream call is authenticated by a key of the pool. The state dir has
-// one owner (its lock: LockState, or New); request bodies held at once, and the
-// time a caller may take to send or read, are bounded (bounds.go).
+// one owner (its lock: LockState, or New); request bodies held at once,
+// and the time a caller may take to send or read, are bounded
+// (bounds.go).
 package proxy
 
 import (
