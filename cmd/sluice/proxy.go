@@ -79,7 +79,8 @@ loopback address only. Keys come from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY,
 ANTHROPIC_API_KEY_LOW_PRIO, ANTHROPIC_API_KEYS, ./.env or --keys-file.
 
 One proxy owns a state dir: a second one refuses to start while the first
-serves, and waits (up to --grace + 15 s) while it drains.
+serves, before it probes a key, and waits (up to --grace + 15 s; Ctrl-C
+ends the wait) while it drains.
 
 Message Batches created through it are routed by the planner
 (--batch-prefer, default cost): sync, Message Batches at half price, or a
