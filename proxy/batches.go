@@ -168,8 +168,9 @@ func (s *batchSet) newVbatch(id string, ids []string, created, expires time.Time
 var errUnreadableMeta = errors.New("unreadable meta file")
 
 // init loads the batches kept in dir; the ones that had not ended are
-// driven to their end again (in the background). The caller holds the
-// state dir's lock.
+// driven to their end again (in the background). A batch that cannot be
+// loaded is set aside or skipped, with a warning: only the state dir
+// itself can make init fail. The caller holds the state dir's lock.
 func (s *batchSet) init(p *Proxy, dir string) error {
 	s.p, s.dir, s.byID = p, dir, map[string]*vbatch{}
 	if dir == "" {
@@ -191,18 +192,26 @@ func (s *batchSet) init(p *Proxy, dir string) error {
 	var resume []func()
 	for _, path := range metas {
 		b, run, err := s.load(path)
+		id := strings.TrimSuffix(filepath.Base(path), ".json")
 		switch {
 		case errors.Is(err, errUnreadableMeta):
+			// Its content is wrong: set aside for good.
 			aside := path + ".unreadable"
 			if rerr := os.Rename(path, aside); rerr != nil {
-				return fmt.Errorf("proxy: setting aside %s: %w", path, rerr)
+				p.log.Warn("virtual batch: its meta file cannot be read, nor set aside; the batch is not served",
+					"batch", id, "err", err, "rename_err", rerr, "files", filepath.Join(dir, id+".*"))
+				continue
 			}
-			id := strings.TrimSuffix(filepath.Base(path), ".json")
 			p.log.Warn("virtual batch: its meta file cannot be read; set aside, the batch is no longer served (its other files are left for you)",
 				"batch", id, "moved_to", aside, "err", err, "files", filepath.Join(dir, id+".*"))
 			continue
 		case err != nil:
-			return err
+			// A file that cannot be opened, read or written (permissions,
+			// a disk error): the batch is left as it is on disk, not
+			// served by this process, never a reason not to start.
+			p.log.Warn("virtual batch: cannot be loaded; left in place and not served until the error is fixed and the proxy restarted",
+				"batch", id, "err", err, "files", filepath.Join(dir, id+".*"))
+			continue
 		case b == nil: // archived: on disk only
 			continue
 		}
@@ -225,8 +234,9 @@ func sortBatches(l []*vbatch) {
 	slices.SortStableFunc(l, func(a, b *vbatch) int { return a.created.Compare(b.created) })
 }
 
-// readMeta reads the meta file at path; a file that does not parse, or
-// names another batch, is errUnreadableMeta.
+// readMeta reads the meta file at path; a file that does not parse,
+// names another batch, or does not hold what its batch needs (a custom_id
+// per row), is errUnreadableMeta.
 func readMeta(path string) (batchMeta, error) {
 	var m batchMeta
 	raw, err := os.ReadFile(path)
@@ -241,6 +251,12 @@ func readMeta(path string) (batchMeta, error) {
 	}
 	if m.N == 0 {
 		m.N = len(m.CustomIDs)
+	}
+	// A batch whose rows are still looked up by number (running, or ended
+	// with its results not yet in request order) must have one custom_id
+	// per row.
+	if m.N < 0 || m.ArchivedAt == nil && (m.EndedAt == nil || !m.ResultsOrdered) && m.N != len(m.CustomIDs) {
+		return m, fmt.Errorf("%w: %s: %d requests but %d custom_ids", errUnreadableMeta, path, m.N, len(m.CustomIDs))
 	}
 	return m, nil
 }
@@ -258,11 +274,24 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	var (
+		made   *vbatch
+		opened *fileStore
+	)
+	defer func() {
+		if err != nil && made != nil { // a batch not loaded holds no file, no context
+			made.cancel(nil)
+			if opened != nil {
+				opened.close()
+			}
+		}
+	}()
 	if m.ArchivedAt != nil {
 		s.archived = append(s.archived, archivedRef{id: m.ID, created: m.CreatedAt})
 		return nil, nil, nil
 	}
 	b = s.newVbatch(m.ID, m.CustomIDs, m.CreatedAt, m.ExpiresAt)
+	made = b
 	b.n = m.N
 	b.cancelAt, b.endedAt, b.counts, b.route, b.ordered = m.CancelInitiatedAt, m.EndedAt, m.Counts, m.Route, m.ResultsOrdered
 	b.version = m.Version
@@ -279,7 +308,7 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		b.store = fs
+		opened, b.store = fs, fs
 		b.ordered = s.order(b)
 		if b.ordered {
 			b.ids = nil
@@ -291,7 +320,7 @@ func (s *batchSet) load(path string) (b *vbatch, run []func(), err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	b.store = fs
+	opened, b.store = fs, fs
 	b.counts = api.RequestCounts{}
 	rr := b.run(0)
 	var todo []int

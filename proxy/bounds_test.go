@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -232,5 +234,114 @@ func TestChunkedBodyIsBounded(t *testing.T) {
 	}
 	if code, b := send(bigMessage(12 << 20)); code != 413 || !strings.Contains(string(b), "--max-body-memory") {
 		t.Errorf("a chunked body past the bound: %d %.200s, want 413 naming --max-body-memory", code, b)
+	}
+}
+
+// trickled sends a request with head's method, path and headers, then its
+// body of n bytes one byte every 20 ms (20 s for 1000 bytes), and reads
+// the answer. It returns the answer, how many body bytes had been sent
+// when the answer came, and whether the proxy closed the connection after
+// it.
+func (e *env) trickled(head string, n int) (resp *http.Response, body []byte, sentBefore int, closed bool) {
+	e.t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "%s\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", head, n)
+	var sent atomic.Int64
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for range n {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			if _, err := conn.Write([]byte("x")); err != nil {
+				return
+			}
+			sent.Add(1)
+		}
+	}()
+	// A guard against a hang, not a timing assertion.
+	conn.SetReadDeadline(time.Now().Add(time.Duration(n)*20*time.Millisecond + 10*time.Second))
+	rd := bufio.NewReader(conn)
+	resp, err = http.ReadResponse(rd, nil)
+	if err != nil {
+		e.t.Fatalf("%s: no answer: %v", head, err)
+	}
+	sentBefore = int(sent.Load())
+	body, _ = io.ReadAll(resp.Body)
+	// Nothing more comes: the connection ends (EOF, or a reset once the
+	// trickle writes to a closed connection), or, kept open, the guard's
+	// deadline passes.
+	_, err = rd.ReadByte()
+	var ne net.Error
+	return resp, body, sentBefore, err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// TestRefusedCallerIsNotHeardOut: a caller without the token is answered
+// 401 at once, its body never read (a caller trickling a body cannot hold
+// a connection by being refused), and its connection is closed.
+func TestRefusedCallerIsNotHeardOut(t *testing.T) {
+	f := newFake()
+	close(f.hold)
+	e := newEnv(t, options{upstream: f, keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) {
+		c.Token = "refused-caller-test-token"
+		c.BodyTimeout = time.Minute // the refusal, not the body's bound, ends it
+	}})
+	const n = 1000
+	resp, b, sent, closed := e.trickled("POST /v1/messages HTTP/1.1\r\nx-api-key: wrong-token", n)
+	if resp.StatusCode != 401 || errorOf(t, b).Err.Type != api.ErrAuthentication {
+		t.Errorf("a wrong token: %d %s, want 401", resp.StatusCode, b)
+	}
+	if sent == n {
+		t.Error("the refused caller was answered only once its whole body was read")
+	}
+	if !closed {
+		t.Error("the refused caller's connection was kept open")
+	}
+	if len(f.calls()) != 0 {
+		t.Error("a refused call reached the upstream")
+	}
+}
+
+// TestUnreadBodyIsCut: a body no handler reads (a GET's) is bounded by
+// BodyTimeout too: the answer comes once it is past, not once the caller
+// has sent its body, and the connection is closed.
+func TestUnreadBodyIsCut(t *testing.T) {
+	const token = "unread-body-test-token"
+	e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) {
+		c.Token = token
+		c.BodyTimeout = 300 * time.Millisecond
+	}})
+	for _, head := range []string{
+		"GET /v1/messages/batches HTTP/1.1\r\nx-api-key: " + token,
+		"GET /healthz HTTP/1.1\r\nx-api-key: " + token,
+		"GET /no/such/path HTTP/1.1\r\nx-api-key: " + token,
+	} {
+		const n = 1000
+		resp, b, sent, closed := e.trickled(head, n)
+		if want := 200; strings.Contains(head, "/no/such") {
+			want = 404
+			if resp.StatusCode != want {
+				t.Errorf("%s: %d %s, want %d", head, resp.StatusCode, b, want)
+			}
+		} else if resp.StatusCode != want {
+			t.Errorf("%s: %d %s, want %d", head, resp.StatusCode, b, want)
+		}
+		if sent == n {
+			t.Errorf("%s: answered only once the whole trickled body was read", head)
+		}
+		if !closed {
+			t.Errorf("%s: the connection was kept open after a body that did not arrive in time", head)
+		}
+	}
+	// A caller that sends its body at once keeps its connection.
+	if resp, b := e.do("GET", "/v1/messages/batches", []byte(`{}`), "x-api-key", token); resp.StatusCode != 200 {
+		t.Errorf("a GET with a small body: %d %s", resp.StatusCode, b)
 	}
 }

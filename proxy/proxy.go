@@ -8,8 +8,9 @@
 // proxy's token (Config.Token; `sluice proxy` always has one unless
 // --no-auth, kept in its state dir: StateToken) and thrown away; every
 // upstream call is authenticated by a key of the pool. The state dir has
-// one owner (its lock, taken by New); request bodies held at once, and the
-// time a caller may take to send or read, are bounded (bounds.go).
+// one owner (its lock: LockState, or New); request bodies held at once,
+// and the time a caller may take to send or read, are bounded
+// (bounds.go).
 package proxy
 
 import (
@@ -23,7 +24,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -75,10 +76,14 @@ type Config struct {
 	// Past it the caller is treated as gone: its stream is cut and the
 	// slot freed. Zero: 60 s; negative: no bound.
 	StreamWriteTimeout time.Duration
-	// BodyTimeout bounds how long a request body may take to arrive, from
-	// when its reading starts (default DefaultBodyTimeout; negative: no
-	// bound): past it the request ends with a 408 and its connection is
-	// closed, so a caller trickling its body cannot hold a connection.
+	// BodyTimeout bounds how long a request body may take to arrive
+	// (default DefaultBodyTimeout; negative: no bound): from when its room
+	// in MaxBodyMemory is reserved for a body a handler reads — past it
+	// the request ends with a 408 — and from the request's arrival for
+	// one no handler reads (net/http drains it after the answer); either
+	// way its connection is then closed, so a caller trickling its body
+	// cannot hold a connection. A refused caller's body (a wrong token)
+	// is never read: its connection closes after the answer.
 	BodyTimeout time.Duration
 	// WriteTimeout bounds one write of a non-streaming answer to its
 	// caller (a message, a batch object, a results download: set before
@@ -96,9 +101,16 @@ type Config struct {
 	// memory only. New takes its lock (one proxy per state dir); Close
 	// lets it go.
 	StateDir string
+	// Lock is the state dir's lock, taken beforehand with LockState on
+	// StateDir (by a caller that must own the state dir before it can
+	// build the rest of the Config); New takes it over, and Close
+	// releases it (if New fails, the caller still holds it). Nil: New
+	// takes it itself, waiting as LockWait says.
+	Lock *StateLock
 	// LockWait is how long New waits for another proxy that holds the
 	// state dir while it drains (a restart during its predecessor's
 	// drain); zero: no wait. A holder that serves is never waited for.
+	// To end the wait early (an interrupt), take the lock with LockState.
 	LockWait time.Duration
 	// OnLockWait, if set, is told once when New starts waiting for a
 	// draining holder, with the holder's status line.
@@ -137,7 +149,7 @@ type Proxy struct {
 	keyPool  atomic.Pointer[keys.Pool]
 	metrics  metrics
 	batches  batchSet
-	lock     *stateLock // nil without a state dir
+	lock     *StateLock // nil without a state dir
 	bodies   *bodyBudget
 
 	// life ends (errShutdown) on Drain: virtual batches stop sending.
@@ -185,19 +197,30 @@ func New(cfg Config) (*Proxy, error) {
 	p.keyPool.Store(cfg.Pool)
 	p.life, p.endLife = context.WithCancelCause(context.Background())
 	p.metrics.init()
-	if cfg.StateDir != "" {
-		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("proxy: state dir: %w", err)
+	switch {
+	case cfg.Lock != nil:
+		if cfg.StateDir == "" || filepath.Clean(cfg.Lock.dir) != filepath.Clean(cfg.StateDir) {
+			return nil, fmt.Errorf("proxy: Config.Lock is the lock of %s, not of the state dir %q", cfg.Lock.dir, cfg.StateDir)
 		}
-		l, err := lockState(context.Background(), cfg.StateDir, cfg.LockWait, cfg.OnLockWait)
+		p.lock = cfg.Lock
+	case cfg.StateDir != "":
+		l, err := LockState(context.Background(), cfg.StateDir, cfg.LockWait, cfg.OnLockWait)
 		if err != nil {
 			return nil, err
 		}
 		p.lock = l
 	}
 	if err := p.batches.init(p, cfg.StateDir); err != nil {
-		p.lock.release()
+		if cfg.Lock == nil {
+			p.lock.Release()
+		}
 		return nil, err
+	}
+	if err := p.lock.note("serving"); err != nil {
+		if cfg.Lock == nil {
+			p.lock.Release()
+		}
+		return nil, fmt.Errorf("proxy: state dir lock: %w", err)
 	}
 	m := http.NewServeMux()
 	m.HandleFunc("POST /v1/messages", p.handleMessages)
@@ -229,13 +252,32 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.log.Debug("request", "method", r.Method, "path", r.URL.Path, "status", rec.code(),
 			"org", rec.Header().Get(api.HeaderOrganizationID), "ms", time.Since(start).Milliseconds())
 	}()
+	// Every body's time is bounded, read or not: net/http drains a body
+	// a handler left unread (up to 256 KiB) after the answer. readBody
+	// starts it again once the body has room, and lifts it once read.
+	hasBody := r.Body != http.NoBody
+	rd := deadliner(w)
+	if hasBody {
+		p.bodyDeadline(rd)
+	}
+	// A caller refused is not heard out: its body is never read, and its
+	// connection closes after the answer.
+	refuse := func(status int, t api.ErrorType, msg string) {
+		if hasBody {
+			rec.Header().Set("Connection", "close")
+			if rd != nil {
+				_ = rd.SetReadDeadline(time.Now())
+			}
+		}
+		p.fail(rec, status, t, msg)
+	}
 	if why := p.refuseOpen(r); why != "" {
-		p.fail(rec, 403, api.ErrPermission, why)
+		refuse(403, api.ErrPermission, why)
 		return
 	}
 	public := p.cfg.MetricsPublic && (endpoint == "metrics" || endpoint == "healthz")
 	if !public && !p.authorized(r) {
-		p.fail(rec, 401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token (`sluice proxy token`) as x-api-key or Authorization: Bearer")
+		refuse(401, api.ErrAuthentication, "invalid proxy token: send the sluice proxy token (`sluice proxy token`) as x-api-key or Authorization: Bearer")
 		return
 	}
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
@@ -289,7 +331,10 @@ func (p *Proxy) authorized(r *http.Request) bool {
 	}
 	got := r.Header.Get(api.HeaderAPIKey)
 	if got == "" {
-		got, _ = strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		// The scheme's case does not matter (RFC 7235): bearer, Bearer.
+		if scheme, cred, ok := strings.Cut(r.Header.Get("Authorization"), " "); ok && strings.EqualFold(scheme, "Bearer") {
+			got = cred
+		}
 	}
 	return subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), []byte(p.cfg.Token)) == 1
 }
@@ -321,7 +366,7 @@ func (p *Proxy) Wait() { p.bg.Wait() }
 // stopped calling the proxy: another proxy may then take the state dir.
 // Calling it again does nothing. A process that exits without it lets the
 // lock go too (the kernel's).
-func (p *Proxy) Close() error { return p.lock.release() }
+func (p *Proxy) Close() error { return p.lock.Release() }
 
 // goBackground runs each f as background work Wait waits for, unless the
 // proxy is draining (then it runs none and says so). first, if set, runs

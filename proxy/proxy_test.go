@@ -297,6 +297,10 @@ func TestTokenAndCallerCredentials(t *testing.T) {
 		{"wrong token", []string{"x-api-key", "sk-ant-wrong"}, 401},
 		{"token as x-api-key", []string{"x-api-key", token}, 200},
 		{"token as bearer", []string{"x-api-key", "", "Authorization", "Bearer " + token}, 200},
+		// The scheme's case does not matter (RFC 7235).
+		{"token as bearer, lower case", []string{"x-api-key", "", "Authorization", "bearer " + token}, 200},
+		{"token as bearer, upper case", []string{"x-api-key", "", "Authorization", "BEARER " + token}, 200},
+		{"token under another scheme", []string{"x-api-key", "", "Authorization", "Basic " + token}, 401},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, b := e.do("POST", "/v1/messages", message("hi"), tc.hdr...)
@@ -311,8 +315,8 @@ func TestTokenAndCallerCredentials(t *testing.T) {
 	real := simtest.KeyEnv(sim.Default())["ANTHROPIC_API_KEY"]
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if len(f.headers) != 2 {
-		t.Fatalf("upstream saw %d calls, want 2", len(f.headers))
+	if len(f.headers) != 4 {
+		t.Fatalf("upstream saw %d calls, want 4", len(f.headers))
 	}
 	for _, h := range f.headers {
 		if h.Get("x-api-key") != real || h.Get("Authorization") != "" {

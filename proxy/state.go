@@ -29,26 +29,47 @@ const (
 	tokenName = "token"
 )
 
-// stateLock is the state dir's lock, held for the proxy's life. Its file
-// holds one status line for whoever finds it held: "pid N serving since
-// T" or "pid N draining since T".
-type stateLock struct {
-	l *filelock.Lock
+// StateLock is a state dir's lock, held for the proxy's life. Its file
+// holds one status line for whoever finds it held: "pid N <state>
+// [ADDR] since T", state starting, serving or draining, ADDR the
+// proxy's address once known (SetAddr).
+//
+// New takes it, unless Config.Lock holds it already: `sluice proxy`
+// takes it with LockState before anything else that the state dir's
+// owner alone may do — binding its port, probing the keys (upstream
+// calls), opening its cache — so a second proxy is refused before it
+// spends anything, and an interrupt ends its wait for a draining one.
+type StateLock struct {
+	dir   string
+	l     *filelock.Lock
+	state string
+	addr  string
 }
 
-// lockState takes the lock of the state dir dir. A holder that is
-// draining (a restart racing its predecessor's drain) is waited for, up
-// to wait; waiting, if set, is told once, with the holder's status line.
-// A holder that serves, or still drains after wait, gives ErrStateInUse.
-func lockState(ctx context.Context, dir string, wait time.Duration, waiting func(holder string)) (*stateLock, error) {
+// LockState takes the lock of the state dir dir (creating it, 0700),
+// noting "starting". A holder that is draining (a restart racing its
+// predecessor's drain) is waited for, up to wait, or until ctx ends (its
+// error is returned); waiting, if set, is told once, with the holder's
+// status line. A holder that serves or starts, or still drains after
+// wait, gives ErrStateInUse. Pass the lock to New (Config.Lock), or
+// Release it.
+func LockState(ctx context.Context, dir string, wait time.Duration, waiting func(holder string)) (*StateLock, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("proxy: state dir: %w", err)
+	}
+	return lockState(ctx, dir, wait, waiting)
+}
+
+// lockState is LockState on a dir that exists.
+func lockState(ctx context.Context, dir string, wait time.Duration, waiting func(holder string)) (*StateLock, error) {
 	path := filepath.Join(dir, lockName)
 	deadline := time.Now().Add(wait)
 	said := false
 	for {
 		l, err := filelock.Try(path, 0o600)
 		if err == nil {
-			s := &stateLock{l: l}
-			if err := s.note("serving"); err != nil {
+			s := &StateLock{dir: dir, l: l}
+			if err := s.note("starting"); err != nil {
 				l.Release()
 				return nil, fmt.Errorf("proxy: state dir lock: %w", err)
 			}
@@ -94,13 +115,29 @@ func readHolder(path string) string {
 	return line
 }
 
-// note rewrites the status line: "pid N <state> since <now>".
-func (s *stateLock) note(state string) error {
+// SetAddr notes the address the proxy serves on (e.g.
+// "http://127.0.0.1:8787") in the status line, for whoever finds the
+// lock held.
+func (s *StateLock) SetAddr(addr string) error {
+	if s == nil {
+		return nil
+	}
+	s.addr = addr
+	return s.note(s.state)
+}
+
+// note rewrites the status line: "pid N <state> [ADDR] since <now>".
+func (s *StateLock) note(state string) error {
 	if s == nil || s.l == nil {
 		return nil
 	}
+	s.state = state
 	f := s.l.File()
-	line := fmt.Sprintf("pid %d %s since %s\n", os.Getpid(), state, time.Now().UTC().Format(time.RFC3339))
+	line := fmt.Sprintf("pid %d %s", os.Getpid(), state)
+	if s.addr != "" {
+		line += " " + s.addr
+	}
+	line += " since " + time.Now().UTC().Format(time.RFC3339) + "\n"
 	// Written over the old line, then cut to length: a reader never finds
 	// the file empty (it would take the holder for one just starting).
 	if _, err := f.WriteAt([]byte(line), 0); err != nil {
@@ -109,7 +146,9 @@ func (s *stateLock) note(state string) error {
 	return f.Truncate(int64(len(line)))
 }
 
-func (s *stateLock) release() error {
+// Release lets the lock go; calling it again does nothing. Once the lock
+// is given to New, Proxy.Close releases it.
+func (s *StateLock) Release() error {
 	if s == nil {
 		return nil
 	}

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -214,5 +215,115 @@ func TestUnreadableMetaIsSetAside(t *testing.T) {
 	}
 	if resp, b := e2.do("GET", "/v1/messages/batches/"+good.ID+"/results", nil); resp.StatusCode != 200 || bytes.Count(b, []byte("\n")) != 3 {
 		t.Errorf("the good batch after the restart: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestLockStateBeforeNew: a lock taken with LockState is refused to a
+// second taker while its holder starts (naming it, and its address once
+// set) and handed to New, which serves under it; a lock of another dir is
+// refused by New; a wait for a draining holder ends with its context.
+func TestLockStateBeforeNew(t *testing.T) {
+	dir := t.TempDir()
+	lock, err := proxy.LockState(t.Context(), dir, 10*time.Second, func(string) { t.Error("waited for a free state dir") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lock.SetAddr("http://127.0.0.1:9"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = proxy.LockState(t.Context(), dir, 10*time.Second, nil)
+	if !errors.Is(err, proxy.ErrStateInUse) || !strings.Contains(err.Error(), "starting http://127.0.0.1:9 since") {
+		t.Fatalf("a second taker while the first starts: %v, want ErrStateInUse naming the holder and its address", err)
+	}
+	e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio})
+	if _, err := e.another(t.TempDir(), func(c *proxy.Config) { c.Lock = lock }); err == nil || !strings.Contains(err.Error(), "Config.Lock") {
+		t.Fatalf("New with the lock of another dir: %v", err)
+	}
+	px, err := e.another(dir, func(c *proxy.Config) { c.Lock = lock })
+	if err != nil {
+		t.Fatalf("New with the lock taken: %v", err)
+	}
+	raw, _ := os.ReadFile(filepath.Join(dir, "lock"))
+	if !strings.Contains(string(raw), "serving http://127.0.0.1:9 since") {
+		t.Errorf("the lock file says %q once New serves", raw)
+	}
+	px.Drain()
+	ctx, cancel := context.WithCancel(t.Context())
+	_, err = proxy.LockState(ctx, dir, time.Minute, func(holder string) {
+		if !strings.Contains(holder, "draining http://127.0.0.1:9") {
+			t.Errorf("waiting for %q", holder)
+		}
+		cancel() // Ctrl-C while it waits
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("a wait for a draining holder, interrupted: %v, want context.Canceled", err)
+	}
+	px.Close()
+	again, err := proxy.LockState(t.Context(), dir, 0, nil)
+	if err != nil {
+		t.Fatalf("after Close: %v", err)
+	}
+	again.Release()
+}
+
+// TestBadBatchFilesDoNotStopTheStart: a meta file that parses but does not
+// hold what its batch needs (a custom_id per row) is set aside like one
+// that does not parse; a batch whose files cannot be opened is left in
+// place, not served, with a warning. Either way the proxy starts and
+// serves the other batches.
+func TestBadBatchFilesDoNotStopTheStart(t *testing.T) {
+	const times = `"created_at":"2026-01-01T00:00:00Z","expires_at":"2026-01-02T00:00:00Z"`
+	for _, tc := range []struct {
+		name, meta string
+		results    bool // the results file is a directory: it cannot be opened
+		metaDir    bool // the meta "file" is a directory
+		aside      bool // the meta is set aside (.unreadable), else left in place
+	}{
+		{name: "no custom_ids for its rows", meta: `{"id":"%s","n":3}`, aside: true},
+		{name: "fewer custom_ids than rows", meta: `{"id":"%s",` + times + `,"n":3,"custom_ids":["a","b"]}`, aside: true},
+		{name: "more custom_ids than rows", meta: `{"id":"%s",` + times + `,"n":1,"custom_ids":["a","b"]}`, aside: true},
+		{name: "ended, not ordered, no custom_ids", meta: `{"id":"%s",` + times + `,"ended_at":"2026-01-01T01:00:00Z","n":2}`, aside: true},
+		{name: "a negative count", meta: `{"id":"%s",` + times + `,"ended_at":"2026-01-01T01:00:00Z","results_ordered":true,"n":-1}`, aside: true},
+		{name: "its results file cannot be opened", meta: `{"id":"%s",` + times + `,"n":2,"custom_ids":["a","b"]}`, results: true},
+		{name: "its meta is a directory", metaDir: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			e := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+			good := e.createBatch(2, "good")
+			e.pollBatch(good.ID)
+			e.close()
+			const id = "msgbatch_sluice0000000000000000000000bad"
+			meta := filepath.Join(dir, id+".json")
+			if tc.metaDir {
+				if err := os.Mkdir(meta, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := os.WriteFile(meta, []byte(strings.ReplaceAll(tc.meta, "%s", id)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tc.results {
+				if err := os.Mkdir(filepath.Join(dir, id+".results.jsonl"), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			e2 := newEnv(t, options{upstream: fastFake(), keysEnv: onlyHighPrio, proxy: func(c *proxy.Config) { c.StateDir = dir }})
+			if logs := e2.logs.String(); !strings.Contains(logs, "level=WARN") || !strings.Contains(logs, id) {
+				t.Errorf("no warning naming the batch:\n%s", logs)
+			}
+			_, err := os.Stat(meta + ".unreadable")
+			if aside := err == nil; aside != tc.aside {
+				t.Errorf("meta set aside: %v, want %v", aside, tc.aside)
+			}
+			if _, err := os.Stat(meta); (err == nil) == tc.aside {
+				t.Errorf("meta still in place: %v, want %v", err == nil, !tc.aside)
+			}
+			if resp, b := e2.do("GET", "/v1/messages/batches/"+id, nil); resp.StatusCode != 404 {
+				t.Errorf("the bad batch: %d %s, want 404 (not served)", resp.StatusCode, b)
+			}
+			if resp, b := e2.do("GET", "/v1/messages/batches/"+good.ID+"/results", nil); resp.StatusCode != 200 || bytes.Count(b, []byte("\n")) != 2 {
+				t.Errorf("the good batch after the restart: %d %s", resp.StatusCode, b)
+			}
+		})
 	}
 }

@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -158,8 +160,10 @@ func TestProxyKilledMidBatch(t *testing.T) {
 }
 
 // TestProxyStateDirHasOneOwner: a second proxy on a state dir a first one
-// serves is refused (non-zero exit, naming the holder); one started while
-// the first drains waits for it, saying so, then serves.
+// serves is refused (non-zero exit, naming the holder and its address)
+// before it probes a key; one started while the first drains waits for
+// it, saying so, then serves. Each has the same --cache, which the
+// successor can open only once its predecessor is gone.
 func TestProxyStateDirHasOneOwner(t *testing.T) {
 	e := newE2EWith(t, func(c *sim.Config) {
 		for k, l := range c.Latency { // about 2 s a call at time scale 20
@@ -167,14 +171,20 @@ func TestProxyStateDirHasOneOwner(t *testing.T) {
 			c.Latency[k] = l
 		}
 	})
-	state := e.path("state")
-	first := e.startProxy(freeAddr(t), state)
-	second := e.start("proxy", "--listen", freeAddr(t), "--state-dir", state, "--no-dotenv")
+	state, cache := e.path("state"), e.path("cache.db")
+	firstAddr := freeAddr(t)
+	first := e.startProxy(firstAddr, state, "--cache", cache)
+	calls := e.simCalls()
+	second := e.start("proxy", "--listen", freeAddr(t), "--state-dir", state, "--no-dotenv", "--cache", cache)
 	if code := second.wait(); code == 0 {
 		t.Fatal("a second proxy on a served state dir started")
 	}
-	if s := second.stderr.String(); !strings.Contains(s, "another sluice proxy holds the state dir") || !strings.Contains(s, fmt.Sprintf("pid %d serving", first.cmd.Process.Pid)) {
-		t.Errorf("the refusal does not name the serving holder:\n%s", s)
+	if s := second.stderr.String(); !strings.Contains(s, "another sluice proxy holds the state dir") ||
+		!strings.Contains(s, fmt.Sprintf("pid %d serving http://%s", first.cmd.Process.Pid, firstAddr)) {
+		t.Errorf("the refusal does not name the serving holder and its address:\n%s", s)
+	}
+	if n := e.simCalls() - calls; n != 0 {
+		t.Errorf("the refused proxy made %d upstream calls (key probes), want none", n)
 	}
 
 	// A call in flight keeps the first proxy draining for about 2 s.
@@ -196,7 +206,7 @@ func TestProxyStateDirHasOneOwner(t *testing.T) {
 	})
 	first.cmd.Process.Signal(os.Interrupt)
 	addr := freeAddr(t)
-	next := e.start("proxy", "--listen", addr, "--state-dir", state, "--no-dotenv")
+	next := e.start("proxy", "--listen", addr, "--state-dir", state, "--no-dotenv", "--cache", cache)
 	if code := <-done; code != 200 {
 		t.Errorf("the call in flight during the drain: %d", code)
 	}
@@ -211,6 +221,89 @@ func TestProxyStateDirHasOneOwner(t *testing.T) {
 	next.wait()
 	if s := next.stderr.String(); !strings.Contains(s, "is held by a proxy that is draining") || !strings.Contains(s, fmt.Sprintf("pid %d draining", first.cmd.Process.Pid)) {
 		t.Errorf("the successor did not say it waited for the draining holder:\n%s", s)
+	}
+}
+
+// TestProxyInterruptEndsTheWaitForTheStateDir: a proxy waiting for its
+// draining predecessor's state dir stops at Ctrl-C (exit status 2, saying
+// so), without waiting for the predecessor to finish.
+func TestProxyInterruptEndsTheWaitForTheStateDir(t *testing.T) {
+	e := newE2EWith(t, func(c *sim.Config) {
+		for k, l := range c.Latency { // about 20 s a call at time scale 20
+			l.TTFT = sim.Duration(400 * time.Second)
+			c.Latency[k] = l
+		}
+	})
+	state := e.path("state")
+	first := e.startProxy(freeAddr(t), state)
+	go func() { // keeps the first proxy draining for about 20 s
+		raw, _ := json.Marshal(map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 16,
+			"messages": []map[string]any{{"role": "user", "content": "hold the drain"}}})
+		req, _ := http.NewRequestWithContext(t.Context(), "POST", first.base+"/v1/messages", bytes.NewReader(raw))
+		req.Header.Set("x-api-key", first.token)
+		req.Header.Set("anthropic-version", api.VersionDefault)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	e.waitFor(first.proc, "the call in flight", func() bool {
+		for _, o := range e.sim.Stats().Orgs {
+			for _, l := range o.Pools {
+				if l.InFlight > 0 {
+					return true
+				}
+			}
+		}
+		return false
+	})
+	first.cmd.Process.Signal(os.Interrupt)
+
+	// The successor, its stderr read as it comes.
+	next := exec.CommandContext(t.Context(), e.bin, "proxy", "--listen", freeAddr(t), "--state-dir", state, "--no-dotenv")
+	next.Dir, next.Env = e.dir, e.env
+	stderr, err := next.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := next.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var said []string
+	for line := range lines {
+		said = append(said, line)
+		if strings.Contains(line, "is held by a proxy that is draining") {
+			break
+		}
+	}
+	if len(said) == 0 || !strings.Contains(said[len(said)-1], "draining") {
+		t.Fatalf("the successor did not wait for the draining proxy:\n%s", strings.Join(said, "\n"))
+	}
+	next.Process.Signal(os.Interrupt)
+	exited := make(chan error, 1)
+	go func() {
+		for line := range lines {
+			said = append(said, line)
+		}
+		exited <- next.Wait()
+	}()
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitInterrupted || !strings.Contains(strings.Join(said, "\n"), "interrupted while waiting for the state dir") {
+			t.Errorf("the interrupted successor: %v, want exit status %d saying it was interrupted\n%s", err, exitInterrupted, strings.Join(said, "\n"))
+		}
+	case <-first.done:
+		t.Errorf("the interrupted successor still waited when its predecessor was done\n%s", strings.Join(said, "\n"))
+		next.Process.Kill()
+		<-exited
 	}
 }
 

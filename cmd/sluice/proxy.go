@@ -79,7 +79,8 @@ loopback address only. Keys come from ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY,
 ANTHROPIC_API_KEY_LOW_PRIO, ANTHROPIC_API_KEYS, ./.env or --keys-file.
 
 One proxy owns a state dir: a second one refuses to start while the first
-serves, and waits (up to --grace + 15 s) while it drains.
+serves, before it probes a key, and waits (up to --grace + 15 s; Ctrl-C
+ends the wait) while it drains.
 
 Message Batches created through it are routed by the planner
 (--batch-prefer, default cost): sync, Message Batches at half price, or a
@@ -104,6 +105,33 @@ docs/proxy.md.`,
 			if err != nil {
 				return err
 			}
+			out := cmd.ErrOrStderr()
+			// The state dir's owner first: a second proxy is refused
+			// before it binds a port or spends a probe, and a restart
+			// waits here for its predecessor's drain (Ctrl-C ends the
+			// wait). Released last, once the cache is closed.
+			var (
+				lock *proxy.StateLock
+				px   *proxy.Proxy
+			)
+			if stateDir != "" {
+				lockWait := grace + 15*time.Second
+				lock, err = proxy.LockState(cmd.Context(), stateDir, lockWait, func(holder string) {
+					fmt.Fprintf(out, "sluice proxy: the state dir %s is held by a proxy that is draining (%s); waiting for it to finish, up to %s\n", stateDir, holder, lockWait)
+				})
+				if err != nil {
+					if cmd.Context().Err() != nil {
+						return &exitError{code: exitInterrupted, err: fmt.Errorf("proxy: interrupted while waiting for the state dir %s", stateDir)}
+					}
+					return err
+				}
+				defer func() {
+					if px != nil {
+						px.Close()
+					}
+					lock.Release()
+				}()
+			}
 			// The address actually bound decides, not the name asked for:
 			// a name may resolve beyond loopback.
 			ln, err := proxyListen("tcp", listen)
@@ -111,10 +139,12 @@ docs/proxy.md.`,
 				return fmt.Errorf("proxy: %w", err)
 			}
 			defer ln.Close()
+			if err := lock.SetAddr("http://" + ln.Addr().String()); err != nil {
+				return fmt.Errorf("proxy: state dir lock: %w", err)
+			}
 			if token == "" && !addrIsLoopback(ln.Addr()) {
 				return fmt.Errorf("proxy: --no-auth: %s listens on %s, which is not a loopback address: drop --no-auth (callers then send the proxy's token as their API key), or listen on 127.0.0.1", listen, ln.Addr())
 			}
-			out := cmd.ErrOrStderr()
 			if token == "" {
 				fmt.Fprintln(out, "sluice proxy: WARNING: --no-auth: any program of any user on this machine can spend the organizations' keys and read every virtual batch through this proxy")
 			}
@@ -160,24 +190,19 @@ docs/proxy.md.`,
 			rf := routeFlags{route: "auto", prefer: prefer, limitsFile: limits, observations: obsPath, noProbe: noProbe}
 			world := func(j plan.Job) (plan.World, error) { return rf.world(pool.Keys(), c, nil, j, log) }
 			planner := route.Planner(route.Options{Route: "auto", Prefer: prefer, Log: log, World: world})
-			lockWait := grace + 15*time.Second
 			maxBody := int64(bodyMemory)
 			if maxBody == 0 {
 				maxBody = -1 // no bound
 			}
-			px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token, MetricsPublic: metricsPub,
+			px, err = proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: token, MetricsPublic: metricsPub,
 				MaxWait: maxWait, MaxAttempts: maxAttempts, StreamWriteTimeout: writeStall,
 				BodyTimeout: bodyTimeout, WriteTimeout: writeTime, MaxBodyMemory: maxBody,
-				StateDir: stateDir, LockWait: lockWait, OnLockWait: func(holder string) {
-					fmt.Fprintf(out, "sluice proxy: the state dir %s is held by a proxy that is draining (%s); waiting for it to finish, up to %s\n", stateDir, holder, lockWait)
-				},
-				Cache: ch, Logger: log, Plan: planner})
+				StateDir: stateDir, Lock: lock, Cache: ch, Logger: log, Plan: planner})
 			if err != nil {
 				return err
 			}
-			defer px.Close()
-			// The history lives in the state dir, which is the proxy's
-			// once proxy.New holds its lock: opened only now.
+			// The history lives in the state dir, which is this process's
+			// (its lock): opened only now.
 			hist := ""
 			if stateDir != "" {
 				hist = filepath.Join(stateDir, "proxy.history")

@@ -2,10 +2,11 @@
 // process uses what the file guards: a results file and its journal (one
 // sluice run at a time), the proxy's state dir (one proxy at a time).
 //
-// The lock is the kernel's flock on unix: it goes with the open file, so a
-// process that dies however it dies — kill -9 included — leaves nothing to
-// clean up. Elsewhere (Windows) Try always succeeds: two processes are not
-// kept apart there.
+// The lock is the kernel's: flock on unix, LockFileEx on Windows (on one
+// byte past the file's content, so the content stays readable). It goes
+// with the open file, so a process that dies however it dies — kill -9
+// included — leaves nothing to clean up. Elsewhere (plan9, wasm) Try
+// always succeeds: two processes are not kept apart there.
 package filelock
 
 import (

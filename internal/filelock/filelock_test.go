@@ -1,10 +1,9 @@
-//go:build unix
-
 package filelock
 
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -76,4 +75,27 @@ func TestWaitTakesALockReleasedInTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	free.Release()
+}
+
+// TestHeldFileIsReadable: while the lock is held, what its holder wrote
+// in the file can be read by others (the proxy's status line, read by
+// whoever finds the lock held): on Windows, whose locks are mandatory,
+// the lock covers no byte of the content.
+func TestHeldFileIsReadable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lock")
+	l, err := Try(path, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	if _, err := l.File().WriteAt([]byte("pid 1 serving\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Try(path, 0o600); !errors.Is(err, ErrLocked) {
+		t.Fatalf("second Try: %v, want ErrLocked", err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil || string(b) != "pid 1 serving\n" {
+		t.Errorf("reading a held lock file: %q, %v", b, err)
+	}
 }
