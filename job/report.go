@@ -186,7 +186,8 @@ type KeyReport struct {
 	Label string `json:"label"`
 	Last4 string `json:"last4"`
 	Org   string `json:"org"`
-	// Workspace is the anthropic-workspace-id the key sends, if any.
+	// Workspace is the workspace the key's calls are charged to: the
+	// anthropic-workspace-id its answers name, else the one it sends.
 	Workspace string `json:"workspace,omitempty"`
 	Dead      bool   `json:"dead"`
 	// Suspect: refused lately (401/403) and not yet answered again nor

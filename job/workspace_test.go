@@ -57,7 +57,7 @@ func TestWorkspaceLanes(t *testing.T) {
 		switch {
 		case l.Workspace == ws && l.OK > 0:
 			wsLane = true
-		case l.Workspace == "" && l.OK > 0:
+		case l.Workspace != ws && l.OK > 0:
 			orgLane = true
 		}
 	}
@@ -76,5 +76,74 @@ func TestWorkspaceLanes(t *testing.T) {
 	}
 	if !named {
 		t.Errorf("keys %+v: the report does not name the team key's workspace", rep.Keys)
+	}
+}
+
+// TestWorkspaceScopedKeyLanes: two keys of one organization, neither
+// naming a workspace in the keys file; one is scoped (in the simulator)
+// to a workspace whose own Sonnet limit is 10 RPM. The answers' workspace
+// header shows each key's workspace, so the organization's lanes split
+// by workspace once the two read different limits: the scoped key gets a
+// lane of its own and the other key is not paced at the workspace's
+// limit. Neither key sends anthropic-workspace-id.
+func TestWorkspaceScopedKeyLanes(t *testing.T) {
+	const ws = "wrkspc_small"
+	e := newEnv(t, 0, func(c *sim.Config) {
+		p, err := sim.Preset("scale")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.TimeScale = 30
+		o := &p.Orgs[0]
+		o.Keys = append(o.Keys, sim.KeyConfig{Label: "small", Key: "sk-ant-fake-sim-small-scoped-0002", Workspace: ws})
+		o.Workspaces = []sim.WorkspaceConfig{{ID: ws, Limits: map[api.Pool]sim.Limits{api.PoolSonnet4: {RPM: 10, ITPM: 1_000_000, OTPM: 200_000}}}}
+		*c = p
+	})
+	kf := filepath.Join(e.dir, "keys")
+	if err := os.WriteFile(kf, []byte("solo=sk-ant-fake-sim-scale-0001\nsmall=sk-ant-fake-sim-small-scoped-0002\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := keys.Load(keys.LoadOptions{KeysFile: kf, NoDotEnv: true, Env: keys.EnvMap(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1500
+	var ps []map[string]any
+	for i := range n {
+		ps = append(ps, map[string]any{"model": "claude-sonnet-4-5", "max_tokens": 16,
+			"messages": []map[string]any{{"role": "user", "content": fmt.Sprintf("item %d", i)}}})
+	}
+	writeLines(t, e.in, ps)
+	o := e.options()
+	o.Dispatch.Keys = pool.Keys()
+	rep, err := e.run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Succeeded != n {
+		t.Fatalf("succeeded %d of %d", rep.Succeeded, n)
+	}
+	var wsOK, otherOK int64
+	for _, l := range rep.Lanes {
+		if l.Workspace == ws {
+			wsOK += l.OK
+		} else {
+			otherOK += l.OK
+		}
+	}
+	if wsOK == 0 || otherOK <= wsOK {
+		t.Errorf("lanes %+v: want the scoped key's workspace in a lane of its own (%d done) and the organization's doing most (%d)", rep.Lanes, wsOK, otherOK)
+	}
+	var named bool
+	for _, k := range rep.Keys {
+		if k.Label == "small" && k.Workspace == ws {
+			named = true
+		}
+	}
+	if !named {
+		t.Errorf("keys %+v: the report does not name the scoped key's workspace", rep.Keys)
+	}
+	if seen := e.sim.Stats().Orgs["scale"].Counters.Workspaces; seen[ws] != 0 {
+		t.Errorf("the simulator saw workspaces %v: neither key names one, so neither sends it", seen)
 	}
 }
