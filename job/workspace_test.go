@@ -1,12 +1,16 @@
 package job_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -145,5 +149,49 @@ func TestWorkspaceScopedKeyLanes(t *testing.T) {
 	}
 	if seen := e.sim.Stats().Orgs["scale"].Counters.Workspaces; seen[ws] != 0 {
 		t.Errorf("the simulator saw workspaces %v: neither key names one, so neither sends it", seen)
+	}
+}
+
+// TestMistypedWorkspaceStopsTheRun: a key whose keys-file workspace is
+// not one of its organization's stops the run at the key probe, before a
+// request is paid for, with an error naming the key's label and the
+// workspace and never its value.
+func TestMistypedWorkspaceStopsTheRun(t *testing.T) {
+	e := newEnv(t, 20, nil)
+	o := e.options()
+	kf := filepath.Join(e.dir, "keys")
+	line := "team=" + sim.FakeKeyHighPrio + " workspace=wrkspc_reserch\n"
+	if err := os.WriteFile(kf, []byte(line), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := keys.Load(keys.LoadOptions{KeysFile: kf, NoDotEnv: true, Env: keys.EnvMap(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Dispatch.Keys = append(pool.Keys(), o.Dispatch.Keys...)
+	_, err = e.run(o)
+	if !errors.Is(err, dispatch.ErrWorkspaceRefused) || !strings.Contains(err.Error(), "team(…") || !strings.Contains(err.Error(), "wrkspc_reserch") ||
+		strings.Contains(err.Error(), sim.FakeKeyHighPrio) {
+		t.Fatalf("run: %v; want ErrWorkspaceRefused naming team and wrkspc_reserch, without the key", err)
+	}
+	if n := e.sim.Stats().Bodies.DistinctAnswered; n != 0 {
+		t.Errorf("%d requests answered before the run stopped", n)
+	}
+}
+
+// TestSummaryShowsDeadLanesAndKeys: a lane that died before its first
+// attempt and a dead key are in the summary, the key by label, last four
+// and workspace.
+func TestSummaryShowsDeadLanesAndKeys(t *testing.T) {
+	r := &job.Report{Lanes: []job.LaneReport{{Org: "org-a", Pool: "sonnet-4", Dead: true}, {Org: "org-b", Pool: "haiku-4-5"}},
+		Keys: []job.KeyReport{{Label: "team", Last4: "0001", Workspace: "wrkspc_x", Dead: true, Reason: "probe: HTTP 403: workspace not found"}}}
+	var b strings.Builder
+	r.Summary(&b)
+	s := b.String()
+	if !strings.Contains(s, "org-a") || !strings.Contains(s, "(dead)") || strings.Contains(s, "org-b") {
+		t.Errorf("summary lanes:\n%s\nwant the dead lane, not the unused live one", s)
+	}
+	if !strings.Contains(s, "key team (…0001) workspace wrkspc_x not used: probe: HTTP 403: workspace not found") {
+		t.Errorf("summary keys:\n%s", s)
 	}
 }
