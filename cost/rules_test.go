@@ -70,7 +70,7 @@ func TestLongContextMeasureReadings(t *testing.T) {
 		t.Errorf("prompt reading: %v want %v", prompt, want)
 	}
 	p := filepath.Join(t.TempDir(), "m.json")
-	if err := os.WriteFile(p, []byte(`{"schema":1,"models":[{"id":"claude-haiku-5-5","long_context":{"threshold":100000,"multiplier":5,"measure":"input"}}]}`), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(`{"schema":1,"models":[{"id":"claude-haiku-5-5","long_context":{"threshold":100000,"multiplier":5,"measure":"input"},"source":"test","read":"2026-12-07"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := api.LoadCatalog(p)
