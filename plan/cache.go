@@ -157,7 +157,10 @@ func (p *planner) cachedCost(n int, batch bool) float64 {
 		return usd
 	}
 	if c.BatchShare <= 0 || c.BatchTokens <= 0 {
-		return cost.Estimate(j.Model, round(float64(n)*j.MeanInput), t.Output, true)
+		// As written: each request in its own band (a long-context rule
+		// reads one request's prompt, never the job's total).
+		usd, _ := cost.EstimateN(j.Model, n, j.MeanInput, j.MeanOutput, true)
+		return usd
 	}
 	cached = float64(n) * c.BatchShare
 	t.Input = round(math.Max(0, float64(n)*j.MeanInput-cached*c.BatchTokens))
