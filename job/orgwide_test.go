@@ -14,9 +14,10 @@ import (
 // models meets the organization's limit across all models before either
 // pool's. Every 429 naming it slows both lanes of the organization — the
 // one that met it and the other — and the job completes. The limit is 10
-// requests a real second, from an empty bucket one second deep: any
-// machine sending two lanes' requests meets it (a limit of hundreds a
-// second was met only when the host was idle).
+// requests a real second, from an empty bucket one second deep, so the
+// job's 60 requests fit it without a refusal only if sent over 5 s or
+// more: any host sends them faster (a limit of 600 a second was met only
+// when the host was idle).
 func TestOrgWideLimitSlowsEveryPool(t *testing.T) {
 	var cfg sim.Config
 	e := newEnv(t, 0, func(c *sim.Config) {
