@@ -145,12 +145,19 @@ func (v *Validator) Summary() Summary {
 // invalid line. The error is an I/O error opening or reading the file; an
 // invalid line is never one.
 func ScanFile(path string, maxErrors int) (Summary, []LineError, error) {
+	return ScanFileVersion(path, "", maxErrors)
+}
+
+// ScanFileVersion is ScanFile with lines checked, as Validator.Version
+// says, against what API version (and each line's model) refuses; ""
+// checks no version.
+func ScanFileVersion(path, version string, maxErrors int) (Summary, []LineError, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Summary{}, nil, fmt.Errorf("jsonl: %w", err)
 	}
 	defer f.Close()
-	var v Validator
+	v := Validator{Version: version}
 	var errs []LineError
 	r := NewReader(f)
 	for {
