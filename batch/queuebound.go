@@ -23,10 +23,13 @@ import (
 // An inferred bound is an estimate, not a fact: colleagues' batches share
 // the queue, so a refusal at sluice's own count says only that the queue
 // was full then. Every accepted create is evidence the other way: the
-// queue took at least the requests sluice then had in flight there
-// (QueueBound.Accepted, a true lower bound whoever else shares it). So an
-// inferred bound is never below the largest count ever accepted, and a
-// later refusal at a higher count replaces a lower one.
+// queue took the window sluice then had in flight there
+// (QueueBound.Accepted: requests in unended batches, the units of an
+// inferred bound and of the planner's window). So an inferred bound is
+// never below the largest window ever accepted, and a later refusal at a
+// higher count replaces a lower one. A named figure counts the queue's
+// own unprocessed requests; a window above it contradicts nothing, and it
+// stands.
 
 // QueueBound is what one organization's full batch queue showed.
 type QueueBound struct {
@@ -37,9 +40,8 @@ type QueueBound struct {
 	// other users' batches share the queue). 0: never full this run.
 	Requests int64
 	Named    bool
-	// Accepted is the most requests sluice had in flight in the queue
-	// right after a create was accepted: the queue takes at least that
-	// many.
+	// Accepted is the most requests sluice had in unended batches there
+	// right after a create was accepted: a window the queue took.
 	Accepted int64
 }
 

@@ -79,8 +79,10 @@ type BatchQueue struct {
 	Requests int64     `json:"requests"`
 	Named    bool      `json:"named,omitempty"` // the 429's message named it
 	At       time.Time `json:"at"`              // when Requests was last seen
-	// Accepted is the most requests sluice had in flight in the queue
-	// right after an accepted create, over every run: a lower bound.
+	// Accepted is the most requests sluice had in unended batches there
+	// right after an accepted create, over every run: a window the queue
+	// took, in the units of an inferred bound and of the planner's
+	// window (the queue itself holds only their unprocessed part).
 	Accepted int64 `json:"accepted,omitempty"`
 }
 
@@ -416,9 +418,9 @@ func (f *File) AddBatch(samples ...BatchSample) {
 // mergeQueue is the org's queue record after one run's evidence q: a
 // named figure replaces any earlier record (the tier's, a newer one a
 // tier change); an inferred one replaces an inferred one (the newest
-// refusal, not the smallest: colleagues' load moved it); the most
-// requests ever accepted raises an older bound it exceeds, never lowers
-// one. A run without a refusal adds only its accepted count.
+// refusal, not the smallest: colleagues' load moved it); the largest
+// window ever accepted raises an inferred bound it exceeds, never lowers
+// one. A run without a refusal adds only its accepted window.
 func mergeQueue(old *BatchQueue, q *batch.QueueBound, at time.Time) *BatchQueue {
 	acc := q.Accepted
 	if old != nil {
@@ -436,9 +438,12 @@ func mergeQueue(old *BatchQueue, q *batch.QueueBound, at time.Time) *BatchQueue 
 		n = BatchQueue{At: at}
 	}
 	n.Accepted = acc
-	if n.Requests > 0 && n.Requests < acc {
-		// The queue took more than the bound says: a tier moved, or
-		// colleagues' batches left it. The bound is at least what it took.
+	if !n.Named && n.Requests > 0 && n.Requests < acc {
+		// The queue took a larger window than the inferred bound says:
+		// colleagues' batches left it, or the tier moved. (A named
+		// figure counts the queue's unprocessed requests, a window
+		// counts requests in unended batches, processed ones included:
+		// a window above it contradicts nothing.)
 		n.Requests, n.At = acc, at
 	}
 	return &n

@@ -93,4 +93,13 @@ func TestInferredQueueBoundAcrossRuns(t *testing.T) {
 	if w.Orgs[0].BatchQueueCap != plan.DocumentedBatchQueue || !strings.Contains(prov.String(), "is older than") {
 		t.Fatalf("expired: cap %d\n%s", w.Orgs[0].BatchQueueCap, prov)
 	}
+	// A named figure counts the queue's unprocessed requests: a larger
+	// window accepted later (processed rows of unended batches included)
+	// leaves it.
+	if q := run(batch.QueueBound{Requests: 1000, Named: true, Accepted: 1400}); q.Requests != 1000 || !q.Named {
+		t.Fatalf("named: %+v", q)
+	}
+	if q := run(batch.QueueBound{Accepted: 5000}); q.Requests != 1000 || !q.Named || q.Accepted != 5000 {
+		t.Fatalf("a named bound after a larger accepted window: %+v", q)
+	}
 }
