@@ -72,6 +72,7 @@ func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model strin
 		k.NoteWorkspace(o.WorkspaceID)
 		if why, bad := workspaceRefused(k, o); bad {
 			k.MarkDead(why)
+			_, why = k.Dead() // as recorded: the key's own value redacted
 			badWS = append(badWS, fmt.Errorf("key %s: workspace %s: %s", k, k.Workspace(), why))
 			continue
 		}
