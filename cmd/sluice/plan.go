@@ -336,6 +336,10 @@ func (f *planFlags) job(cmd *cobra.Command) (plan.Job, error) {
 		}
 		if j.MeanInput == 0 {
 			j.MeanInput = sum.MeanEstInputTokens()
+			// The lines over their model's long-context threshold are
+			// priced in their band, not in the mean's.
+			share, mean := sum.LongShare()
+			j.Long = plan.LongPart{Share: share, MeanInput: mean}
 		}
 		if j.MaxTokens == 0 {
 			j.MaxTokens = int(sum.MeanMaxTokens() + 0.5)
