@@ -146,8 +146,10 @@ type overlay struct {
 
 // buildCatalog merges the built-in file and the overlays: a model entry
 // whose id is already present is corrected field by field (the fields the
-// overlay gives replace the earlier ones), another adds a model; a
-// versions entry replaces the one of its version or adds one.
+// overlay gives replace the earlier ones; prices and long_context key by
+// key), and must give its own source and read date; another adds a model,
+// with every price class if it gives prices; a versions entry replaces
+// the one of its version or adds one.
 func buildCatalog(overlays []overlay) (*Catalog, error) {
 	base, err := decodeFile("models.json (built-in)", builtinJSON)
 	if err != nil {
@@ -173,8 +175,19 @@ func buildCatalog(overlays []overlay) (*Catalog, error) {
 			e = &raw{fields: map[string]json.RawMessage{}}
 			entries[id] = e
 			order = append(order, id)
+		} else if fields["source"] == nil || fields["read"] == nil {
+			// A correction cites its own source: the earlier entry's
+			// would be cited for figures it never gave.
+			return fmt.Errorf("%s: model %q: source and read: required in a correction too (where its figures were read, and when)", file, id)
 		}
 		for k, v := range fields {
+			if old, ok := e.fields[k]; ok && mergedObjects[k] {
+				m, err := mergeObject(old, v)
+				if err != nil {
+					return fmt.Errorf("%s: model %q: %s: %v", file, id, k, err)
+				}
+				v = m
+			}
 			e.fields[k] = v
 		}
 		e.origin = file
@@ -219,6 +232,9 @@ func buildCatalog(overlays []overlay) (*Catalog, error) {
 	for _, id := range order {
 		e := entries[id]
 		merged, _ := json.Marshal(e.fields)
+		if err := allPrices(e.fields["prices"]); err != nil {
+			return nil, fmt.Errorf("%s: model %q: %v", e.origin, id, err)
+		}
 		var me modelEntry
 		dec := json.NewDecoder(bytes.NewReader(merged))
 		dec.DisallowUnknownFields()
@@ -238,6 +254,56 @@ func buildCatalog(overlays []overlay) (*Catalog, error) {
 		c.models = append(c.models, info)
 	}
 	return c, nil
+}
+
+// mergedObjects are the fields of a model entry a correction merges key
+// by key into the earlier entry's (prices, long_context): a correction of
+// one price leaves the others, never makes them 0. Other fields are
+// replaced whole.
+var mergedObjects = map[string]bool{"prices": true, "long_context": true}
+
+// mergeObject returns the JSON object old with next's keys set over it;
+// next null replaces it (no object).
+func mergeObject(old, next json.RawMessage) (json.RawMessage, error) {
+	if bytes.Equal(bytes.TrimSpace(next), []byte("null")) || bytes.Equal(bytes.TrimSpace(old), []byte("null")) {
+		return next, nil
+	}
+	var o, n map[string]json.RawMessage
+	if err := json.Unmarshal(old, &o); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(next, &n); err != nil {
+		return nil, fmt.Errorf("want an object: %v", err)
+	}
+	for k, v := range n {
+		o[k] = v
+	}
+	return json.Marshal(o)
+}
+
+// priceClasses are the keys every prices object needs, once merged.
+var priceClasses = []string{"input", "cache_write_5m", "cache_write_1h", "cache_read", "output"}
+
+// allPrices checks that a model's merged prices give every class: a
+// missing class would be priced 0, billed work recorded as free.
+func allPrices(p json.RawMessage) error {
+	if p == nil || bytes.Equal(bytes.TrimSpace(p), []byte("null")) {
+		return nil
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(p, &m); err != nil {
+		return nil // the decode reports the type
+	}
+	var missing []string
+	for _, k := range priceClasses {
+		if _, ok := m[k]; !ok {
+			missing = append(missing, k)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("prices: %v missing: a model's prices give every class (%v), or a missing one would be billed as free", missing, priceClasses)
+	}
+	return nil
 }
 
 // decodeFile reads the top level of a catalog file; a syntax error names

@@ -129,6 +129,30 @@ func TestOverlay(t *testing.T) {
 	}
 }
 
+// TestOverlayPartialPrices: a correction that gives some prices of a known
+// model changes those and keeps the others (never 0), and cites its own
+// source; a long_context correction of the multiplier keeps the threshold.
+func TestOverlayPartialPrices(t *testing.T) {
+	p := writeOverlay(t, `{"schema":1,"models":[{"id":"claude-sonnet-5-5","prices":{"input":2.5,"output":12},"source":"my invoice","read":"2026-12-08"},
+	  {"id":"claude-haiku-5-5","long_context":{"multiplier":4},"source":"notes","read":"2026-12-08"}]}`)
+	c, err := LoadCatalog(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := Builtin().Lookup("claude-sonnet-5-5")
+	s, _ := c.Lookup("claude-sonnet-5-5")
+	want := b.Prices
+	want.Input, want.Output = 2.5, 12
+	if s.Prices != want || s.Prices.CacheRead == 0 || s.Source != "my invoice" || s.Read != "2026-12-08" {
+		t.Errorf("corrected prices %+v (source %q %q), want %+v from my invoice", s.Prices, s.Source, s.Read, want)
+	}
+	bh, _ := Builtin().Lookup("claude-haiku-5-5")
+	h, _ := c.Lookup("claude-haiku-5-5")
+	if bh.LongContext == nil || h.LongContext == nil || h.LongContext.Threshold != bh.LongContext.Threshold || h.LongContext.Multiplier != 4 {
+		t.Errorf("long_context %+v, want the built-in threshold with multiplier 4", h.LongContext)
+	}
+}
+
 // TestOverlayErrors: a bad overlay is refused with the file, the entry and
 // the field (or the line) in the message.
 func TestOverlayErrors(t *testing.T) {
@@ -136,7 +160,9 @@ func TestOverlayErrors(t *testing.T) {
 		{`{"schema": 1, "models": [{"id": "m", "family": "sonnet", "pool": "p", "source": "s", "read": "r", "price": {}}]}`, `model "m": price: not a field`},
 		{`{"schema": 1, "models": [{"id": "m", "family": "gpt", "pool": "p", "source": "s", "read": "r"}]}`, `model "m": family: "gpt"`},
 		{`{"schema": 1, "models": [{"id": "m", "family": "sonnet", "pool": "p"}]}`, `model "m": source and read: required`},
-		{`{"schema": 1, "models": [{"id": "m", "family": "sonnet", "pool": "p", "source": "s", "read": "r", "prices": {"input": -1}}]}`, `prices.input: -1`},
+		{`{"schema": 1, "models": [{"id": "m", "family": "sonnet", "pool": "p", "source": "s", "read": "r", "prices": {"input": -1, "cache_write_5m": 1, "cache_write_1h": 1, "cache_read": 1, "output": 1}}]}`, `prices.input: -1`},
+		{`{"schema": 1, "models": [{"id": "m", "family": "sonnet", "pool": "p", "source": "s", "read": "r", "prices": {"input": 2, "output": 10}}]}`, `model "m": prices: [cache_write_5m cache_write_1h cache_read] missing`},
+		{`{"schema": 1, "models": [{"id": "claude-sonnet-5-5", "prices": {"input": 2}}]}`, `model "claude-sonnet-5-5": source and read: required in a correction`},
 		{`{"schema": 1, "models": [{"id": "m", "family": "sonnet", "pool": "p", "source": "s", "read": "r", "long_context": {"threshold": 0, "multiplier": 2}}]}`, `long_context.threshold`},
 		{`{"schema": 1, "models": [{"id": "m", "family": "sonnet", "pool": "p", "source": "s", "read": "r", "long_context": {"threshold": 5, "multiplier": 2, "measure": "tokens"}}]}`, `long_context.measure: "tokens"`},
 		{`{"schema": 1, "models": [{"id": "m", "family": "sonnet", "pool": "p", "source": "s", "read": "r", "sampling": {"*": "some"}}]}`, `sampling["*"]: "some"`},

@@ -172,6 +172,7 @@ func (r *Runner) createDone(rep *createReport) {
 	switch out.Class {
 	case client.OK:
 		o.failures = 0
+		r.queueAccepted(o) // queuebound.go
 		r.created(c, rep.batch, false, rep.at)
 		return
 	case client.RateLimited:

@@ -15,8 +15,11 @@ type orgState struct {
 	id, label string
 	keys      []*keys.Key
 	window    int // most requests in unended batches
-	inflight  int // requests in unended batches (and unresolved intents)
-	creating  int // chunks whose create is unresolved: at most one is new
+	// accepted is the most requests o had in its queue right after a
+	// create was accepted (queuebound.go).
+	accepted int
+	inflight int // requests in unended batches (and unresolved intents)
+	creating int // chunks whose create is unresolved: at most one is new
 	// turn is the chunk whose create or reconciliation runs: one at a
 	// time per org, so a listed batch is matched to one intent.
 	turn     *chunk

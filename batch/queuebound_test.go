@@ -28,7 +28,7 @@ func TestQueueBoundObserved(t *testing.T) {
 		}
 		checkAllOK(t, reqs, col)
 		b, ok := r.Stats().QueueBound["batch"]
-		if !ok || b.Requests != 20 || !b.Named || b.OrgID == "" {
+		if !ok || b.Requests != 20 || !b.Named || b.OrgID == "" || b.Accepted < 1 {
 			t.Fatalf("queue bound %+v (%v)", b, ok)
 		}
 		if full := w.sim.Stats().Orgs["batch"].Batches.QueueFull; full != 1 {
@@ -57,5 +57,46 @@ func TestQueueFullReadings(t *testing.T) {
 		if full != tc.full || named != tc.named {
 			t.Errorf("%q: full %v named %d", tc.msg, full, named)
 		}
+	}
+}
+
+// TestInferredQueueBoundRises: an inferred bound is the latest refusal's,
+// never the smallest seen, and never below the most requests the queue
+// took after an accepted create; a named figure is kept over a later
+// inferred one.
+func TestInferredQueueBoundRises(t *testing.T) {
+	r := &Runner{}
+	o := &orgState{id: "org-a", label: "a", window: 200_000}
+	c := &chunk{ids: make([]string, 10)}
+	refuse := func(inflight int, named int64) QueueBound {
+		o.inflight = inflight
+		r.queueRefused(o, c, named)
+		return r.stats.QueueBound["a"]
+	}
+	accept := func(inflight int) QueueBound {
+		o.inflight = inflight
+		r.queueAccepted(o)
+		return r.stats.QueueBound["a"]
+	}
+	if b := refuse(90_001, 0); b.Requests != 90_000 {
+		t.Fatalf("first refusal: %+v", b)
+	}
+	if b := refuse(151, 0); b.Requests != 150 {
+		t.Fatalf("a refusal at 151 in flight (colleagues filled the queue): %+v, want the newest, 150", b)
+	}
+	if b := accept(95_000); b.Requests != 95_000 || b.Accepted != 95_000 {
+		t.Fatalf("after the queue took 95,000: %+v, want the bound raised to it", b)
+	}
+	if b := refuse(99_001, 0); b.Requests != 99_000 {
+		t.Fatalf("a refusal at 99,001: %+v", b)
+	}
+	if b := refuse(500, 0); b.Requests != 95_000 {
+		t.Fatalf("a refusal at 500 in flight: %+v, never below the 95,000 the queue took", b)
+	}
+	if b := refuse(500, 120_000); b.Requests != 120_000 || !b.Named {
+		t.Fatalf("a named figure: %+v", b)
+	}
+	if b := refuse(400, 0); b.Requests != 120_000 || !b.Named {
+		t.Fatalf("an inferred bound replaced the named one: %+v", b)
 	}
 }

@@ -20,10 +20,10 @@ import (
 // seedBase, half the TTL and half the time to the create cutoff). A chunk
 // created while its organization is not batch-warm for a prefix goes
 // without that prefix's breakpoints (as written), and so does every chunk
-// of an organization whose rows with breakpoints read below
-// cost.CacheBreakEven1h. Which requests a chunk sent as written is
-// journaled with it (record.Plain), so a resumed run attaches them as they
-// were sent. Everything here is the loop's.
+// of an organization whose rows with breakpoints read below their model's
+// break-even (cost.CacheBreakEven1hOf). Which requests a chunk sent as
+// written is journaled with it (record.Plain), so a resumed run attaches
+// them as they were sent. Everything here is the loop's.
 
 const (
 	// defaultSeedWait is the longest a seed holds its organization's
@@ -293,11 +293,11 @@ func (r *Runner) noteCacheRow(c *chunk, req *call.Request, u api.Usage) {
 	if read {
 		s.hits++
 	}
-	if !s.poor && s.rows >= poorAfterRows && float64(s.hits) < cost.CacheBreakEven1h*float64(s.rows) {
+	if even := cost.CacheBreakEven1hOf(req.Model); !s.poor && s.rows >= poorAfterRows && float64(s.hits) < even*float64(s.rows) {
 		s.poor = true
 		r.log.Warn("batch: this org's batches read the prompt cache below the break-even; its chunks of the prefix are sent as written from now on",
 			"org", c.org.label, "prefix", strconv.FormatUint(p, 16), "hits", s.hits, "rows", s.rows,
-			"break-even", strconv.FormatFloat(cost.CacheBreakEven1h, 'f', 2, 64))
+			"break-even", strconv.FormatFloat(even, 'f', 2, 64))
 	}
 }
 

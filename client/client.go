@@ -116,13 +116,16 @@ func (c Class) String() string {
 
 // Outcome is everything the retry owner needs from one attempt.
 type Outcome struct {
-	Class     Class
-	Status    int         // HTTP status, 0 without a response
-	Body      []byte      // the response body (a Message, or an error body)
-	Header    http.Header // nil without a response
-	Limits    api.RateLimitHeaders
-	OrgID     string
-	RequestID string
+	Class  Class
+	Status int         // HTTP status, 0 without a response
+	Body   []byte      // the response body (a Message, or an error body)
+	Header http.Header // nil without a response
+	Limits api.RateLimitHeaders
+	OrgID  string
+	// WorkspaceID is the anthropic-workspace-id header: the workspace the
+	// call was charged to ("" : absent).
+	WorkspaceID string
+	RequestID   string
 	// RetryAfter is the server's delay hint (retry-after-ms, retry-after),
 	// valid when HasRetryAfter.
 	RetryAfter    time.Duration

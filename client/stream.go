@@ -161,6 +161,7 @@ func readMessage(b []byte) (api.Usage, string, error) {
 func readHeaders(o *Outcome, h http.Header) {
 	o.Limits = api.ParseRateLimitHeaders(h)
 	o.OrgID = h.Get(api.HeaderOrganizationID)
+	o.WorkspaceID = h.Get(api.HeaderWorkspaceID)
 	o.RequestID = h.Get(api.HeaderRequestID)
 	o.Date = api.ParseDate(h)
 	// An HTTP-date retry-after is on the server's clock: read it against

@@ -142,13 +142,18 @@ func priceTokens(p api.Prices, t Tokens, mult float64) float64 {
 }
 
 // maxRate is the highest price of each category across the catalog, at
-// the highest long-context multiplier: what a cap takes for a model
+// the highest long-context multiplier of the catalog's rules a request of
+// inTokens input tokens is over (1 when it is over none; pass 0 for tokens
+// of many requests, whose sizes are unknown): what a cap takes for a model
 // without a price, so it errs on the side of stopping.
-func maxRate() rate {
+func maxRate(inTokens int64) rate {
 	r := rate{mult: 1, known: true}
 	for _, m := range api.Models() {
 		if !m.Priced {
 			continue
+		}
+		if lc := m.LongContext; lc != nil && inTokens > lc.Threshold {
+			r.mult = max(r.mult, lc.Multiplier)
 		}
 		p := m.Prices
 		r.prices.Input = max(r.prices.Input, p.Input)
@@ -167,13 +172,15 @@ func maxRate() rate {
 // It is meant for spend caps checked before sending. Prompt caching moves
 // the real input cost from the model's cache-read price to its 1-hour
 // write price. For a model without a price it uses the highest input and
-// output prices in the catalog, so a cap errs on the side of stopping.
+// output prices in the catalog, at the highest long-context multiplier of
+// the catalog's rules inTokens is over, so a cap errs on the side of
+// stopping.
 func Estimate(model string, inTokens, outTokens int64, batch bool) float64 {
 	m, ok := api.LookupModel(model)
 	long := m.LongContext.Over(api.Usage{InputTokens: inTokens})
 	r := rateOf(m, ok, batch, long)
 	if !r.known {
-		r = maxRate()
+		r = maxRate(inTokens)
 		if batch {
 			r.mult *= api.BatchDiscount
 		}
@@ -194,7 +201,7 @@ func EstimateN(model string, n int, meanIn, meanOut float64, batch bool) (usd fl
 	long := m.LongContext.Over(api.Usage{InputTokens: int64(math.Round(meanIn))})
 	r := rateOf(m, ok, batch, long)
 	if known = r.known; !known {
-		r = maxRate()
+		r = maxRate(int64(math.Round(meanIn)))
 		if batch {
 			r.mult *= api.BatchDiscount
 		}
@@ -205,8 +212,26 @@ func EstimateN(model string, n int, meanIn, meanOut float64, batch bool) (usd fl
 
 // CacheBreakEven1h is the share of rows that must read a prefix written
 // with the 1-hour TTL for caching it to cost less than sending it as
-// written: a read is billed 0.1× the input price and a miss writes at 2×,
-// so h·0.1 + (1−h)·2 = 1 (the batch discount scales both sides alike).
-// The planner warns below it; the batch runner stops adding breakpoints
-// on an organization whose rows read below it.
+// written, at the standard multipliers: a read billed 0.1× the input
+// price and a miss writing at 2×, so h·0.1 + (1−h)·2 = 1 (the batch
+// discount scales both sides alike). A model's own figure, from its
+// prices, is CacheBreakEven1hOf's.
 const CacheBreakEven1h = (2.0 - 1) / (2.0 - 0.1)
+
+// CacheBreakEven1hOf is CacheBreakEven1h for model, from its own prices
+// (cache reads are 0.1× on most models, 0.05× or 0.025× on some): h·read
+// + (1−h)·write1h = input. A model without a price, or whose 1-hour write
+// is not above its input price, gets CacheBreakEven1h. The planner warns
+// below it; the batch runner stops adding breakpoints on an organization
+// whose rows read below it.
+func CacheBreakEven1hOf(model string) float64 {
+	m, ok := api.LookupModel(model)
+	if !ok || !m.Priced {
+		return CacheBreakEven1h
+	}
+	p := m.Prices
+	if p.CacheWrite1h <= p.Input || p.CacheWrite1h <= p.CacheRead {
+		return CacheBreakEven1h
+	}
+	return (p.CacheWrite1h - p.Input) / (p.CacheWrite1h - p.CacheRead)
+}

@@ -47,12 +47,13 @@ func (b *bucket) usd() float64 {
 }
 
 // bound is the bucket's cost, at the catalog's highest prices without a
-// price of its own.
+// price of its own (with no long-context multiplier: the bucket's
+// requests' sizes are not kept).
 func (b *bucket) bound(batch bool) float64 {
 	if b.rate.known {
 		return b.rate.price(b.tokens)
 	}
-	r := maxRate()
+	r := maxRate(0)
 	if batch {
 		r.mult *= api.BatchDiscount
 	}

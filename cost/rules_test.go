@@ -70,7 +70,7 @@ func TestLongContextMeasureReadings(t *testing.T) {
 		t.Errorf("prompt reading: %v want %v", prompt, want)
 	}
 	p := filepath.Join(t.TempDir(), "m.json")
-	if err := os.WriteFile(p, []byte(`{"schema":1,"models":[{"id":"claude-haiku-5-5","long_context":{"threshold":100000,"multiplier":5,"measure":"input"}}]}`), 0o600); err != nil {
+	if err := os.WriteFile(p, []byte(`{"schema":1,"models":[{"id":"claude-haiku-5-5","long_context":{"threshold":100000,"multiplier":5,"measure":"input"},"source":"test","read":"2026-12-07"}]}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c, err := api.LoadCatalog(p)
@@ -174,5 +174,63 @@ func TestUnpricedIsUnknown(t *testing.T) {
 	defer api.SetCatalog(c)()
 	if _, known := Cost("claude-x", u, false); known {
 		t.Error("a model listed without prices is priced")
+	}
+}
+
+// TestCacheBreakEvenPerModel: the 1-hour cache's break-even hit rate is
+// each model's, from its own prices: a 0.1× model's is the standard
+// figure, a model whose reads cost less breaks even lower.
+func TestCacheBreakEvenPerModel(t *testing.T) {
+	std := CacheBreakEven1hOf("claude-sonnet-4-5")
+	if !near(std, CacheBreakEven1h) {
+		t.Errorf("a 0.1× model: %.4f, want the standard %.4f", std, CacheBreakEven1h)
+	}
+	var cheap string
+	for _, m := range api.Models() {
+		if m.Priced && m.Prices.Input > 0 && m.Prices.CacheRead < 0.09*m.Prices.Input {
+			cheap = m.ID
+			break
+		}
+	}
+	if cheap == "" {
+		t.Fatal("no model in the table reads the cache below 0.1×")
+	}
+	m, _ := api.LookupModel(cheap)
+	p := m.Prices
+	h := CacheBreakEven1hOf(cheap)
+	// At h the cached and uncached costs of a row are equal.
+	if !near(h*p.CacheRead+(1-h)*p.CacheWrite1h, p.Input) || h >= CacheBreakEven1h {
+		t.Errorf("%s: break-even %.4f: cached %.4f per token vs input %.4f", cheap, h, h*p.CacheRead+(1-h)*p.CacheWrite1h, p.Input)
+	}
+	if CacheBreakEven1hOf("claude-unknown-9") != CacheBreakEven1h {
+		t.Error("a model without prices: want the standard figure")
+	}
+}
+
+// TestUnpricedEstimateLongContext: a model without a price is estimated
+// at the catalog's highest prices, and at the highest long-context
+// multiplier of the rules a request of its size is over — none below
+// every threshold.
+func TestUnpricedEstimateLongContext(t *testing.T) {
+	var top float64 = 1
+	var lowest, highest int64 = -1, 0
+	for _, m := range api.Models() {
+		if lc := m.LongContext; m.Priced && lc != nil {
+			top = max(top, lc.Multiplier)
+			highest = max(highest, lc.Threshold)
+			if lowest < 0 || lc.Threshold < lowest {
+				lowest = lc.Threshold
+			}
+		}
+	}
+	if top <= 1 {
+		t.Fatal("no long-context rule in the table")
+	}
+	small := Estimate("claude-unknown-9", 1000, 0, false)
+	if got, want := Estimate("claude-unknown-9", highest+1, 0, false), small*float64(highest+1)/1000; !near(got, want*top) {
+		t.Errorf("a request over every threshold: $%.4f, want at least $%.4f (×%.0f)", got, want*top, top)
+	}
+	if got, want := Estimate("claude-unknown-9", lowest, 0, false), small*float64(lowest)/1000; !near(got, want) {
+		t.Errorf("a request at the lowest threshold: $%.6f, want $%.6f (no multiplier)", got, want)
 	}
 }

@@ -2,10 +2,12 @@ package dispatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -27,7 +29,9 @@ type Discovery struct {
 // for other models). A key whose probe is refused for another reason (a
 // gateway without count_tokens, a 5xx) gets a provisional org of its own,
 // "key:" + its label, so it still works; its real org shows in later
-// answers. It returns an error only when no key is left alive.
+// answers. A key whose workspace the API refuses (a mistyped
+// workspace=) is dead, and Discover returns ErrWorkspaceRefused naming it;
+// otherwise it returns an error only when no key is left alive.
 func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model string) ([]Discovery, error) {
 	out := make([]Discovery, len(ks))
 	var wg sync.WaitGroup
@@ -59,9 +63,17 @@ func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model strin
 		}
 	}
 	live := 0
+	var badWS []error
 	for _, d := range out {
 		k, o := d.Key, d.Outcome
 		if dead, _ := k.Dead(); dead {
+			continue
+		}
+		k.NoteWorkspace(o.WorkspaceID)
+		if why, bad := workspaceRefused(k, o); bad {
+			k.MarkDead(why)
+			_, why = k.Dead() // as recorded: the key's own value redacted
+			badWS = append(badWS, fmt.Errorf("key %s: workspace %s: %s", k, k.Workspace(), why))
 			continue
 		}
 		switch {
@@ -84,10 +96,37 @@ func Discover(ctx context.Context, c *client.Client, ks []*keys.Key, model strin
 		}
 		live++
 	}
+	if len(badWS) > 0 {
+		return out, fmt.Errorf("%w (check workspace= on the key's keys-file line): %w", ErrWorkspaceRefused, errors.Join(badWS...))
+	}
 	if live == 0 {
 		return out, fmt.Errorf("%w: every key failed its probe", ErrNoLiveKey)
 	}
 	return out, nil
+}
+
+// ErrWorkspaceRefused means the API refused the workspace a key sends
+// (anthropic-workspace-id): a mistyped id, or one the key may not use.
+// Discover returns it, wrapped with each such key's label and workspace,
+// so a job stops before anything is paid for rather than run without the
+// key.
+var ErrWorkspaceRefused = errors.New("dispatch: the API refused a key's workspace")
+
+// workspaceRefused reports whether the probe's answer refuses the
+// workspace key k sends, and why. The API's wording is not published:
+// "if sent, it must match" is all the docs say (API overview, request
+// headers). So any 401, 403 or 404 to a key that sends a workspace, whose
+// error message names a workspace, counts (docs/models.md); a workspace's
+// own spend limit (a 400) is not a refusal of the id.
+func workspaceRefused(k *keys.Key, o client.Outcome) (string, bool) {
+	if k.Workspace() == "" || o.Status != 401 && o.Status != 403 && o.Status != 404 {
+		return "", false
+	}
+	var eb api.ErrorBody
+	if json.Unmarshal(o.Body, &eb) != nil || !strings.Contains(strings.ToLower(eb.Err.Message), "workspace") {
+		return "", false
+	}
+	return fmt.Sprintf("probe: HTTP %d: %s", o.Status, eb.Err.Message), true
 }
 
 // probe is one key probe, tried again (up to three times) when the API
@@ -160,7 +199,9 @@ func (r *Rotator) Apply(ctx context.Context, rot keys.Rotation, joiners ...KeyJo
 	if len(rot.Added) > 0 {
 		var err error
 		disc, err = Discover(ctx, r.c, rot.Added, r.model)
-		if err != nil && !errors.Is(err, ErrNoLiveKey) {
+		// A new key whose workspace is refused is dead and left out
+		// (logged below); the run goes on with the others.
+		if err != nil && !errors.Is(err, ErrNoLiveKey) && !errors.Is(err, ErrWorkspaceRefused) {
 			return disc, err
 		}
 		var live []*keys.Key

@@ -2,8 +2,10 @@ package dispatch_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -100,6 +102,62 @@ func TestDiscoverReprobesARefusal(t *testing.T) {
 		}
 		if calls[blip] != 2 || calls[revoked] != 2 || calls[forbidden] != 2 {
 			t.Errorf("probes per key %v, want two each", calls)
+		}
+	})
+}
+
+// TestDiscoverRefusesAMistypedWorkspace runs in fake time: a key whose
+// workspace the API refuses (a 403 naming the workspace, twice) is dead
+// and Discover fails naming its label and workspace, never its value,
+// though another key is live; a 403 that names no workspace still only
+// refuses the model's pool.
+func TestDiscoverRefusesAMistypedWorkspace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const typo, fine, model = "sk-ant-test-fake-key-0000000001", "sk-ant-test-fake-key-0000000002", "sk-ant-test-fake-key-0000000003"
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			k := r.Header.Get("x-api-key")
+			w.Header().Set("anthropic-organization-id", "org-1")
+			switch {
+			case r.Header.Get("anthropic-workspace-id") == "wrkspc_reserch":
+				w.WriteHeader(403)
+				w.Write(api.NewErrorBody(api.ErrPermission, "req_w", "anthropic-workspace-id: workspace wrkspc_reserch not found in this organization").Marshal())
+			case k == model:
+				w.WriteHeader(403)
+				w.Write(api.NewErrorBody(api.ErrPermission, "req_p", "no permission").Marshal())
+			default:
+				w.Header().Set("anthropic-workspace-id", "wrkspc_default")
+				w.Write([]byte(`{"input_tokens":3}`))
+			}
+		})
+		ln := pipenet.Listen()
+		srv := &http.Server{Handler: h}
+		go srv.Serve(ln)
+		defer srv.Close()
+		c := client.New(client.Config{BaseURL: "http://fake", Dial: ln.DialContext})
+		defer c.CloseIdle()
+		dir := t.TempDir()
+		kf := dir + "/keys"
+		if err := os.WriteFile(kf, []byte("team="+typo+" workspace=wrkspc_reserch\nsolo="+fine+"\nother="+model+" workspace=wrkspc_ok\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		p, err := keys.Load(keys.LoadOptions{KeysFile: kf, NoDotEnv: true, Env: keys.EnvMap(nil)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = dispatch.Discover(t.Context(), c, p.Keys(), "claude-sonnet-4-5")
+		if !errors.Is(err, dispatch.ErrWorkspaceRefused) || !strings.Contains(err.Error(), "team(…0001)") ||
+			!strings.Contains(err.Error(), "wrkspc_reserch") || strings.Contains(err.Error(), typo) || strings.Contains(err.Error(), "other") {
+			t.Fatalf("Discover: %v; want ErrWorkspaceRefused naming team and wrkspc_reserch only, without the key", err)
+		}
+		get := func(label string) *keys.Key { k, _ := p.ByLabel(label); return k }
+		if dead, _ := get("team").Dead(); !dead {
+			t.Error("the key whose workspace is refused is live")
+		}
+		if dead, _ := get("other").Dead(); dead {
+			t.Error("a 403 naming no workspace killed the key for every model")
+		}
+		if dead, _ := get("solo").Dead(); dead || get("solo").ChargedWorkspace() != "wrkspc_default" {
+			t.Errorf("solo: dead %v, workspace %q (from the answer's header)", dead, get("solo").ChargedWorkspace())
 		}
 	})
 }

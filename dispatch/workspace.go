@@ -11,9 +11,12 @@ import (
 )
 
 // Workspaces (docs/models.md). A key may send its workspace
-// (anthropic-workspace-id, keys.Key.Apply). An organization's limits may
-// also be set per workspace, lower than its own; unset, a workspace has
-// the organization's. So the keys of one organization share its lanes —
+// (anthropic-workspace-id, keys.Key.Apply); every answer names the
+// workspace the call was charged to (the same header), which is how a
+// workspace-scoped key, which sends none, shows its workspace
+// (keys.Key.ChargedWorkspace: the answers' workspace, else the line's).
+// An organization's limits may also be set per workspace, lower than
+// its own; unset, a workspace has the organization's. So the keys of one organization share its lanes —
 // the organization's limits bind them together — until the answers show
 // limits scoped to a workspace: a 429 whose message names a workspace's
 // limit, or two workspaces of the organization reading different -limit
@@ -44,16 +47,17 @@ func (o *orgState) budgetID() string {
 // organization's. Loop-owned.
 func (d *Dispatcher) orgFor(k *keys.Key) (*orgState, bool) {
 	o, ok := d.orgs[k.Org()]
-	if !ok || o.split == nil || !o.split.done || k.Workspace() == "" || k.Workspace() == o.ws {
+	ws := k.ChargedWorkspace()
+	if !ok || o.split == nil || !o.split.done || ws == "" || ws == o.ws {
 		return o, ok
 	}
-	if w, ok := d.orgs[k.Org()+"/"+k.Workspace()]; ok {
+	if w, ok := d.orgs[k.Org()+"/"+ws]; ok {
 		return w, true
 	}
 	// A new workspace of a split organization: lanes of its own.
-	w := &orgState{id: o.id, label: o.label + "/" + k.Workspace(), bid: o.id + "/" + k.Workspace(), split: &wsSplit{done: true}, wide: o.wide}
+	w := &orgState{id: o.id, label: o.label + "/" + ws, bid: o.id + "/" + ws, split: &wsSplit{done: true}, wide: o.wide}
 	d.mu.Lock()
-	w.ws = k.Workspace()
+	w.ws = ws
 	d.mu.Unlock()
 	d.orgs[o.id+"/"+w.ws] = w
 	for pool := range d.byPool {
@@ -66,13 +70,14 @@ func (d *Dispatcher) orgFor(k *keys.Key) (*orgState, bool) {
 // organization's lanes by workspace at the first sign of them. Loop-owned.
 func (d *Dispatcher) noteWorkspace(a *attempt, now time.Time) {
 	o, out := a.ls.org, &a.out
+	a.key.NoteWorkspace(out.WorkspaceID)
 	if o.ws != "" || o.split != nil && o.split.done || out.Status == 0 {
 		return
 	}
 	if o.split == nil {
 		o.split = &wsSplit{seen: map[api.Pool]map[string][3]int64{}}
 	}
-	ws := a.key.Workspace()
+	ws := a.key.ChargedWorkspace()
 	why := ""
 	if out.Class == client.RateLimited && out.Named.Workspace {
 		why = "a 429 named a workspace's limit"
@@ -116,7 +121,8 @@ func (d *Dispatcher) splitWorkspaces(o *orgState, why string, now time.Time) {
 	o.split.done = true
 	groups := map[string][]*keys.Key{}
 	for _, k := range o.keys {
-		groups[k.Workspace()] = append(groups[k.Workspace()], k)
+		ws := k.ChargedWorkspace()
+		groups[ws] = append(groups[ws], k)
 	}
 	if len(groups) < 2 {
 		return // one workspace: the organization's lanes are already its

@@ -275,7 +275,7 @@ func keyReports(disc []dispatch.Discovery) []KeyReport {
 	var out []KeyReport
 	for _, d := range disc {
 		dead, why := d.Key.Dead()
-		out = append(out, KeyReport{Label: d.Key.Label(), Last4: d.Key.Last4(), Org: d.Key.Org(), Workspace: d.Key.Workspace(), Dead: dead,
+		out = append(out, KeyReport{Label: d.Key.Label(), Last4: d.Key.Last4(), Org: d.Key.Org(), Workspace: d.Key.ChargedWorkspace(), Dead: dead,
 			Suspect: !dead && d.Key.Suspect(keys.AllPools), Reason: why})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Label < out[j].Label })

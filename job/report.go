@@ -186,7 +186,8 @@ type KeyReport struct {
 	Label string `json:"label"`
 	Last4 string `json:"last4"`
 	Org   string `json:"org"`
-	// Workspace is the anthropic-workspace-id the key sends, if any.
+	// Workspace is the workspace the key's calls are charged to: the
+	// anthropic-workspace-id its answers name, else the one it sends.
 	Workspace string `json:"workspace,omitempty"`
 	Dead      bool   `json:"dead"`
 	// Suspect: refused lately (401/403) and not yet answered again nor
@@ -360,8 +361,8 @@ func (r *Report) Summary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "  %-12s %-10s %8s %7s %6s %6s %6s %9s  %s\n", "org", "pool", "ok", "share", "429", "529", "5xx", "limit/cap", "buckets (depth)")
 	for _, l := range r.Lanes {
-		if l.Attempts == 0 {
-			continue
+		if l.Attempts == 0 && !l.Dead {
+			continue // never used: a dead one is shown, it is why work went elsewhere
 		}
 		var bs []string
 		for _, b := range l.Buckets {
@@ -382,6 +383,15 @@ func (r *Report) Summary(w io.Writer) {
 			dead += "  (workspace " + l.Workspace + ")"
 		}
 		fmt.Fprintf(w, "  %-12s %-10s %8d %6.1f%% %6d %6d %6d %4d/%-4d  %s%s\n", l.Org, l.Pool, l.OK, 100*l.Share, l.RateLimited, l.Overloaded, l.Failed, l.FinalLimit, l.Cap, strings.Join(bs, "; "), dead)
+	}
+	for _, k := range r.Keys {
+		if k.Dead {
+			ws := ""
+			if k.Workspace != "" {
+				ws = " workspace " + k.Workspace
+			}
+			fmt.Fprintf(w, "  key %s (…%s)%s not used: %s\n", k.Label, k.Last4, ws, k.Reason)
+		}
 	}
 	if r.Stopped != "" {
 		fmt.Fprintf(w, "  stopped: %s\n", r.Stopped)

@@ -14,65 +14,68 @@ import (
 
 // CheckCompat returns why the API refuses params under rules, naming the
 // field, or "" when it does not. params is a valid request body (ValidateLine
-// or DescribeParams accepted it). Only bodies that mention a field a rule
-// is about are decoded.
+// or DescribeParams accepted it). A body is decoded whenever a rule is
+// active and it names a field a rule is about — or holds a backslash, so a
+// key written with escapes ("temp\u0065rature") is caught as the API,
+// which decodes it, reads it. Keys are matched exactly, as decoded. A
+// field present with null is present: a version that refuses the field
+// is taken to refuse null too (docs/models.md).
 func CheckCompat(params []byte, r api.Rules) string {
 	sampling := r.Sampling == api.SamplingRefused || r.Sampling == api.SamplingDefaultOnly
 	if !sampling && !r.NoAssistantDocuments && !r.NoUserCitations {
 		return ""
 	}
-	hasSampling := sampling && (bytes.Contains(params, []byte(`"temperature"`)) || bytes.Contains(params, []byte(`"top_p"`)) || bytes.Contains(params, []byte(`"top_k"`)))
-	hasDocs := r.NoAssistantDocuments && bytes.Contains(params, []byte(`"document"`))
-	hasCitations := r.NoUserCitations && bytes.Contains(params, []byte(`"citations"`))
+	escaped := bytes.IndexByte(params, '\\') >= 0
+	hasSampling := sampling && (escaped || bytes.Contains(params, []byte(`"temperature"`)) || bytes.Contains(params, []byte(`"top_p"`)) || bytes.Contains(params, []byte(`"top_k"`)))
+	hasDocs := r.NoAssistantDocuments && (escaped || bytes.Contains(params, []byte(`"document"`)))
+	hasCitations := r.NoUserCitations && (escaped || bytes.Contains(params, []byte(`"citations"`)))
 	if !hasSampling && !hasDocs && !hasCitations {
 		return ""
 	}
-	var p struct {
-		Temperature json.RawMessage `json:"temperature"`
-		TopP        json.RawMessage `json:"top_p"`
-		TopK        json.RawMessage `json:"top_k"`
-		Messages    []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-	}
-	if json.Unmarshal(params, &p) != nil {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(params, &top) != nil {
 		return "" // not this check's business: the API answers it
+	}
+	var msgs []map[string]json.RawMessage
+	if m, ok := top["messages"]; ok && json.Unmarshal(m, &msgs) != nil {
+		msgs = nil
 	}
 	if hasSampling {
 		for _, f := range []struct {
-			name  string
-			value json.RawMessage
-			def   string // the default value, "" for none
-		}{{"temperature", p.Temperature, "1"}, {"top_p", p.TopP, "1"}, {"top_k", p.TopK, ""}} {
-			if isAbsent(f.value) {
+			name string
+			def  string // the default value, "" for none
+		}{{"temperature", "1"}, {"top_p", "1"}, {"top_k", ""}} {
+			value, present := top[f.name]
+			if !present {
 				continue
 			}
 			switch {
 			case r.Sampling == api.SamplingRefused:
 				return fmt.Sprintf("params.%s: %s refuses %s, even at its default; remove it%s", f.name, by(r), f.name, versionHint(r))
-			case !isDefault(f.value, f.def):
+			case !isDefault(value, f.def):
 				return fmt.Sprintf("params.%s: %s refuses %s at %s (only the defaults: temperature 1, top_p 1, no top_k); remove it%s",
-					f.name, by(r), f.name, show(f.value), versionHint(r))
+					f.name, by(r), f.name, show(value), versionHint(r))
 			}
 		}
 	}
-	for i, m := range p.Messages {
-		if m.Role != "assistant" && m.Role != "user" || len(m.Content) == 0 || m.Content[0] != '[' {
+	for i, m := range msgs {
+		var role string
+		_ = json.Unmarshal(m["role"], &role)
+		content := bytes.TrimSpace(m["content"])
+		if role != "assistant" && role != "user" || len(content) == 0 || content[0] != '[' {
 			continue
 		}
-		var blocks []struct {
-			Type      string          `json:"type"`
-			Citations json.RawMessage `json:"citations"`
-		}
-		if json.Unmarshal(m.Content, &blocks) != nil {
+		var blocks []map[string]json.RawMessage
+		if json.Unmarshal(content, &blocks) != nil {
 			continue
 		}
 		for j, b := range blocks {
+			var typ string
+			_ = json.Unmarshal(b["type"], &typ)
 			switch {
-			case hasDocs && m.Role == "assistant" && b.Type == "document":
-				return fmt.Sprintf("params.messages[%d].content[%d]: API version %s refuses a document block in an assistant message%s", i, j, r.Version, versionHint(r))
-			case hasCitations && m.Role == "user" && b.Type == "text" && !isEmptyList(b.Citations):
+			case hasDocs && role == "assistant" && typ == "document":
+				return fmt.Sprintf("params.messages[%d].content[%d]: API version %s refuses a document block in an assistant message; remove it%s", i, j, r.Version, versionHint(r))
+			case hasCitations && role == "user" && typ == "text" && !isEmptyList(b["citations"]):
 				return fmt.Sprintf("params.messages[%d].content[%d].citations: API version %s refuses citations on a text block of a user message; remove them%s", i, j, r.Version, versionHint(r))
 			}
 		}

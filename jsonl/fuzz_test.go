@@ -70,6 +70,8 @@ func FuzzValidatorCheck(f *testing.F) {
 	f.Add([]byte(` {"params":{"model":"m\u00e9","max_tokens":5000000000,"messages":[{"role":"user","content":"x"}]} , "custom_id":"\u0061b"}` + "\n" + ok))
 	f.Add([]byte(`{"custom_id":"a","params":{"model":"m","max_tokens":1,"max_tokens":2,"model":"n","messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}}`))
 	f.Add([]byte(`{"custom_id":"a\u0000","params":{}}` + "\n" + `[]` + "\n" + `null` + "\n" + `"x"`))
+	f.Add([]byte(`{"custom_id":"a","params":{"model":"claude-sonnet-4-5","max_tokens":1,"temp\u0065rature":0.5,"messages":[{"role":"user","content":"x"}]}}`))
+	f.Add([]byte(`{"custom_id":"a","params":{"model":"claude-sonnet-4-5","max_tokens":1,"temperature":null,"messages":[{"role":"user","content":"x"}]}}`))
 	dir := f.TempDir()
 	seq := 0
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -196,4 +198,44 @@ func checkLine(t *testing.T, line []byte) (Info, error) {
 		t.Fatalf("ValidateLine(%q) accepts it as %+v", line, info)
 	}
 	return info, nil
+}
+
+// FuzzCheckCompat: what a version and model refuse does not depend on how
+// the body is spelled: a body and the same body re-encoded (escapes
+// decoded, keys in Go's order) get the same verdict on the same field
+// under every rule set.
+func FuzzCheckCompat(f *testing.F) {
+	f.Add([]byte(`{"temp\u0065rature":0.5,"messages":[{"role":"user","content":"x"}]}`))
+	f.Add([]byte(`{"temperature":null,"messages":[{"role":"user","content":"x"}]}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":[{"type":"docum\u0065nt"}]}]}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"a","cit\u0061tions":[{}]}]}]}`))
+	f.Add([]byte(`{"top_k":1,"top_p":1,"temperature":1,"messages":[]}`))
+	rules := []api.Rules{
+		api.Current().Rules(api.Version20261021, "claude-sonnet-4-5"),
+		api.Current().Rules(api.Version20230601, "claude-sonnet-5"),
+		api.Current().Rules(api.Version20230601, "claude-sonnet-4-5"),
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if !json.Valid(body) {
+			return // CheckCompat reads bodies validation accepted
+		}
+		dec := json.NewDecoder(bytes.NewReader(body))
+		dec.UseNumber()
+		var v any
+		if dec.Decode(&v) != nil {
+			return
+		}
+		canon, err := json.Marshal(v)
+		if err != nil {
+			return
+		}
+		for _, r := range rules {
+			// The same verdict on the same field (the message quotes the
+			// value as written).
+			field := func(s string) string { f, _, _ := strings.Cut(s, ":"); return f }
+			if a, b := CheckCompat(body, r), CheckCompat(canon, r); (a == "") != (b == "") || field(a) != field(b) {
+				t.Fatalf("%+v:\n%s → %q\n%s → %q", r, body, a, canon, b)
+			}
+		}
+	})
 }

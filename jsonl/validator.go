@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/cacheprefix"
 )
 
@@ -19,6 +20,11 @@ type Summary struct {
 	// EstInputTokens and MaxTokens are sums over valid lines.
 	EstInputTokens int64
 	MaxTokens      int64
+	// LongLines counts the valid lines whose estimated prompt is over
+	// their model's long-context threshold (api.LongContext: billed at its
+	// multiple), and LongEstInputTokens sums their estimates.
+	LongLines          int
+	LongEstInputTokens int64
 	// Prefix is what prompt caching can spare the pending requests
 	// (--cache-prefix auto): filled in by the job's survey, which finds
 	// the shared prefixes; zero when off or none.
@@ -31,6 +37,15 @@ type Summary struct {
 
 // MeanEstInputTokens returns EstInputTokens per valid line, 0 when none.
 func (s Summary) MeanEstInputTokens() float64 { return mean(s.EstInputTokens, s.Valid) }
+
+// LongShare returns the share of valid lines over their model's
+// long-context threshold and their mean estimated input (0, 0: none).
+func (s Summary) LongShare() (share, meanInput float64) {
+	if s.LongLines == 0 || s.Valid == 0 {
+		return 0, 0
+	}
+	return float64(s.LongLines) / float64(s.Valid), mean(s.LongEstInputTokens, s.LongLines)
+}
 
 // MainModel returns the most common model among valid lines (ties: the
 // first in byte order), or claude-sonnet-4-5 when there are none: the
@@ -120,6 +135,10 @@ func (v *Validator) tally(lineNo int, info Info, err error) (Info, error) {
 	v.sum.Models[info.Model]++
 	v.sum.EstInputTokens += info.EstInputTokens
 	v.sum.MaxTokens += info.MaxTokens
+	if m, ok := api.LookupModel(info.Model); ok && m.LongContext.Over(api.Usage{InputTokens: info.EstInputTokens}) {
+		v.sum.LongLines++
+		v.sum.LongEstInputTokens += info.EstInputTokens
+	}
 	return info, nil
 }
 
@@ -145,12 +164,19 @@ func (v *Validator) Summary() Summary {
 // invalid line. The error is an I/O error opening or reading the file; an
 // invalid line is never one.
 func ScanFile(path string, maxErrors int) (Summary, []LineError, error) {
+	return ScanFileVersion(path, "", maxErrors)
+}
+
+// ScanFileVersion is ScanFile with lines checked, as Validator.Version
+// says, against what API version (and each line's model) refuses; ""
+// checks no version.
+func ScanFileVersion(path, version string, maxErrors int) (Summary, []LineError, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Summary{}, nil, fmt.Errorf("jsonl: %w", err)
 	}
 	defer f.Close()
-	var v Validator
+	v := Validator{Version: version}
 	var errs []LineError
 	r := NewReader(f)
 	for {

@@ -2,10 +2,13 @@ package jsonl
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluice-dev/sluice/api"
 )
 
 func TestValidatorDuplicates(t *testing.T) {
@@ -159,5 +162,30 @@ func TestSummaryMainModel(t *testing.T) {
 		if got := (Summary{Models: tt.models}).MainModel(); got != tt.want {
 			t.Errorf("MainModel(%v) = %q want %q", tt.models, got, tt.want)
 		}
+	}
+}
+
+// TestSummaryLongLines: the lines whose estimated prompt is over their
+// model's long-context threshold are counted apart, with their mean, so
+// a plan prices them in their band; a model without the rule has none.
+func TestSummaryLongLines(t *testing.T) {
+	m, ok := api.LookupModel("claude-haiku-5-5")
+	if !ok || m.LongContext == nil {
+		t.Fatal("the test needs claude-haiku-5-5's long-context rule")
+	}
+	long := strings.Repeat("a", int(4*m.LongContext.Threshold+400))
+	var v Validator
+	for i, tc := range []struct{ model, text string }{
+		{"claude-haiku-5-5", "short"}, {"claude-haiku-5-5", long}, {"claude-haiku-5-5", "short"}, {"claude-sonnet-4-5", long},
+	} {
+		line := fmt.Sprintf(`{"custom_id":"r%d","params":{"model":%q,"max_tokens":8,"messages":[{"role":"user","content":%q}]}}`, i, tc.model, tc.text)
+		if _, err := v.Check(i+1, []byte(line)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := v.Summary()
+	share, mean := s.LongShare()
+	if s.LongLines != 1 || share != 0.25 || mean <= float64(m.LongContext.Threshold) {
+		t.Errorf("long lines %d, share %.2f, mean %.0f: want the one Haiku 5.5 line over %d", s.LongLines, share, mean, m.LongContext.Threshold)
 	}
 }

@@ -90,6 +90,7 @@ type key struct {
 
 	mu      sync.Mutex
 	org     string // guarded by mu
+	charged string // guarded by mu: the workspace its answers name
 	dead    bool   // guarded by mu
 	reason  string // guarded by mu
 	health  health // guarded by mu
@@ -122,6 +123,37 @@ func (k Key) Label() string {
 func (k Key) Workspace() string {
 	if k.k == nil {
 		return ""
+	}
+	return k.k.workspace
+}
+
+// NoteWorkspace records the workspace the API charged the key's call to,
+// as its answer's anthropic-workspace-id header names it (the API returns
+// it on every authenticated answer). An empty id is ignored, so a caller
+// may pass the header unconditionally; a new id replaces the old one. The
+// key never sends a noted workspace: it sends only its line's.
+func (k Key) NoteWorkspace(id string) {
+	k.mustBeReal("NoteWorkspace")
+	if id == "" {
+		return
+	}
+	k.k.mu.Lock()
+	k.k.charged = id
+	k.k.mu.Unlock()
+}
+
+// ChargedWorkspace returns the workspace the key's calls are charged to:
+// the one its answers last named (NoteWorkspace), else the one it sends
+// (Workspace), else "" (not known yet). A workspace-scoped key sends
+// none, and only its answers show its workspace.
+func (k Key) ChargedWorkspace() string {
+	if k.k == nil {
+		return ""
+	}
+	k.k.mu.Lock()
+	defer k.k.mu.Unlock()
+	if k.k.charged != "" {
+		return k.k.charged
 	}
 	return k.k.workspace
 }

@@ -69,7 +69,8 @@ type candidate struct{ label, value, source, workspace string }
 // absent. A value must be at least 8 printable ASCII characters without
 // spaces.
 //
-// A value found twice is kept once, under its first label, with a warning.
+// A value found twice with the same workspace is kept once, under its first
+// label, with a warning; with two workspaces it is two keys.
 // Labels must match [A-Za-z0-9_.-]+; a label already taken gets the suffix
 // -2 (-3, …) with a warning. Files readable by group or others are warned
 // about. Warnings are in Pool.Warnings.

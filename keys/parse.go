@@ -205,7 +205,10 @@ func parseKeysFile(data string) ([]fileEntry, error) {
 			}
 		}
 		e := fileEntry{label: label, value: value, line: n}
-		for _, a := range attrs {
+		for i, a := range attrs {
+			if i > 0 {
+				return nil, &lineError{n, "workspace= is given twice (a key sends one workspace: one line per workspace)"}
+			}
 			v := strings.TrimPrefix(a, "workspace=")
 			if !validWorkspace(v) {
 				return nil, &lineError{n, "workspace must match wrkspc_[A-Za-z0-9_-]+"}

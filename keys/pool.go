@@ -21,16 +21,22 @@ type Pool struct {
 	redact func(string) string
 }
 
-// newPool merges candidates in order into a Pool: a value already seen is
-// dropped with a warning (the first label wins), a label already taken gets
-// the first free suffix -2, -3, … with a warning.
+// newPool merges candidates in order into a Pool: a value already seen
+// with the same workspace is dropped with a warning (the first label
+// wins); one value with two workspaces is two keys (a personal or
+// service-account key spans workspaces, and each line picks one). A label
+// already taken gets the first free suffix -2, -3, … with a warning.
 func newPool(cands []candidate, warnings []string) *Pool {
 	p := &Pool{byLabel: make(map[string]*Key, len(cands))}
 	byValue := make(map[string]*Key, len(cands))
 	for _, c := range cands {
-		if k, ok := byValue[c.value]; ok {
-			warnings = append(warnings, fmt.Sprintf("key %s (%s) has the same value as %s (%s): using it once, as %s",
-				c.label, c.source, k.Label(), k.Source(), k.Label()))
+		if k, ok := byValue[identity(c.value, c.workspace)]; ok {
+			same := "the same value"
+			if c.workspace != "" {
+				same += " and workspace"
+			}
+			warnings = append(warnings, fmt.Sprintf("key %s (%s) has %s as %s (%s): using it once, as %s",
+				c.label, c.source, same, k.Label(), k.Source(), k.Label()))
 			continue
 		}
 		label := c.label
@@ -47,13 +53,17 @@ func newPool(cands []candidate, warnings []string) *Pool {
 		k.k.workspace = c.workspace
 		p.keys = append(p.keys, k)
 		p.byLabel[label] = k
-		byValue[c.value] = k
+		byValue[identity(c.value, c.workspace)] = k
 	}
 	p.warnings = warnings
 
 	p.redact = redactorOf(p.keys)
 	return p
 }
+
+// identity is what makes two keys one: the value and the workspace it
+// sends.
+func identity(value, workspace string) string { return value + "\x00" + workspace }
 
 // redactorOf replaces every value of ks (plain and query-escaped) with its
 // redacted form; nil for no keys.

@@ -11,22 +11,24 @@ package keys
 // without a key (the rule is Replaced's; dispatch.Rotator applies it).
 
 // Diff compares next (a fresh Load) with p: added are next's keys whose
-// value p does not hold, removed are p's keys whose value next does not
-// hold. Keys in both are p's handles and are not returned.
+// value and workspace p does not hold, removed are p's keys whose value
+// and workspace next does not hold. Keys in both are p's handles and are
+// not returned.
 func (p *Pool) Diff(next *Pool) (added, removed []*Key) {
 	have := make(map[string]bool, len(p.Keys()))
 	for _, k := range p.Keys() {
-		have[k.k.secret()] = true
+		have[identity(k.k.secret(), k.k.workspace)] = true
 	}
 	want := make(map[string]bool, len(next.Keys()))
 	for _, k := range next.Keys() {
-		want[k.k.secret()] = true
-		if !have[k.k.secret()] {
+		id := identity(k.k.secret(), k.k.workspace)
+		want[id] = true
+		if !have[id] {
 			added = append(added, k)
 		}
 	}
 	for _, k := range p.Keys() {
-		if !want[k.k.secret()] {
+		if !want[identity(k.k.secret(), k.k.workspace)] {
 			removed = append(removed, k)
 		}
 	}

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -33,5 +34,50 @@ func TestWorkspace(t *testing.T) {
 	}
 	if s := team.String(); s != "team(…0001)" {
 		t.Errorf("redacted form %q", s)
+	}
+}
+
+// TestOneValueTwoWorkspaces: a key that spans workspaces may be listed once
+// per workspace; each line is a key of its own, sending its workspace. The
+// same value and workspace twice is still one key, with a warning; a
+// rotation that drops one workspace's line removes only that key.
+func TestOneValueTwoWorkspaces(t *testing.T) {
+	dir := t.TempDir()
+	const v = "sk-ant-api03-personal-key-0001"
+	path := writeFile(t, dir, "keys", "a="+v+" workspace=wrkspc_A\nb="+v+" workspace=wrkspc_B\nc="+v+" workspace=wrkspc_A\n", 0o600)
+	p, err := Load(LoadOptions{KeysFile: path, NoDotEnv: true, Env: EnvMap(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Keys()) != 2 {
+		t.Fatalf("%d keys, want a and b: %v", len(p.Keys()), p.Keys())
+	}
+	b, ok := p.ByLabel("b")
+	if !ok || b.Workspace() != "wrkspc_B" {
+		t.Fatalf("b: %v %q", ok, b.Workspace())
+	}
+	if w := p.Warnings(); len(w) != 1 || !strings.Contains(w[0], "key c") || strings.Contains(w[0], v) {
+		t.Errorf("warnings %q: want one about c, without the value", w)
+	}
+	path2 := writeFile(t, dir, "keys2", "a="+v+" workspace=wrkspc_A\n", 0o600)
+	next, err := Load(LoadOptions{KeysFile: path2, NoDotEnv: true, Env: EnvMap(nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	added, removed := p.Diff(next)
+	if len(added) != 0 || len(removed) != 1 || removed[0].Label() != "b" {
+		t.Errorf("diff: added %v, removed %v; want b removed only", added, removed)
+	}
+}
+
+// TestRepeatedWorkspaceAttribute: two workspace= on one line is an error
+// naming the line, never the key.
+func TestRepeatedWorkspaceAttribute(t *testing.T) {
+	dir := t.TempDir()
+	const v = "sk-ant-api03-personal-key-0001"
+	path := writeFile(t, dir, "keys", "# keys\na="+v+" workspace=wrkspc_A workspace=wrkspc_B\n", 0o600)
+	_, err := Load(LoadOptions{KeysFile: path, NoDotEnv: true, Env: EnvMap(nil)})
+	if err == nil || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), "workspace= is given twice") || strings.Contains(err.Error(), v) {
+		t.Fatalf("err %v: want line 2, workspace given twice, no key value", err)
 	}
 }

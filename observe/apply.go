@@ -80,18 +80,9 @@ func Apply(w *plan.World, f *File, orgs []OrgRef, model string, maxTokens int, n
 			prov = append(prov, fmt.Sprintf("%s batch queue: observed mean turnaround %s for %.0f-request batches over %d batch(es) (%s): the model's queue ×%.2f",
 				o.Label, time.Duration(b.MeanSeconds*float64(time.Second)).Round(time.Second), b.MeanRequests, b.Batches, ago(b.At), k))
 		}
-		org.BatchQueueCap = int(plan.DocumentedBatchQueue)
-		if fo := f.Orgs[o.ID]; fo != nil && fo.BatchQueue != nil {
-			q := fo.BatchQueue
-			org.BatchQueueCap = int(q.Requests)
-			how := "the requests in flight when a create was refused for a full queue"
-			if q.Named {
-				how = "the figure a create's 429 named"
-			}
-			prov = append(prov, fmt.Sprintf("%s batch queue bound: %d requests (%s, %s)", o.Label, q.Requests, how, ago(q.At)))
-		} else {
-			prov = append(prov, fmt.Sprintf("%s batch queue bound: %d requests (the lowest documented tier's; never observed full)", o.Label, plan.DocumentedBatchQueue))
-		}
+		qcap, line := queueCap(o.Label, f.Orgs[o.ID], now, ago)
+		org.BatchQueueCap = int(qcap)
+		prov = append(prov, line)
 		w.Orgs = append(w.Orgs, org)
 	}
 	if depth > 0 {
@@ -210,4 +201,32 @@ func limitsText(l *Limits) string {
 		s += fmt.Sprintf(", buckets %.0f s deep", l.DepthSeconds)
 	}
 	return s
+}
+
+// queueCap is the batch queue bound the planner plans an organization at,
+// and the provenance line saying why: a named figure; an inferred one
+// younger than InferredQueueTTL; else the documented figure of the lowest
+// tier — each never below the most requests the queue was seen to take.
+func queueCap(label string, fo *Org, now time.Time, ago func(time.Time) string) (int64, string) {
+	var q BatchQueue
+	if fo != nil && fo.BatchQueue != nil {
+		q = *fo.BatchQueue
+	}
+	took := ""
+	if q.Accepted > 0 {
+		took = fmt.Sprintf("; it took %d at most", q.Accepted)
+	}
+	switch {
+	case q.Requests > 0 && q.Named:
+		return q.Requests, fmt.Sprintf("%s batch queue bound: %d requests (the figure a create's 429 named, %s)", label, q.Requests, ago(q.At))
+	case q.Requests > 0 && now.Sub(q.At) <= InferredQueueTTL:
+		return q.Requests, fmt.Sprintf("%s batch queue bound: %d requests (inferred from the requests in flight when a create was refused for a full queue, %s%s)", label, q.Requests, ago(q.At), took)
+	case q.Requests > 0:
+		c := max(plan.DocumentedBatchQueue, q.Accepted)
+		return c, fmt.Sprintf("%s batch queue bound: %d requests (an inferred bound of %d from %s is older than %s: the lowest documented tier's%s)", label, c, q.Requests, ago(q.At), InferredQueueTTL, took)
+	}
+	if q.Accepted > plan.DocumentedBatchQueue {
+		return q.Accepted, fmt.Sprintf("%s batch queue bound: %d requests (the most the queue took, above the lowest documented tier's; never observed full)", label, q.Accepted)
+	}
+	return plan.DocumentedBatchQueue, fmt.Sprintf("%s batch queue bound: %d requests (the lowest documented tier's; never observed full%s)", label, plan.DocumentedBatchQueue, took)
 }

@@ -61,18 +61,36 @@ type Org struct {
 	// org's, whatever the model).
 	Batch *Batch `json:"batch,omitempty"`
 	// BatchQueue is the bound the org's processing queue showed when a
-	// create was refused for a full queue (the smallest seen, a named
-	// figure over an inferred one).
+	// create was refused for a full queue (a named figure over an
+	// inferred one; the newest of a kind), and the most requests it was
+	// seen to take.
 	BatchQueue *BatchQueue `json:"batch_queue,omitempty"`
 }
 
 // BatchQueue is a full processing queue's bound: the most batch requests
 // it took (batch.QueueBound).
+//
+// Requests 0: never seen full, only Accepted is known. An inferred bound
+// (not Named) is an estimate — colleagues share the queue — that later
+// evidence raises: a later refusal at a higher count replaces it, an
+// Accepted count above it raises it, and the planner stops using it
+// InferredQueueTTL after At (Apply).
 type BatchQueue struct {
 	Requests int64     `json:"requests"`
 	Named    bool      `json:"named,omitempty"` // the 429's message named it
-	At       time.Time `json:"at"`
+	At       time.Time `json:"at"`              // when Requests was last seen
+	// Accepted is the most requests sluice had in unended batches there
+	// right after an accepted create, over every run: a window the queue
+	// took, in the units of an inferred bound and of the planner's
+	// window (the queue itself holds only their unprocessed part).
+	Accepted int64 `json:"accepted,omitempty"`
 }
+
+// InferredQueueTTL is how long the planner trusts an inferred queue bound:
+// it rests on what colleagues had queued at one moment, which a day
+// changes. After it the org is planned at the larger of the documented
+// figure and the most its queue was seen to take.
+const InferredQueueTTL = 24 * time.Hour
 
 // Batch is the last run's ended batches of an organization: how many,
 // their mean size and mean create-to-end time by the API's clock.
@@ -391,17 +409,44 @@ func (f *File) AddBatch(samples ...BatchSample) {
 			o.Batch = &Batch{Batches: s.Batches, MeanRequests: float64(s.Requests) / float64(s.Batches),
 				MeanSeconds: s.Seconds / float64(s.Batches), At: s.At}
 		}
-		if q := s.Queue; q != nil && q.Requests > 0 {
-			// The bound is the org's tier's: it moves only with the tier.
-			// A named figure wins over an inferred one, a smaller over a
-			// larger of the same kind; a newer named one replaces an
-			// older (a tier changed).
-			old := o.BatchQueue
-			if old == nil || q.Named && (!old.Named || q.Requests != old.Requests) || q.Named == old.Named && q.Requests < old.Requests {
-				o.BatchQueue = &BatchQueue{Requests: q.Requests, Named: q.Named, At: s.At}
-			}
+		if q := s.Queue; q != nil {
+			o.BatchQueue = mergeQueue(o.BatchQueue, q, s.At)
 		}
 	}
+}
+
+// mergeQueue is the org's queue record after one run's evidence q: a
+// named figure replaces any earlier record (the tier's, a newer one a
+// tier change); an inferred one replaces an inferred one (the newest
+// refusal, not the smallest: colleagues' load moved it); the largest
+// window ever accepted raises an inferred bound it exceeds, never lowers
+// one. A run without a refusal adds only its accepted window.
+func mergeQueue(old *BatchQueue, q *batch.QueueBound, at time.Time) *BatchQueue {
+	acc := q.Accepted
+	if old != nil {
+		acc = max(acc, old.Accepted)
+	}
+	var n BatchQueue
+	switch {
+	case q.Requests > 0 && (q.Named || old == nil || !old.Named || old.Requests == 0):
+		n = BatchQueue{Requests: q.Requests, Named: q.Named, At: at}
+	case old != nil:
+		n = *old
+	case acc == 0:
+		return nil
+	default:
+		n = BatchQueue{At: at}
+	}
+	n.Accepted = acc
+	if !n.Named && n.Requests > 0 && n.Requests < acc {
+		// The queue took a larger window than the inferred bound says:
+		// colleagues' batches left it, or the tier moved. (A named
+		// figure counts the queue's unprocessed requests, a window
+		// counts requests in unended batches, processed ones included:
+		// a window above it contradicts nothing.)
+		n.Requests, n.At = acc, at
+	}
+	return &n
 }
 
 // Pool returns what is known of org × pool, or nil.

@@ -54,3 +54,52 @@ func TestBatchQueueBound(t *testing.T) {
 		}
 	}
 }
+
+// TestInferredQueueBoundAcrossRuns: inferred bounds from runs seeing
+// 90,000, 150, 95,000 and 99,000 leave the newest (99,000), not the
+// smallest forever; a run whose queue took more raises it; the planner
+// stops trusting an inferred bound InferredQueueTTL after it was seen,
+// and then plans at the documented figure or the most the queue took.
+func TestInferredQueueBoundAcrossRuns(t *testing.T) {
+	f := &File{Version: fileVersion, Orgs: map[string]*Org{}}
+	at := t0
+	run := func(q batch.QueueBound) *BatchQueue {
+		q.OrgID = "org-a"
+		at = at.Add(time.Hour)
+		f.AddBatch(FromBatch(batch.Stats{QueueBound: map[string]batch.QueueBound{"a": q}}, at)...)
+		return f.Orgs["org-a"].BatchQueue
+	}
+	for _, n := range []int64{90_000, 150, 95_000, 99_000} {
+		run(batch.QueueBound{Requests: n, Accepted: min(n, 150)})
+	}
+	if q := f.Orgs["org-a"].BatchQueue; q.Requests != 99_000 || q.Accepted != 150 {
+		t.Fatalf("after 90k, 150, 95k, 99k: %+v, want the newest, 99,000", q)
+	}
+	if q := run(batch.QueueBound{Accepted: 120_000}); q.Requests != 120_000 || q.Accepted != 120_000 {
+		t.Fatalf("a run whose queue took 120,000 without a refusal: %+v, want the bound raised", q)
+	}
+	if q := run(batch.QueueBound{Requests: 500}); q.Requests != 120_000 {
+		t.Fatalf("a refusal at 500 after the queue took 120,000: %+v, never below what it took", q)
+	}
+	w := plan.NewWorld("x")
+	prov, _ := Apply(&w, f, []OrgRef{{"org-a", "a"}}, "claude-sonnet-4-5", 256, at.Add(time.Hour))
+	if w.Orgs[0].BatchQueueCap != 120_000 || !strings.Contains(prov.String(), "inferred from the requests in flight") {
+		t.Fatalf("fresh: cap %d\n%s", w.Orgs[0].BatchQueueCap, prov)
+	}
+	run(batch.QueueBound{Requests: 300})
+	f.Orgs["org-a"].BatchQueue.Accepted = 0 // an old file's record: no accepted count
+	f.Orgs["org-a"].BatchQueue.Requests = 300
+	prov, _ = Apply(&w, f, []OrgRef{{"org-a", "a"}}, "claude-sonnet-4-5", 256, at.Add(InferredQueueTTL+time.Minute))
+	if w.Orgs[0].BatchQueueCap != plan.DocumentedBatchQueue || !strings.Contains(prov.String(), "is older than") {
+		t.Fatalf("expired: cap %d\n%s", w.Orgs[0].BatchQueueCap, prov)
+	}
+	// A named figure counts the queue's unprocessed requests: a larger
+	// window accepted later (processed rows of unended batches included)
+	// leaves it.
+	if q := run(batch.QueueBound{Requests: 1000, Named: true, Accepted: 1400}); q.Requests != 1000 || !q.Named {
+		t.Fatalf("named: %+v", q)
+	}
+	if q := run(batch.QueueBound{Accepted: 5000}); q.Requests != 1000 || !q.Named || q.Accepted != 5000 {
+		t.Fatalf("a named bound after a larger accepted window: %+v", q)
+	}
+}

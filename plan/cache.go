@@ -31,8 +31,11 @@ import (
 const DefaultBatchHitRate = 0.64
 
 // BatchBreakEven is the batch hit rate above which caching a prefix with
-// the 1 h TTL costs less than sending it uncached: h·0.1 + (1−h)·2 = 1
-// (one owner: the cost package, whose figure the batch runner uses too).
+// the 1 h TTL costs less than sending it uncached, at the standard
+// multipliers: h·0.1 + (1−h)·2 = 1. A model's own figure, from its prices
+// (its cache reads may be 0.05× or 0.025×), is cost.CacheBreakEven1hOf's,
+// which the decision and the batch runner use (one owner: the cost
+// package).
 const BatchBreakEven = cost.CacheBreakEven1h
 
 // BatchSharers is how many pending requests must share a prefix before a
@@ -157,7 +160,10 @@ func (p *planner) cachedCost(n int, batch bool) float64 {
 		return usd
 	}
 	if c.BatchShare <= 0 || c.BatchTokens <= 0 {
-		return cost.Estimate(j.Model, round(float64(n)*j.MeanInput), t.Output, true)
+		// As written: each request in its own band (a long-context rule
+		// reads one request's prompt, never the job's total).
+		usd, _ := cost.EstimateN(j.Model, n, j.MeanInput, j.MeanOutput, true)
+		return usd
 	}
 	cached = float64(n) * c.BatchShare
 	t.Input = round(math.Max(0, float64(n)*j.MeanInput-cached*c.BatchTokens))
@@ -192,7 +198,7 @@ func cacheEffect(d, uncached Decision) string {
 	}
 	if d.BatchN > 0 && d.Job.Cached.BatchShare > 0 {
 		s += fmt.Sprintf("; on batch it assumes %.0f %% of rows read the primed prefix, and costs more than it saves below %.0f %% (then --cache-prefix off)",
-			100*d.Job.Cached.batchHitRate(), 100*BatchBreakEven)
+			100*d.Job.Cached.batchHitRate(), 100*cost.CacheBreakEven1hOf(d.Job.Model))
 	}
 	return s
 }

@@ -198,3 +198,48 @@ func TestSeedTurnaroundOnBatchWall(t *testing.T) {
 		t.Errorf("seeded batch wall %v, as written %v: %v more, want the seed's %v", seeded.BatchWall.Mid, asWritten.BatchWall.Mid, got, seed)
 	}
 }
+
+// TestBatchAsWrittenPerRequestBand: batch rows sent as written (a cached
+// prefix on sync only) are each billed in their own long-context band,
+// read from one request's prompt, never from the job's total tokens: 300
+// Haiku 5.5 requests of 5,000 tokens are all far below its 100k threshold.
+func TestBatchAsWrittenPerRequestBand(t *testing.T) {
+	const haiku55 = "claude-haiku-5-5"
+	m, ok := api.LookupModel(haiku55)
+	if !ok || m.LongContext == nil || 300*5000 <= m.LongContext.Threshold {
+		t.Fatalf("the test needs %s with a long-context threshold below the job's total: %+v", haiku55, m.LongContext)
+	}
+	w := itpmBound(t)
+	j := plan.Job{N: 300, Model: haiku55, MeanInput: 5000, MeanOutput: 50, MaxTokens: 64,
+		Cached: plan.CachedPrefix{Share: 1, Tokens: 4000, Prefixes: 1}}
+	d := decide(t, w, j, plan.Options{Priority: plan.PreferCost})
+	want, _ := cost.TokensCost(haiku55, cost.Tokens{Input: 300 * 5000, Output: 300 * 50}, true)
+	if !near(d.BatchCost, want, 1e-9) {
+		t.Errorf("batch cost $%.4f, want $%.4f (each request below the threshold)", d.BatchCost, want)
+	}
+}
+
+// TestLongLinesPricedInTheirBand: a job whose few long lines are over the
+// model's long-context threshold, though its mean is far below, pays the
+// multiple on those lines (sluice plan --input knows them line by line).
+func TestLongLinesPricedInTheirBand(t *testing.T) {
+	const haiku55 = "claude-haiku-5-5"
+	m, ok := api.LookupModel(haiku55)
+	if !ok || m.LongContext == nil || m.LongContext.Threshold >= 150_000 {
+		t.Fatalf("the test needs %s with a long-context threshold below 150,000: %+v", haiku55, m.LongContext)
+	}
+	w := itpmBound(t)
+	// 90 lines of 1,000 tokens and 10 of 150,000: a mean of 15,900.
+	j := plan.Job{N: 100, Model: haiku55, MeanInput: 15_900, MeanOutput: 50, MaxTokens: 64,
+		Long: plan.LongPart{Share: 0.1, MeanInput: 150_000}}
+	d := decide(t, w, j, plan.Options{})
+	short, _ := cost.BandCost(haiku55, cost.Tokens{Input: 90 * 1000, Output: 90 * 50}, false, false)
+	long, _ := cost.BandCost(haiku55, cost.Tokens{Input: 10 * 150_000, Output: 10 * 50}, false, true)
+	if !near(d.SyncCost, short+long, 1e-9) {
+		t.Errorf("sync cost $%.4f, want $%.4f (the 10 long lines at the multiple)", d.SyncCost, short+long)
+	}
+	j.Long = plan.LongPart{}
+	if flat := decide(t, w, j, plan.Options{}); flat.SyncCost >= d.SyncCost {
+		t.Errorf("without the long lines known: $%.4f, not below $%.4f", flat.SyncCost, d.SyncCost)
+	}
+}

@@ -59,6 +59,19 @@ type Job struct {
 	// Cached is what the job's shared prompt prefixes let the prompt cache
 	// spare (cache.go); zero for none.
 	Cached CachedPrefix
+	// Long is the part of the job over the model's long-context threshold,
+	// when the lines are known (sluice plan --input): each request is
+	// billed in its own band, so a few long lines cost their multiple
+	// however low the mean. Zero: every request is priced in the band of
+	// MeanInput.
+	Long LongPart
+}
+
+// LongPart is a job's requests over the model's long-context threshold:
+// their share of the job and their mean input tokens.
+type LongPart struct {
+	Share     float64
+	MeanInput float64
 }
 
 // Options are the caller's preferences. The zero value is the balanced
@@ -226,6 +239,15 @@ func (p *planner) costOf(n int, batch bool) float64 {
 	}
 	if p.j.Cached.active() {
 		return p.cachedCost(n, batch)
+	}
+	if l := p.j.Long; l.Share > 0 && l.Share < 1 && l.MeanInput > p.j.MeanInput {
+		// Each band by its own mean: the long requests', and the rest's
+		// (the job's mean less theirs).
+		nl := int(math.Round(float64(n) * l.Share))
+		short := (p.j.MeanInput - l.Share*l.MeanInput) / (1 - l.Share)
+		lu, _ := cost.EstimateN(p.j.Model, nl, l.MeanInput, p.j.MeanOutput, batch)
+		su, _ := cost.EstimateN(p.j.Model, n-nl, math.Max(0, short), p.j.MeanOutput, batch)
+		return lu + su
 	}
 	usd, _ := cost.EstimateN(p.j.Model, n, p.j.MeanInput, p.j.MeanOutput, batch)
 	return usd

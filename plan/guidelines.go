@@ -3,7 +3,6 @@ package plan
 import (
 	"bytes"
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -135,7 +134,8 @@ Assumptions:
 		if i == len(guidelineModels)-1 {
 			sep = "."
 		}
-		s := cost.Estimate(m, JudgeMeanInput*1000, int64(math.Round(out*1000)), false) / 1000
+		s, _ := cost.EstimateN(m, 1000, JudgeMeanInput, out, false)
+		s /= 1000
 		fmt.Fprintf(&b, " %s $%.5f / $%.5f%s", shortName(m), s, s*api.BatchDiscount, sep)
 	}
 	fmt.Fprintf(&b, "\n- Time scale 1 (real time). Sonnet at the cap: %d ÷ %.3f s = %.1f requests/s per organization.\n\n",
@@ -268,7 +268,8 @@ func mustRate(w World, model string) float64 {
 // breakEven is the value of time, in USD per hour, below which a large
 // job is cheaper in cost + value of time on batch than on sync.
 func breakEven(model string, out, syncRate, batchRate float64) string {
-	saving := cost.Estimate(model, JudgeMeanInput*1000, int64(math.Round(out*1000)), false) / 1000 * (1 - api.BatchDiscount)
+	usd, _ := cost.EstimateN(model, 1000, JudgeMeanInput, out, false)
+	saving := usd / 1000 * (1 - api.BatchDiscount)
 	extra := 1/batchRate - 1/syncRate // seconds per request
 	if extra <= 0 {
 		return "any"

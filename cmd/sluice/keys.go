@@ -14,12 +14,15 @@ import (
 
 // keyRow is one line of `sluice keys`; it never holds a key value.
 type keyRow struct {
-	Label  string                          `json:"label"`
-	Last4  string                          `json:"last4"`
-	Source string                          `json:"source"`
-	Org    string                          `json:"org,omitempty"`
-	Health string                          `json:"health"`
-	Limits map[string]api.RateLimitHeaders `json:"limits,omitempty"`
+	Label  string `json:"label"`
+	Last4  string `json:"last4"`
+	Source string `json:"source"`
+	Org    string `json:"org,omitempty"`
+	// Workspace is the workspace the key's calls are charged to (its
+	// answers' anthropic-workspace-id, else its line's workspace=).
+	Workspace string                          `json:"workspace,omitempty"`
+	Health    string                          `json:"health"`
+	Limits    map[string]api.RateLimitHeaders `json:"limits,omitempty"`
 }
 
 func keysCmd() *cobra.Command {
@@ -59,7 +62,7 @@ to read the rate limits from the response headers.`,
 			var rows []keyRow
 			for _, d := range disc {
 				k := d.Key
-				row := keyRow{Label: k.Label(), Last4: k.Last4(), Source: k.Source(), Org: k.Org(), Health: "ok"}
+				row := keyRow{Label: k.Label(), Last4: k.Last4(), Source: k.Source(), Org: k.Org(), Workspace: k.ChargedWorkspace(), Health: "ok"}
 				if dead, why := k.Dead(); dead {
 					row.Health = "dead: " + why
 				} else if d.Outcome.Class != client.OK {
@@ -82,9 +85,13 @@ to read the rate limits from the response headers.`,
 				enc.SetIndent("", "  ")
 				return enc.Encode(rows)
 			}
-			fmt.Fprintf(out, "%-12s %-6s %-28s %-38s %s\n", "label", "last4", "source", "organization", "health")
+			fmt.Fprintf(out, "%-12s %-6s %-28s %-38s %-24s %s\n", "label", "last4", "source", "organization", "workspace", "health")
 			for _, r := range rows {
-				fmt.Fprintf(out, "%-12s %-6s %-28s %-38s %s\n", r.Label, r.Last4, r.Source, r.Org, r.Health)
+				ws := r.Workspace
+				if ws == "" {
+					ws = "-"
+				}
+				fmt.Fprintf(out, "%-12s %-6s %-28s %-38s %-24s %s\n", r.Label, r.Last4, r.Source, r.Org, ws, r.Health)
 				for m, l := range r.Limits {
 					fmt.Fprintf(out, "    %-28s RPM %s  ITPM %s  OTPM %s\n", m, limitText(l.Requests), limitText(l.InputTokens), limitText(l.OutputTokens))
 				}

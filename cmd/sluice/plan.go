@@ -299,19 +299,31 @@ func (f *planFlags) cached(j plan.Job, orgs int) (plan.CachedPrefix, error) {
 	return c, nil
 }
 
+// firstErrors lists the first invalid lines, one per line.
+func firstErrors(errs []jsonl.LineError) string {
+	var b strings.Builder
+	for _, e := range errs {
+		fmt.Fprintf(&b, "\n  %v", e)
+	}
+	return b.String()
+}
+
 // job builds the job's shape from the flags and, with --input, the file.
 func (f *planFlags) job(cmd *cobra.Command) (plan.Job, error) {
 	j := plan.Job{N: f.n, Model: f.model, MeanInput: f.in, MeanOutput: f.out, MaxTokens: f.maxTokens}
 	if f.input != "" {
-		sum, _, err := jsonl.ScanFile(f.input, 0)
+		// Checked as sluice run checks them: against what the API
+		// version sent, and each line's model, refuse.
+		sum, errs, err := jsonl.ScanFileVersion(f.input, f.eng.version, 3)
 		if err != nil {
 			return j, err
 		}
 		if sum.Valid == 0 {
-			return j, fmt.Errorf("plan: %s has no valid request lines", f.input)
+			return j, fmt.Errorf("plan: %s has no valid request lines (API version %s)%s", f.input, f.eng.version, firstErrors(errs))
 		}
 		if sum.Invalid > 0 {
-			fmt.Fprintf(cmd.ErrOrStderr(), "plan: %d invalid lines in %s are left out of the shape\n", sum.Invalid, f.input)
+			fmt.Fprintf(cmd.ErrOrStderr(), "plan: %d invalid lines in %s (API version %s) are left out of the shape; sluice run stops at them (or skips them with --skip-invalid)%s\n",
+				sum.Invalid, f.input, f.eng.version, firstErrors(errs))
 		}
 		if j.N == 0 {
 			j.N = sum.Valid
@@ -324,6 +336,10 @@ func (f *planFlags) job(cmd *cobra.Command) (plan.Job, error) {
 		}
 		if j.MeanInput == 0 {
 			j.MeanInput = sum.MeanEstInputTokens()
+			// The lines over their model's long-context threshold are
+			// priced in their band, not in the mean's.
+			share, mean := sum.LongShare()
+			j.Long = plan.LongPart{Share: share, MeanInput: mean}
 		}
 		if j.MaxTokens == 0 {
 			j.MaxTokens = int(sum.MeanMaxTokens() + 0.5)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -103,5 +104,45 @@ func TestPlanWithoutKeysSaysSo(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "no API key found: planning for the simulator preset three-org") {
 		t.Errorf("stderr does not say the plan is for the preset:\n%s", stderr)
+	}
+}
+
+// TestKeysWorkspace: `sluice keys` shows each key's workspace — the one its
+// answers name, a workspace-scoped key's included — and a key whose
+// workspace= the API refuses is dead, by label, never by value.
+func TestKeysWorkspace(t *testing.T) {
+	_, base := simtest.Loopback(t, func(c *sim.Config) {
+		c.Orgs[0].Workspaces = []sim.WorkspaceConfig{{ID: "wrkspc_research"}}
+		c.Orgs[0].Keys[0].Workspace = "wrkspc_research"
+	})
+	kf := filepath.Join(t.TempDir(), "keys")
+	lines := "scoped=" + sim.FakeKeyHighPrio + "\nspan=" + sim.FakeKeyBatch + " workspace=wrkspc_reserch\n"
+	if err := os.WriteFile(kf, []byte(lines), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := executeWith(t, map[string]string{"ANTHROPIC_BASE_URL": base}, keysCmd(), "--no-dotenv", "--keys-file", kf, "--json")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr)
+	}
+	var rows []keyRow
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	got := map[string]keyRow{}
+	for _, r := range rows {
+		got[r.Label] = r
+	}
+	if r := got["scoped"]; r.Workspace != "wrkspc_research" || r.Health != "ok" {
+		t.Errorf("scoped: %+v, want its workspace from the answers", r)
+	}
+	if r := got["span"]; r.Workspace != "wrkspc_reserch" || !strings.HasPrefix(r.Health, "dead: ") || !strings.Contains(r.Health, "workspace") {
+		t.Errorf("span: %+v, want dead for its refused workspace", r)
+	}
+	if strings.Contains(out+stderr, sim.FakeKeyBatch) || strings.Contains(out+stderr, sim.FakeKeyHighPrio) {
+		t.Error("a key value was printed")
+	}
+	text, _, err := executeWith(t, map[string]string{"ANTHROPIC_BASE_URL": base}, keysCmd(), "--no-dotenv", "--keys-file", kf)
+	if err != nil || !strings.Contains(text, "workspace") || !strings.Contains(text, "wrkspc_research") {
+		t.Errorf("the table lacks the workspace column: %v\n%s", err, text)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -193,5 +194,42 @@ func TestPlanInputCachedPrefix(t *testing.T) {
 	}
 	if _, err := execute(t, planCmd(), "--input", long, "--cache-prefix", "maybe"); err == nil {
 		t.Error("--cache-prefix maybe accepted")
+	}
+}
+
+// TestPlanInputVersion: sluice plan --input checks the lines against what
+// --anthropic-version refuses, as sluice run does: under 2026-10-21 a line
+// with temperature is invalid, named by line and field, and left out of
+// the shape; under 2023-06-01 it is not.
+func TestPlanInputVersion(t *testing.T) {
+	in := filepath.Join(t.TempDir(), "requests.jsonl")
+	var b strings.Builder
+	for i := 1; i <= 20; i++ {
+		temp := ""
+		if i == 7 {
+			temp = `"temperature":0.5,`
+		}
+		fmt.Fprintf(&b, `{"custom_id":"r%d","params":{"model":"claude-haiku-4-5","max_tokens":64,%s"messages":[{"role":"user","content":"question %d"}]}}`+"\n", i, temp, i)
+	}
+	if err := os.WriteFile(in, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		version string
+		n       int
+		warned  bool
+	}{{"2026-10-21", 19, true}, {"2023-06-01", 20, false}} {
+		out, stderr, err := executeWith(t, nil, planCmd(), "--input", in, "--json", "--anthropic-version", tc.version)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", tc.version, err, stderr)
+		}
+		var d decisionJSON
+		if err := json.Unmarshal([]byte(out), &d); err != nil {
+			t.Fatal(err)
+		}
+		warned := strings.Contains(stderr, "line 7: params.temperature: API version 2026-10-21 refuses temperature")
+		if d.N != tc.n || warned != tc.warned {
+			t.Errorf("%s: planned %d requests, warned %v:\n%s", tc.version, d.N, warned, stderr)
+		}
 	}
 }
