@@ -131,12 +131,15 @@ func NewRouter(o Options) *Router {
 }
 
 // JobOf is the planner's job for a surveyed input with pending requests
-// to send: its main model, mean estimated input and max_tokens, and what
+// to send: its main model, mean estimated input and max_tokens, the part
+// over the model's long-context threshold (billed in its own band), and what
 // its shared prompt prefixes let the cache spare (s.Prefix, counted over
 // the pending requests the survey found sharing one).
 func JobOf(s jsonl.Summary, pending int) plan.Job {
 	j := plan.Job{N: pending, Model: s.MainModel(), MeanInput: s.MeanEstInputTokens(), MaxTokens: int(s.MeanMaxTokens())}
 	j.Cached = CachedOf(s.Prefix, s.BatchPrefix, pending, j.MeanInput)
+	share, mean := s.LongShare()
+	j.Long = plan.LongPart{Share: share, MeanInput: mean}
 	return j
 }
 
