@@ -12,13 +12,16 @@
 //     episode; 529s, 5xx and lost connections pause growth when more than
 //     noise and cut only when a sustained share; consecutive failures open
 //     a breaker;
-//   - a concurrency limit that starts with one header probe, ramps by
+//   - a concurrency limit that starts with one header probe, then at
+//     what one latency of its buckets can pay for (start.go), ramps by
 //     slow start (timed by answers, so a world ten times faster ramps ten
-//     times faster), returns quickly to the last good limit after a cut,
-//     and restarts the ramp after the lane sat idle;
+//     times faster), holds its rate on an acceleration 429, returns
+//     quickly to the last good limit after a cut, and restarts the ramp
+//     after the lane sat idle;
 //   - a pause of the whole lane for the retry-after of a congestion 429;
 //   - a reserve for colleagues: the lane never spends the last Reserve
-//     share of what a bucket holds.
+//     share of what a bucket holds — save on a cold start into buckets
+//     the first answer shows full, until anyone else's use shows.
 //
 // Every method takes the time; the lane never sleeps. It is safe for
 // concurrent use.
@@ -38,8 +41,9 @@ import (
 type Config struct {
 	// Cap is the etiquette cap on concurrency (required, ≥ 1).
 	Cap int
-	// Start is the first concurrency limit, and where the ramp restarts
-	// after the lane sat idle (default max(4, Cap/8), at most Cap).
+	// Start is the first concurrency limit when the first answer shows no
+	// bucket, and where the ramp restarts after the lane sat idle (default
+	// max(4, Cap/8), at most Cap).
 	Start int
 	// Decrease multiplies the limit on a congestion episode (default 0.8).
 	Decrease float64
@@ -79,19 +83,28 @@ func (c *Config) defaults() {
 // clocks are its own latency and its answers, so the same world run
 // faster is controlled the same way.
 const (
-	// slowStartStep is added to the limit per clean answer that finds the
-	// lane full, below the target: the limit doubles every
-	// RampDoublingLatencies round trips of saturated work.
-	slowStartStep = math.Ln2 / RampDoublingLatencies
 	// RampDoublingLatencies is how many mean latencies the ramp takes to
-	// double the limit (the planner models the ramp with it).
-	RampDoublingLatencies = 2.0
+	// double the limit while its answers are clean and its headers show
+	// room (the planner models the ramp with it): ln 2 ÷ it is added to
+	// the limit per clean answer that finds the lane full, below the
+	// target. Each acceleration signal doubles it for the lane (up to
+	// maxRampLatencies) until the ramp reaches the cap.
+	RampDoublingLatencies = 1.0
+	maxRampLatencies      = 8.0
 	// returnShare is the share of the limit before a congestion cut that
 	// slow start returns to (the last good limit).
 	returnShare = 0.9
 	// idleLatencies of nothing admitted and nothing in flight restart the
 	// ramp.
 	idleLatencies = 8
+	// An acceleration 429 (start.go) comes within riseLatencies of a rise
+	// of the lane's rate; it holds the limit at accelBack × the limit the
+	// refused attempt was sent under for holdLatencies, doubling with each
+	// signal up to maxHoldLatencies.
+	riseLatencies    = 16
+	accelBack        = 0.9
+	holdLatencies    = 4
+	maxHoldLatencies = 64
 	// sustainedShare of 529s, or of failures, over the recent answers
 	// cuts the limit; overloadFloor × the last good limit is as low as
 	// such cuts go.
@@ -149,6 +162,7 @@ type Ticket struct {
 	grant   budget.Grant  // what the budget deducted for it
 	est     float64       // the input estimate before correction
 	at      time.Time
+	limit   float64 // the concurrency limit it was admitted under
 }
 
 // Result is what the lane learns from a finished attempt.
@@ -231,10 +245,18 @@ type Lane struct {
 	visible     [budget.NumDims]bool      // headers seen
 	named       [budget.NumDims]bool      // paced from a 429's message only
 	lowHeadroom bool
-	stats       Stats
-	waiting     bool // a Waited period is open: since waitSince, for waitWhy
-	waitWhy     Wait
-	waitSince   time.Time
+	// The start and the acceleration hold (start.go).
+	unshared  bool      // no reserve: a cold start into full buckets, no one else's use seen since
+	rampLat   float64   // mean latencies per doubling of the ramp now
+	riseAt    time.Time // the lane's rate last rose: its start, a growth of the limit
+	holdUntil time.Time // no growth before then: an acceleration hold
+	lastAccel time.Time // the last acceleration signal that held the limit
+	accelSent float64   // the limit the attempt refused then was sent under
+	holds     int       // acceleration holds since the ramp last reached the cap
+	stats     Stats
+	waiting   bool // a Waited period is open: since waitSince, for waitWhy
+	waitWhy   Wait
+	waitSince time.Time
 }
 
 // Stats counts a lane's life.
@@ -253,10 +275,13 @@ type Stats struct {
 	Failed     int64
 	Decreases  int64
 	Restarts   int64 // ramps restarted after the lane sat idle
-	Breaker    int64 // times the breaker opened
-	Pauses     int64
-	Refusals   [budget.NumRefusals]int64 // counted when work was waiting
-	PausedTime time.Duration
+	// Acceleration counts the 429s read as an acceleration limit (a rise
+	// of the lane's rate refused while every bucket showed room).
+	Acceleration int64
+	Breaker      int64 // times the breaker opened
+	Pauses       int64
+	Refusals     [budget.NumRefusals]int64 // counted when work was waiting
+	PausedTime   time.Duration
 	// Waited is how long work waited on the lane, by what held it back:
 	// a period starts at a refusal and ends at the next admission, at a
 	// refusal for another reason, or at Idle (the dispatcher's: nothing of
@@ -291,7 +316,7 @@ func (w Wait) String() string { return waitNames[w] }
 // New returns a lane whose ramp starts now.
 func New(cfg Config, b budget.Budget, now time.Time) *Lane {
 	cfg.defaults()
-	return &Lane{cfg: cfg, budget: b, limit: float64(cfg.Start), target: float64(cfg.Cap), inScale: 1}
+	return &Lane{cfg: cfg, budget: b, limit: float64(cfg.Start), target: float64(cfg.Cap), inScale: 1, rampLat: RampDoublingLatencies}
 }
 
 // Config returns the lane's effective configuration.
@@ -381,7 +406,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	case halfOpen:
 		limit = 1 // one probe at a time until an answer closes it
 	}
-	grant, r, wait := l.budget.TryTake(now, limit, l.cfg.Reserve, d)
+	grant, r, wait := l.budget.TryTake(now, limit, l.reserve(), d)
 	if r != budget.Granted {
 		if r == budget.ByConcurrency {
 			l.busyAt = now
@@ -422,7 +447,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	for i, x := range d {
 		l.largest[i] = math.Max(l.largest[i], x)
 	}
-	return Ticket{charged: d, grant: grant, est: estInput, at: now}, budget.Granted, 0
+	return Ticket{charged: d, grant: grant, est: estInput, at: now, limit: float64(limit)}, budget.Granted, 0
 }
 
 // restartIfIdle restarts the ramp of a lane that sent and heard nothing
@@ -495,7 +520,9 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 	defer l.mu.Unlock()
 	l.inFlight = max(0, l.inFlight-1)
 	l.lastActive = now
+	first := false
 	if r.Reached && r.Signal != Aborted && (r.Signal != Failed || r.Answered) {
+		first = !l.answered
 		l.answered = true
 	}
 	if r.Reached && r.Latency > 0 {
@@ -512,9 +539,14 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 	if v.Any() {
 		l.budget.Observe(now, v, t.grant)
 	}
+	snap := l.budget.Snapshot(now)
+	l.shared(r, &snap)
+	if first {
+		l.start(now, &snap)
+	}
 	l.lowHeadroom = false
-	for _, b := range l.budget.Snapshot(now).Buckets {
-		if b.Known && b.Headroom(l.cfg.Reserve) < 0 {
+	for _, b := range snap.Buckets {
+		if b.Known && b.Headroom(l.reserve()) < 0 {
 			l.lowHeadroom = true
 		}
 	}
@@ -685,9 +717,20 @@ func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 	}
 	// Nothing named, and every bucket the headers show has room: a limit
 	// enforced over a shorter interval than they describe, or an
-	// acceleration limit. A smaller burst answers the first; while a
-	// depth can still shrink, that is the answer, and only once every
-	// depth is at its floor is it congestion (a cut of the concurrency).
+	// acceleration limit. During a rise of the lane's own rate it is read
+	// as acceleration: the rate is held, no depth halved (start.go).
+	// Otherwise a smaller burst answers the first; while a depth can still
+	// shrink, that is the answer, and only once every depth is at its
+	// floor is it congestion (a cut of the concurrency).
+	shown := false
+	for _, s := range states {
+		shown = shown || (s.Present && s.Limit > 0)
+	}
+	if shown && l.accelerationRead(now, t) {
+		l.acceleration(now, t, r.RetryAfter)
+		l.stats.Explained++
+		return
+	}
 	atFloor := true
 	for i, s := range states {
 		if s.Present && s.Limit > 0 {
@@ -718,6 +761,12 @@ func (l *Lane) congestion(now, sent time.Time, retryAfter time.Duration) {
 		l.lastCut = now
 		l.stats.Decreases++
 	}
+	l.pause(now, retryAfter)
+}
+
+// pause stops the lane for retryAfter from now (a longer pause stands).
+// Requires l.mu.
+func (l *Lane) pause(now time.Time, retryAfter time.Duration) {
 	if retryAfter > 0 {
 		if until := now.Add(retryAfter); until.After(l.pausedUntil) {
 			if now.Before(l.pausedUntil) {
@@ -799,14 +848,16 @@ func (l *Lane) clean(now time.Time, t Ticket, r Result) {
 		return
 	}
 	l.good = math.Max(l.good, math.Min(float64(l.cfg.Cap), l.limit))
-	if l.busyAt.IsZero() || now.Sub(l.busyAt) > l.lat() {
+	if l.busyAt.IsZero() || now.Sub(l.busyAt) > l.lat() || now.Before(l.holdUntil) {
 		return
 	}
+	was := l.limit
 	if l.limit < l.target {
-		l.limit = math.Min(l.target, l.limit+slowStartStep)
+		l.limit = math.Min(l.target, l.limit+math.Ln2/l.rampLat)
 	} else if l.limit < float64(l.cfg.Cap) {
 		l.limit = math.Min(float64(l.cfg.Cap), l.limit+1/math.Max(1, l.limit))
 	}
+	l.grew(now, was)
 }
 
 // failure handles a 529, a 5xx or a lost connection: the API's trouble,
@@ -909,7 +960,7 @@ func (l *Lane) Headroom(now time.Time) float64 {
 	h := (lim - float64(s.InUse)) / lim
 	for _, b := range s.Buckets {
 		if b.Known {
-			h = math.Min(h, b.Headroom(l.cfg.Reserve))
+			h = math.Min(h, b.Headroom(l.reserve()))
 		}
 	}
 	return math.Max(0, h)

@@ -1,0 +1,135 @@
+package lane
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/budget"
+)
+
+// reqHeaders is an answer's requests headers: limit per minute, remaining,
+// full again after fullIn.
+func reqHeaders(now time.Time, limit, rem int64, fullIn time.Duration) api.RateLimitHeaders {
+	return api.RateLimitHeaders{Requests: api.LimitState{Present: true, Limit: limit, Remaining: rem, Reset: now.Add(fullIn), ResetFine: true}}
+}
+
+// firstAnswer answers a lane's header probe with h at t0 + rtt.
+func firstAnswer(t *testing.T, l *Lane, h api.RateLimitHeaders) time.Time {
+	t.Helper()
+	tk := tkAt(t, l, t0)
+	now := t0.Add(rtt)
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: h, Date: now})
+	return now
+}
+
+// TestStartFromTheHeaders: the first answer sets the limit to the burst
+// its buckets pay for at once (no more than a second of the limit), within
+// the cap and not under Start; full buckets lift the reserve until anyone
+// else's use shows.
+func TestStartFromTheHeaders(t *testing.T) {
+	now := t0.Add(rtt)
+	for _, c := range []struct {
+		name       string
+		h          api.RateLimitHeaders
+		want       int
+		wantShared bool
+	}{
+		{"full, 1 s of the limit under the cap", reqHeaders(now, 1200, 1199, 50*time.Millisecond), 20, false},
+		{"full, the cap under 1 s of the limit", reqHeaders(now, 60000, 59999, time.Millisecond), 100, false},
+		{"drained by others", reqHeaders(now, 1200, 0, time.Minute), 12, true},
+	} {
+		l := newLane(Config{Cap: 100, Start: 12})
+		firstAnswer(t, l, c.h)
+		if got := l.Limit(now); got != c.want {
+			t.Errorf("%s: limit %d, want %d", c.name, got, c.want)
+		}
+		l.mu.Lock()
+		res := l.reserve()
+		l.mu.Unlock()
+		if shared := res > 0; shared != c.wantShared {
+			t.Errorf("%s: reserve %g, want it kept: %v", c.name, res, c.wantShared)
+		}
+	}
+	// Anyone else's use ends the exemption: a requests remaining below
+	// what the lane's own spending explains.
+	l := newLane(Config{Cap: 100, Start: 12})
+	now = firstAnswer(t, l, reqHeaders(now, 1200, 1199, 50*time.Millisecond))
+	tk := tkAt(t, l, now)
+	now = now.Add(rtt)
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(now, 1200, 1100, 5*time.Second), Date: now})
+	l.mu.Lock()
+	res := l.reserve()
+	l.mu.Unlock()
+	if res != 0.15 {
+		t.Errorf("after a colleague's use the reserve is %g, want 0.15", res)
+	}
+	// No headers: Start.
+	l = newLane(Config{Cap: 100, Start: 12})
+	firstAnswer(t, l, api.RateLimitHeaders{})
+	if got := l.Limit(now); got != 12 {
+		t.Errorf("no headers: limit %d, want Start", got)
+	}
+}
+
+// TestAccelerationHoldsTheRate: a 429 naming nothing whose headers show
+// room, during the lane's ramp, holds the limit at 0.9 of the one it was
+// sent under for holdLatencies, halves no depth, and the ramp resumes; a
+// 429 like it while the rate is held is a shorter interval's, and halves
+// the depth.
+func TestAccelerationHoldsTheRate(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	room := func(now time.Time) Result {
+		return Result{Reached: true, Latency: rtt, Limits: reqHeaders(now, 12000, 11000, 5*time.Second), Date: now}
+	}
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, time.Millisecond))
+	if got := l.Limit(now); got != 200 {
+		t.Fatalf("start %d, want 200 (1 s of 12,000 RPM)", got)
+	}
+	r := room(now.Add(rtt))
+	r.Signal = Clean
+	now = round(t, l, now, r) // clean with room: ×(1 + ln 2)
+	grown := l.Limit(now)
+	if grown < 330 || grown > 345 {
+		t.Fatalf("after a clean round %d, want ≈ 338", grown)
+	}
+	depth := l.State(now).Buckets[budget.Requests].Depth
+	tk := tkAt(t, l, now)
+	now = now.Add(rtt)
+	r = room(now)
+	r.Signal = RateLimited
+	l.Done(now, tk, r)
+	held := l.Limit(now)
+	if want := int(0.9 * float64(grown)); held != want {
+		t.Fatalf("after an acceleration 429 the limit is %d, want %d (0.9 × the limit it was sent under)", held, want)
+	}
+	st := l.State(now)
+	if st.Stats.Acceleration != 1 || st.Buckets[budget.Requests].Depth != depth {
+		t.Fatalf("acceleration %d, depth %g → %g: want 1 and the depth kept", st.Stats.Acceleration, depth, st.Buckets[budget.Requests].Depth)
+	}
+	for range holdLatencies - 1 { // the hold: clean rounds, no growth
+		r = room(now.Add(rtt))
+		r.Signal = Clean
+		now = round(t, l, now, r)
+	}
+	if got := l.Limit(now); got != held {
+		t.Fatalf("during the hold the limit moved to %d from %d", got, held)
+	}
+	// A 429 at the held rate: not acceleration; the shorter interval's
+	// rule halves the depth.
+	tk = tkAt(t, l, now)
+	now = now.Add(rtt)
+	r = room(now)
+	r.Signal = RateLimited
+	l.Done(now, tk, r)
+	if st := l.State(now); st.Stats.Acceleration != 1 || st.Buckets[budget.Requests].Depth > depth/2+1 {
+		t.Fatalf("a 429 at the held rate: acceleration %d, depth %g (was %g): want the depth halved", st.Stats.Acceleration, st.Buckets[budget.Requests].Depth, depth)
+	}
+	// The ramp that resumes after the hold is half as fast.
+	l.mu.Lock()
+	rl, until := l.rampLat, l.holdUntil
+	l.mu.Unlock()
+	if rl != 2*RampDoublingLatencies || !until.Before(now) {
+		t.Fatalf("after the hold: %g latencies per doubling, hold until %v (now %v)", rl, until.Sub(t0), now.Sub(t0))
+	}
+}
