@@ -129,7 +129,7 @@ func TestAccelerationHoldsTheRate(t *testing.T) {
 	l.mu.Lock()
 	rl, until := l.rampLat, l.holdUntil
 	l.mu.Unlock()
-	if rl != 2*RampDoublingLatencies || !until.Before(now) {
+	if rl != 2*RampDoublingLatencies || until.After(now) {
 		t.Fatalf("after the hold: %g latencies per doubling, hold until %v (now %v)", rl, until.Sub(t0), now.Sub(t0))
 	}
 }
