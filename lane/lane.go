@@ -253,10 +253,14 @@ type Lane struct {
 	lastAccel time.Time // the last acceleration signal that held the limit
 	accelSent float64   // the limit the attempt refused then was sent under
 	holds     int       // acceleration holds since the ramp last reached the cap
-	stats     Stats
-	waiting   bool // a Waited period is open: since waitSince, for waitWhy
-	waitWhy   Wait
-	waitSince time.Time
+	// The start lets go startBurst at startAt and startRate a second
+	// after, until that passes the limit (startRate 0: over).
+	startAt               time.Time
+	startBurst, startRate float64
+	stats                 Stats
+	waiting               bool // a Waited period is open: since waitSince, for waitWhy
+	waitWhy               Wait
+	waitSince             time.Time
 }
 
 // Stats counts a lane's life.
@@ -326,7 +330,7 @@ func (l *Lane) Config() Config { return l.cfg }
 func (l *Lane) Limit(now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limitLocked()
+	return l.limitAt(now)
 }
 
 func (l *Lane) limitLocked() int {
@@ -391,7 +395,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 		l.waitFor(now, WaitPause)
 		return Ticket{}, budget.ByRequests, l.pausedUntil.Sub(now)
 	}
-	limit := l.limitLocked()
+	limit := l.limitAt(now)
 	if !l.answered {
 		limit = 1
 	}
@@ -955,7 +959,7 @@ func (l *Lane) Headroom(now time.Time) float64 {
 	if now.Before(l.pausedUntil) || (l.breaker == open && now.Before(l.breakerUntil)) {
 		return 0
 	}
-	lim := float64(l.limitLocked())
+	lim := float64(l.limitAt(now))
 	s := l.budget.Snapshot(now)
 	h := (lim - float64(s.InUse)) / lim
 	for _, b := range s.Buckets {
@@ -990,7 +994,7 @@ func (l *Lane) State(now time.Time) State {
 	defer l.mu.Unlock()
 	s := l.budget.Snapshot(now)
 	st := State{
-		Limit: l.limitLocked(), Cap: l.cfg.Cap, InFlight: s.InUse,
+		Limit: l.limitAt(now), Cap: l.cfg.Cap, InFlight: s.InUse,
 		Paused: now.Before(l.pausedUntil), BreakerOpen: l.breaker != closed,
 		LowHeadroom: l.lowHeadroom, OutMean: l.outMean, InScale: l.inScale,
 		Latency: time.Duration(l.latency * float64(time.Second)),

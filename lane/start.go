@@ -33,14 +33,18 @@ func (l *Lane) reserve() float64 {
 }
 
 // start sets the limit at the lane's first answer, from the buckets as
-// the answer left them (snap): the burst they can pay for at once — the
-// level above the reserve, but no more than one second of the limit, the
+// the answer left them (snap): what one mean latency of them can pay for
+// (the level above the reserve plus a latency's refill, in requests of the
+// largest charge yet), within the etiquette cap and never under
+// Config.Start. The lane does not send it at once: over the first
+// latency it lets go the burst one second of the limit pays for — the
 // shortest interval the docs say a limit may be enforced over ("60 RPM
-// might be enforced as 1 request per second") — in requests of the
-// largest charge yet, within the etiquette cap and never under
-// Config.Start. Every bucket full and the reserve not given up by the
-// user: the lane spends the reserve too until anyone else's use shows
-// (shared). No bucket shown: Config.Start. Requires l.mu.
+// might be enforced as 1 request per second") — and then requests at the
+// limit's rate (startCap): at the limit from the first second, and
+// never faster than a limit enforced per second allows. Every bucket full
+// and the reserve not given up by the user: the lane spends the reserve
+// too until anyone else's use shows (shared). No bucket shown:
+// Config.Start, at once. Requires l.mu.
 func (l *Lane) start(now time.Time, snap *budget.Snapshot) {
 	l.riseAt = now
 	known, full := false, true
@@ -54,15 +58,37 @@ func (l *Lane) start(now time.Time, snap *budget.Snapshot) {
 		return
 	}
 	l.unshared = full && l.cfg.Reserve > 0
-	n := float64(l.cfg.Cap)
+	lat := l.lat().Seconds()
+	n, burst, rate := float64(l.cfg.Cap), float64(l.cfg.Cap), math.Inf(1)
 	for i, b := range snap.Buckets {
 		if !b.Known || b.Limit <= 0 {
 			continue
 		}
-		burst := math.Min(math.Max(0, b.Level-b.Reserve(l.reserve())), minDepthSeconds*b.Limit/60)
-		n = math.Min(n, burst/math.Max(1, l.largest[i]))
+		per := math.Max(1, l.largest[i])
+		avail := math.Max(0, b.Level-b.Reserve(l.reserve()))
+		n = math.Min(n, (avail+b.Limit/60*lat)/per)
+		burst = math.Min(burst, math.Min(avail, minDepthSeconds*b.Limit/60)/per)
+		rate = math.Min(rate, b.Limit/60/per)
 	}
 	l.limit = math.Min(float64(l.cfg.Cap), math.Max(float64(l.cfg.Start), math.Floor(n)))
+	l.startAt, l.startBurst, l.startRate = now, burst, rate
+}
+
+// limitAt is the concurrency limit at now: the limit, and during the
+// start no more than the start lets go by now (start), though never
+// under Config.Start (the budget paces what the buckets cannot pay for).
+// Requires l.mu.
+func (l *Lane) limitAt(now time.Time) int {
+	lim := l.limitLocked()
+	if l.startRate <= 0 {
+		return lim
+	}
+	c := math.Max(float64(l.cfg.Start), l.startBurst+l.startRate*math.Max(0, now.Sub(l.startAt).Seconds()))
+	if c >= float64(lim) {
+		l.startRate = 0 // the start is over
+		return lim
+	}
+	return int(c)
 }
 
 // shared ends a cold start's exemption from the reserve at the first sign

@@ -23,26 +23,29 @@ func firstAnswer(t *testing.T, l *Lane, h api.RateLimitHeaders) time.Time {
 	return now
 }
 
-// TestStartFromTheHeaders: the first answer sets the limit to the burst
-// its buckets pay for at once (no more than a second of the limit), within
-// the cap and not under Start; full buckets lift the reserve until anyone
-// else's use shows.
+// TestStartFromTheHeaders: the first answer sets the limit to what one
+// latency of its buckets pays for, within the cap and not under Start; the
+// start lets go a second of the limit at once and then the limit's rate;
+// full buckets lift the reserve until anyone else's use shows.
 func TestStartFromTheHeaders(t *testing.T) {
 	now := t0.Add(rtt)
 	for _, c := range []struct {
 		name       string
 		h          api.RateLimitHeaders
-		want       int
+		want       [3]int // the limit at the first answer, a second and five seconds later
 		wantShared bool
 	}{
-		{"full, 1 s of the limit under the cap", reqHeaders(now, 1200, 1199, 50*time.Millisecond), 20, false},
-		{"full, the cap under 1 s of the limit", reqHeaders(now, 60000, 59999, time.Millisecond), 100, false},
-		{"drained by others", reqHeaders(now, 1200, 0, time.Minute), 12, true},
+		{"full, 1 s of the limit under the cap", reqHeaders(now, 1200, 1199, 50*time.Millisecond), [3]int{20, 40, 100}, false},
+		{"full, the cap under 1 s of the limit", reqHeaders(now, 60000, 59999, time.Millisecond), [3]int{100, 100, 100}, false},
+		{"half full", reqHeaders(now, 1200, 10, 30*time.Second), [3]int{12, 12, 12}, true},
+		{"drained by others", reqHeaders(now, 1200, 0, time.Minute), [3]int{12, 12, 12}, true},
 	} {
 		l := newLane(Config{Cap: 100, Start: 12})
 		firstAnswer(t, l, c.h)
-		if got := l.Limit(now); got != c.want {
-			t.Errorf("%s: limit %d, want %d", c.name, got, c.want)
+		for i, d := range []time.Duration{0, time.Second, 5 * time.Second} {
+			if got := l.Limit(now.Add(d)); got != c.want[i] {
+				t.Errorf("%s: limit %v after the first answer %d, want %d", c.name, d, got, c.want[i])
+			}
 		}
 		l.mu.Lock()
 		res := l.reserve()
@@ -83,9 +86,9 @@ func TestAccelerationHoldsTheRate(t *testing.T) {
 		return Result{Reached: true, Latency: rtt, Limits: reqHeaders(now, 12000, 11000, 5*time.Second), Date: now}
 	}
 	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, time.Millisecond))
-	if got := l.Limit(now); got != 200 {
-		t.Fatalf("start %d, want 200 (1 s of 12,000 RPM)", got)
-	}
+	l.mu.Lock()
+	l.limit, l.startRate = 200, 0 // a ramp from 200 (the start is TestStartFromTheHeaders')
+	l.mu.Unlock()
 	r := room(now.Add(rtt))
 	r.Signal = Clean
 	now = round(t, l, now, r) // clean with room: ×(1 + ln 2)

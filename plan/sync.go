@@ -106,9 +106,11 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 	}
 	m.Start = w.Ramp.start(c)
 	if w.Ramp.Start <= 0 && w.BucketDrained <= 0 && !math.IsInf(m.rb, 1) {
-		// The engine's start from full buckets: the burst a second of
-		// the binding limit pays for, within the cap (lane/start.go).
-		m.Start = min(c, max(m.Start, int(m.rb)))
+		// The engine's start from full buckets (lane/start.go): a second
+		// of the binding limit at once, then the limit's rate, within the
+		// cap; modelled as a first wave of what it has let go by its
+		// first latency's end.
+		m.Start = min(c, max(m.Start, int(m.rb*(1+lat))))
 	}
 	m.s = float64(m.Start)
 	m.Rate = math.Min(m.rCap, m.rb)

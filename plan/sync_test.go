@@ -201,9 +201,10 @@ func TestSyncBurstOnlyInLowEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	l := lanes[0]
-	// A full bucket: the engine spends the reserve too (lane/start.go).
-	if l.Binding != plan.BindOTPM || !near(l.Rate, 10, 1e-9) || !near(l.Burst, 60*10, 0.5) || l.Steady != 28 {
-		t.Fatalf("lane = %+v, want OTPM-bound at 10/s, burst 600, steady 28", l)
+	// A full bucket: the engine spends the reserve too (lane/start.go);
+	// its first wave is above the refill, so the burst is what is left.
+	if l.Binding != plan.BindOTPM || !near(l.Rate, 10, 1e-9) || !near(l.Burst, 60*10-float64(l.Start), 0.5) || l.Steady != 28 {
+		t.Fatalf("lane = %+v, want OTPM-bound at 10/s, burst 600 less the first wave, steady 28", l)
 	}
 	d, err := plan.Decide(w, plan.JudgeJob(10_000, sonnet), plan.Options{Priority: plan.PreferLatency, MinBatch: 1 << 30})
 	if err != nil {
@@ -211,11 +212,12 @@ func TestSyncBurstOnlyInLowEnd(t *testing.T) {
 	}
 	L := judgeLatency
 	dbl := lane.RampDoublingLatencies * L
-	probe := (0.5 + 144.0/64)      // one lane: the first of one probe is its median
-	t0 := dbl * math.Log2(10*L/12) // the ramp reaches the refill rate
-	sent0 := 12 + 12*dbl/(L*math.Ln2)*(math.Exp2(t0/dbl)-1)
+	probe := (0.5 + 144.0/64)                 // one lane: the first of one probe is its median
+	s0 := float64(l.Start)                    // the first wave: already above the refill here
+	t0 := math.Max(0, dbl*math.Log2(10*L/s0)) // the ramp reaches the refill rate
+	sent0 := s0 + s0*dbl/(L*math.Ln2)*(math.Exp2(t0/dbl)-1)
 	send := probe + t0 + (10_000-sent0)/10 // after the header probe's round trip
-	tail, err := plan.ExpectedTail(w, plan.JudgeJob(10_000, sonnet), 10_000, 12, time.Duration((send-probe)*float64(time.Second)))
+	tail, err := plan.ExpectedTail(w, plan.JudgeJob(10_000, sonnet), 10_000, l.Start, time.Duration((send-probe)*float64(time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,18 +546,19 @@ func TestPeakAndBindingDuringTheBurst(t *testing.T) {
 	}
 	L := judgeLatency
 	dbl := lane.RampDoublingLatencies * L
-	tc := dbl * math.Log2(100.0/12) // the ramp reaches the cap
-	probe := 0.5 + 144.0/64
 	d100 := decide(100)
+	s0 := float64(d100.Lanes[0].Start) // the first wave (TestStartFromFullBuckets)
+	tc := dbl * math.Log2(100.0/s0)    // the ramp reaches the cap
+	probe := 0.5 + 144.0/64
 	if d100.Binding != plan.BindRamp || d100.LastSend.Seconds()-probe >= tc {
 		t.Errorf("100 requests: binding %q, last send %v: want the ramp (it reaches the cap at %.1f s)", d100.Binding, d100.LastSend, tc)
 	}
 	// The ramp runs from the first sends, after the probe: its peak is the
 	// ceiling then, not the ceiling as if it had ramped through the probe.
-	if want := math.Round(12 * math.Exp2((d100.LastSend.Seconds()-probe)/dbl)); float64(d100.Lanes[0].Peak) != want {
+	if want := math.Round(s0 * math.Exp2((d100.LastSend.Seconds()-probe)/dbl)); float64(d100.Lanes[0].Peak) != want {
 		t.Errorf("100 requests: peak %d, want %.0f (the ceiling at the last send, on the sends' clock)", d100.Lanes[0].Peak, want)
 	}
-	d := decide(800) // 510 of burst + the refill: still spending it when the last is sent
+	d := decide(800) // 562 of burst + the refill: still spending it when the last is sent
 	if d.Binding == plan.BindOTPM {
 		t.Errorf("800 requests inside the burst: binding %q, want the cap", d.Binding)
 	}
@@ -586,14 +589,20 @@ func TestTheLastSendTakesItsLatency(t *testing.T) {
 }
 
 // TestStartFromFullBuckets: the planner starts a lane as the engine does
-// (lane/start.go): from full buckets at the burst a second of the binding
-// limit pays for, within the cap; from drained ones at the default.
+// (lane/start.go): from full buckets with a first wave of what a second of
+// the binding limit and a latency of its rate let go, within the cap; from
+// drained ones at the default.
 func TestStartFromFullBuckets(t *testing.T) {
 	for _, c := range []struct {
 		rpm     float64
 		drained float64
 		want    int
-	}{{1200, 0, 20}, {60_000, 0, 100}, {300, 0, 12}, {1200, 1, 12}} {
+	}{
+		{1200, 0, int(20 * (1 + judgeLatency))},
+		{60_000, 0, 100},
+		{120, 0, 12},
+		{1200, 1, 12},
+	} {
 		w := plan.NewWorld("rpm", plan.Org{Name: "solo", Limits: map[api.Pool]plan.Limits{
 			api.PoolSonnet4: {RPM: c.rpm, ITPM: 100_000_000, OTPM: 100_000_000},
 		}})

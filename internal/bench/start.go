@@ -113,7 +113,7 @@ func idealWall(cfg sim.Config, binds []orgBinding, c, n int, lat time.Duration) 
 	for _, b := range binds {
 		o := org{capRate: float64(c) / lat.Seconds(), rate: b.rate}
 		if !cfg.BucketsStartEmpty && b.what != "etiquette cap" && o.capRate > b.rate {
-			depth := b.rate * cfg.BucketWindow.D().Seconds() / cfg.TimeScale
+			depth := b.rate * cfg.BucketWindow.D().Seconds() // the simulator's window is of the scaled limit
 			o.drain = depth / (o.capRate - b.rate)
 		}
 		orgs = append(orgs, o)
