@@ -33,7 +33,9 @@ func (l *Lane) reserve() float64 {
 }
 
 // start sets the limit at the lane's first answer, from the buckets as
-// the answer left them (snap): what one mean latency of them can pay for
+// the answer left them (snap). When every bucket shown is full (no one
+// else used the organization lately), the limit is what one mean latency
+// of them can pay for
 // (the level above the reserve plus a latency's refill, in requests of the
 // largest charge yet), within the etiquette cap and never under
 // Config.Start. The lane does not send it at once: over the first
@@ -44,7 +46,9 @@ func (l *Lane) reserve() float64 {
 // never faster than a limit enforced per second allows. Every bucket full
 // and the reserve not given up by the user: the lane spends the reserve
 // too until anyone else's use shows (shared). No bucket shown:
-// Config.Start, at once. Requires l.mu.
+// Config.Start, at once; buckets that show others' use (not full):
+// Config.Start, the ramp growing from it and the budget pacing the refill.
+// Requires l.mu.
 func (l *Lane) start(now time.Time, snap *budget.Snapshot) {
 	l.riseAt = now
 	known, full := false, true
@@ -54,10 +58,10 @@ func (l *Lane) start(now time.Time, snap *budget.Snapshot) {
 			full = full && b.Depth > 0 && b.Level >= fullShare*b.Depth
 		}
 	}
-	if !known {
-		return
+	if !known || !full {
+		return // others use the organization: ramp from Start, the budget pacing the refill
 	}
-	l.unshared = full && l.cfg.Reserve > 0
+	l.unshared = l.cfg.Reserve > 0
 	lat := l.lat().Seconds()
 	n, burst, rate := float64(l.cfg.Cap), float64(l.cfg.Cap), math.Inf(1)
 	for i, b := range snap.Buckets {
