@@ -41,9 +41,10 @@ import (
 type Config struct {
 	// Cap is the etiquette cap on concurrency (required, ≥ 1).
 	Cap int
-	// Start is the first concurrency limit when the first answer shows no
-	// bucket, and where the ramp restarts after the lane sat idle (default
-	// max(4, Cap/8), at most Cap).
+	// Start is the first concurrency limit unless the first answer shows
+	// every bucket full (start.go: then it is the least the start lets go
+	// at once), and where the ramp restarts after the lane sat idle
+	// (default max(4, Cap/8), at most Cap).
 	Start int
 	// Decrease multiplies the limit on a congestion episode (default 0.8).
 	Decrease float64
@@ -98,11 +99,13 @@ const (
 	// ramp.
 	idleLatencies = 8
 	// An acceleration 429 (start.go) comes within riseLatencies of a rise
-	// of the lane's rate; it holds the limit at accelBack × the limit the
-	// refused attempt was sent under for holdLatencies, doubling with each
-	// signal up to maxHoldLatencies.
+	// of the lane's rate, and after a hold only once the admitted rate rose
+	// accelRise-fold; it holds the limit at the admitted rate (at most
+	// accelBack × the limit the refused attempt was sent under) for
+	// holdLatencies, doubling with each signal up to maxHoldLatencies.
 	riseLatencies    = 16
 	accelBack        = 0.9
+	accelRise        = 1.1
 	holdLatencies    = 4
 	maxHoldLatencies = 64
 	// sustainedShare of 529s, or of failures, over the recent answers
@@ -251,7 +254,9 @@ type Lane struct {
 	riseAt    time.Time // the lane's rate last rose: its start, a growth of the limit
 	holdUntil time.Time // no growth before then: an acceleration hold
 	lastAccel time.Time // the last acceleration signal that held the limit
-	accelSent float64   // the limit the attempt refused then was sent under
+	accelRate float64   // ansRate at the last hold
+	ansRate   float64   // clean answers a second, averaged over about a mean latency
+	ansAt     time.Time // the last clean answer
 	holds     int       // acceleration holds since the ramp last reached the cap
 	// The start lets go startBurst at startAt and startRate a second
 	// after, until that passes the limit (startRate 0: over).
@@ -269,7 +274,8 @@ type Stats struct {
 	Clean       int64
 	RateLimited int64 // 429s
 	// Explained 429s are those the headers (or the message) put on a
-	// bucket: no cut. The rest are congestion.
+	// bucket: no cut. Acceleration (below) are read as an acceleration
+	// limit. The rest are congestion.
 	Explained int64
 	// OrgLimited counts the 429s, on this lane or another of its
 	// organization, that named a limit on the organization's usage across
@@ -732,7 +738,6 @@ func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 	}
 	if shown && l.accelerationRead(now, t) {
 		l.acceleration(now, t, r.RetryAfter)
-		l.stats.Explained++
 		return
 	}
 	atFloor := true
@@ -819,6 +824,11 @@ func (l *Lane) shareAlpha() float64 { return 1 / math.Max(20, 2*l.limit) }
 // clean handles an answer. Requires l.mu.
 func (l *Lane) clean(now time.Time, t Ticket, r Result) {
 	l.stats.Clean++
+	if tau := l.lat().Seconds(); !l.ansAt.IsZero() {
+		l.ansRate *= math.Exp(-math.Max(0, now.Sub(l.ansAt).Seconds()) / tau)
+		l.ansRate += 1 / tau
+	}
+	l.ansAt = now
 	const alpha = 0.05
 	if r.Latency > 0 {
 		if l.latency == 0 {

@@ -114,9 +114,10 @@ func (l *Lane) shared(r Result, snap *budget.Snapshot) {
 // explains is read as an acceleration limit: the attempt was in flight at
 // the last hold (the same episode), or the lane's rate rose lately — within
 // riseLatencies of its start or of a growth of its limit — and grew since
-// the last hold, to a limit above the one the attempt refused then was
-// sent under. A 429 that comes while the rate is held, or again at no
-// higher a rate, is not acceleration: the rule of a limit enforced over a shorter interval reads
+// the last hold, and the server now admits accelRise × the rate it
+// admitted at the last hold or more (an acceleration limit admits more as
+// its longer average catches up). A 429 that comes while the rate is
+// held, or again at about the rate refused last time, is not acceleration: the rule of a limit enforced over a shorter interval reads
 // it. Requires l.mu.
 func (l *Lane) accelerationRead(now time.Time, t Ticket) bool {
 	if l.riseAt.IsZero() {
@@ -125,8 +126,8 @@ func (l *Lane) accelerationRead(now time.Time, t Ticket) bool {
 	if !l.lastAccel.IsZero() && !t.at.After(l.lastAccel) {
 		return true
 	}
-	if !l.lastAccel.IsZero() && (!l.riseAt.After(l.lastAccel) || t.limit <= l.accelSent) {
-		return false // the rate held, or no higher than the last refused
+	if !l.lastAccel.IsZero() && (!l.riseAt.After(l.lastAccel) || l.ansRate < accelRise*l.accelRate) {
+		return false // the rate held, or refused again at about the rate refused last time
 	}
 	return now.Sub(l.riseAt) <= time.Duration(riseLatencies*l.lat().Seconds()*float64(time.Second))
 }
@@ -146,10 +147,12 @@ func (l *Lane) grew(now time.Time, was float64) {
 // acceleration reads a 429 of attempt t that no bucket explains, during a
 // rise of the lane's rate, as an acceleration limit: once per episode (an
 // attempt sent after the last hold, a latency on) the limit is held at
-// accelBack × the limit t was sent under, for holdLatencies mean latencies
-// doubling with each hold, and the ramp that resumes after it is half as
-// fast; the lane pauses for the retry-after, as on congestion (429s come
-// back fast, and a held limit alone would resend into the refusal at once).
+// accelBack × the limit t was sent under, or at the rate answers came at
+// over the last latency if lower (what the server admitted), for
+// holdLatencies mean latencies doubling with each hold, and the ramp that
+// resumes after it is half as fast; the lane pauses for the retry-after,
+// as on congestion (429s come back fast, and a held limit alone would
+// resend into the refusal at once).
 // No depth is halved: the buckets are not what refused. Requires l.mu.
 func (l *Lane) acceleration(now time.Time, t Ticket, retryAfter time.Duration) {
 	l.stats.Acceleration++
@@ -162,8 +165,15 @@ func (l *Lane) acceleration(now time.Time, t Ticket, retryAfter time.Duration) {
 	if sent <= 0 {
 		sent = l.limit
 	}
-	l.accelSent = sent
-	l.limit = math.Max(float64(l.cfg.MinLimit), accelBack*math.Min(math.Min(float64(l.cfg.Cap), l.limit), sent))
+	held := accelBack * math.Min(math.Min(float64(l.cfg.Cap), l.limit), sent)
+	if l.ansRate > 0 {
+		// What the server admitted over the last latency: a rate an
+		// acceleration limit of any window and ratio above 1 keeps
+		// admitting while the lane holds it.
+		held = math.Min(held, l.ansRate*l.lat().Seconds())
+	}
+	l.limit = math.Max(float64(l.cfg.MinLimit), held)
+	l.accelRate = l.ansRate
 	hold := math.Min(maxHoldLatencies, holdLatencies*math.Exp2(float64(l.holds)))
 	l.holds++
 	l.holdUntil = now.Add(time.Duration(hold * l.lat().Seconds() * float64(time.Second)))

@@ -76,8 +76,8 @@ func TestStartFromTheHeaders(t *testing.T) {
 }
 
 // TestAccelerationHoldsTheRate: a 429 naming nothing whose headers show
-// room, during the lane's ramp, holds the limit at 0.9 of the one it was
-// sent under for holdLatencies, halves no depth, and the ramp resumes; a
+// room, during the lane's ramp, holds the limit at the rate the server
+// admitted (at most 0.9 of the one it was sent under) for holdLatencies, halves no depth, and the ramp resumes; a
 // 429 like it while the rate is held is a shorter interval's, and halves
 // the depth.
 func TestAccelerationHoldsTheRate(t *testing.T) {
@@ -103,8 +103,10 @@ func TestAccelerationHoldsTheRate(t *testing.T) {
 	r.Signal = RateLimited
 	l.Done(now, tk, r)
 	held := l.Limit(now)
-	if want := int(0.9 * float64(grown)); held != want {
-		t.Fatalf("after an acceleration 429 the limit is %d, want %d (0.9 × the limit it was sent under)", held, want)
+	// The last latency's answers came at 200 a round trip: what the server
+	// admitted, under 0.9 × the limit the refused attempt was sent under.
+	if want := min(int(0.9*float64(grown)), 200); held != want {
+		t.Fatalf("after an acceleration 429 the limit is %d, want %d (the rate answers came at)", held, want)
 	}
 	st := l.State(now)
 	if st.Stats.Acceleration != 1 || st.Buckets[budget.Requests].Depth != depth {
@@ -134,5 +136,44 @@ func TestAccelerationHoldsTheRate(t *testing.T) {
 	l.mu.Unlock()
 	if rl != 2*RampDoublingLatencies || until.After(now) {
 		t.Fatalf("after the hold: %g latencies per doubling, hold until %v (now %v)", rl, until.Sub(t0), now.Sub(t0))
+	}
+}
+
+// TestAccelerationHoldsWhatWasAdmitted: when answers came slower than the
+// limit (the server admitted less than the lane sent), the hold is at the
+// rate they came at; a 429 at about that rate after the hold is not read
+// as acceleration, one after the admitted rate rose is.
+func TestAccelerationHoldsWhatWasAdmitted(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 120000, 119999, time.Millisecond))
+	l.mu.Lock()
+	l.limit, l.startRate, l.ansRate, l.latency = 200, 0, 50, rtt.Seconds() // answers at 50/s: 10 in flight's worth
+	l.mu.Unlock()
+	limited := func(now time.Time) {
+		t.Helper()
+		tk := tkAt(t, l, now)
+		r := Result{Signal: RateLimited, Reached: true, Latency: rtt, Limits: reqHeaders(now.Add(rtt), 120000, 110000, 5*time.Second), Date: now.Add(rtt)}
+		l.Done(now.Add(rtt), tk, r)
+	}
+	limited(now)
+	now = now.Add(rtt)
+	if got := l.Limit(now); got != 10 {
+		t.Fatalf("held at %d, want 10 (50 answers/s × 0.2 s)", got)
+	}
+	// At the held limit, after the hold: the shorter interval's rule.
+	now = now.Add(holdLatencies * rtt)
+	limited(now)
+	now = now.Add(rtt)
+	if st := l.State(now).Stats; st.Acceleration != 1 {
+		t.Fatalf("a 429 at the held limit read as acceleration (%d)", st.Acceleration)
+	}
+	// The admitted rate rose a fifth: acceleration again.
+	l.mu.Lock()
+	l.limit, l.riseAt, l.pausedUntil, l.ansRate = 30, now, time.Time{}, 60
+	l.mu.Unlock()
+	now = now.Add(rtt)
+	limited(now)
+	if st := l.State(now.Add(rtt)).Stats; st.Acceleration != 2 {
+		t.Fatalf("a 429 after a rise above the held limit: acceleration %d, want 2", st.Acceleration)
 	}
 }
