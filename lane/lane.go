@@ -257,6 +257,7 @@ type Lane struct {
 	accelRate float64   // ansRate at the last hold
 	ansRate   float64   // clean answers a second, averaged over about a mean latency
 	ansAt     time.Time // the last clean answer
+	lowSeen   float64   // the requests bucket's Lowered at the last answer
 	holds     int       // acceleration holds since the ramp last reached the cap
 	// The start lets go startBurst at startAt and startRate a second
 	// after, until that passes the limit (startRate 0: over).
@@ -550,7 +551,7 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 		l.budget.Observe(now, v, t.grant)
 	}
 	snap := l.budget.Snapshot(now)
-	l.shared(r, &snap)
+	l.shared(now, t, r, &snap)
 	if first {
 		l.start(now, &snap)
 	}

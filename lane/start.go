@@ -98,14 +98,24 @@ func (l *Lane) limitAt(now time.Time) int {
 // shared ends a cold start's exemption from the reserve at the first sign
 // of anyone else's use of the organization: a 429 (its buckets were
 // shorter than the lane's own spending explains, or a limit it cannot
-// see), or a requests remaining lower than the lane's own spending
-// explains (requests are counted exactly; token counts carry the lane's
-// estimates, so a lower token remaining is no proof). Requires l.mu.
-func (l *Lane) shared(r Result, snap *budget.Snapshot) {
+// see), or an answer whose requests remaining is lower than the lane's own
+// spending explains by more than the answer's age and rounding can: more
+// than one request beyond the refill between t's send and now (the
+// headers were made in between, so they may lag the refill by that
+// much). Requests are counted exactly; token counts carry the lane's
+// estimates, so a lower token remaining is no proof. Requires l.mu.
+func (l *Lane) shared(now time.Time, t Ticket, r Result, snap *budget.Snapshot) {
+	b := snap.Buckets[budget.Requests]
+	lowered := b.Lowered - l.lowSeen
+	l.lowSeen = b.Lowered
 	if !l.unshared {
 		return
 	}
-	if r.Signal == RateLimited || snap.Buckets[budget.Requests].Lowered >= 1 {
+	lag := 0.0
+	if !t.at.IsZero() && now.After(t.at) {
+		lag = b.Limit / 60 * now.Sub(t.at).Seconds()
+	}
+	if r.Signal == RateLimited || lowered > 1+lag {
 		l.unshared = false
 	}
 }

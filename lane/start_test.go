@@ -177,3 +177,32 @@ func TestAccelerationHoldsWhatWasAdmitted(t *testing.T) {
 		t.Fatalf("a 429 after a rise above the held limit: acceleration %d, want 2", st.Acceleration)
 	}
 }
+
+// TestColdStartReserveOutlivesStaleHeaders: an answer's requests remaining
+// under the lane's model by no more than the refill since its send (and a
+// request of rounding) keeps the cold start's exemption from the reserve —
+// the headers may be that old; a few requests more than that ends it.
+func TestColdStartReserveOutlivesStaleHeaders(t *testing.T) {
+	l := newLane(Config{Cap: 100, Start: 12})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 1200, 1199, 50*time.Millisecond))
+	reserve := func() float64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.reserve()
+	}
+	answer := func(age time.Duration, under float64) {
+		t.Helper()
+		tk := tkAt(t, l, now)
+		now = now.Add(age)
+		level := l.State(now).Buckets[budget.Requests].Level
+		l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: age, Limits: reqHeaders(now, 1200, int64(level-under), 10*time.Second), Date: now})
+	}
+	answer(time.Second, 15) // 20 requests of refill in its second
+	if r := reserve(); r != 0 {
+		t.Fatalf("headers a second old, 15 under the model: reserve %g, want still none", r)
+	}
+	answer(10*time.Millisecond, 5)
+	if r := reserve(); r != 0.15 {
+		t.Fatalf("5 under the model 10 ms after the send: reserve %g, want 0.15", r)
+	}
+}
