@@ -157,8 +157,11 @@ type LaneReport struct {
 	CacheReadTokens  int64 `json:"cache_read_tokens"`
 	CacheWriteTokens int64 `json:"cache_write_tokens"`
 	// Explained429 counts the 429s the headers (or the message) put on a
-	// bucket, which cut nothing; the rest were congestion episodes.
-	Explained429 int64 `json:"explained_429s"`
+	// bucket, which cut nothing; Acceleration429 those read as an
+	// acceleration limit, which held the rate; the rest were congestion
+	// episodes.
+	Explained429    int64 `json:"explained_429s"`
+	Acceleration429 int64 `json:"acceleration_429s,omitempty"`
 	// OrgLimited counts the 429s, this lane's or another lane's of its
 	// organization, that named the organization's limit across all
 	// models: each slowed this lane.
@@ -236,6 +239,7 @@ func (r *Report) finish(d *dispatch.Dispatcher, b *batchCounts, l *cost.Ledger, 
 			lr.Share = float64(v.OK) / float64(st.OK)
 		}
 		lr.Explained429, lr.Breaker, lr.OrgLimited = v.State.Stats.Explained, v.State.Stats.Breaker, v.State.Stats.OrgLimited
+		lr.Acceleration429 = v.State.Stats.Acceleration
 		for i, b := range v.State.Buckets {
 			switch {
 			case b.Known && b.Limit > 0:

@@ -12,13 +12,16 @@
 //     episode; 529s, 5xx and lost connections pause growth when more than
 //     noise and cut only when a sustained share; consecutive failures open
 //     a breaker;
-//   - a concurrency limit that starts with one header probe, ramps by
+//   - a concurrency limit that starts with one header probe, then at
+//     what one latency of its buckets can pay for (start.go), ramps by
 //     slow start (timed by answers, so a world ten times faster ramps ten
-//     times faster), returns quickly to the last good limit after a cut,
-//     and restarts the ramp after the lane sat idle;
+//     times faster), holds its rate on an acceleration 429, returns
+//     quickly to the last good limit after a cut, and restarts the ramp
+//     after the lane sat idle;
 //   - a pause of the whole lane for the retry-after of a congestion 429;
 //   - a reserve for colleagues: the lane never spends the last Reserve
-//     share of what a bucket holds.
+//     share of what a bucket holds — save on a cold start into buckets
+//     the first answer shows full, until anyone else's use shows.
 //
 // Every method takes the time; the lane never sleeps. It is safe for
 // concurrent use.
@@ -38,8 +41,10 @@ import (
 type Config struct {
 	// Cap is the etiquette cap on concurrency (required, ≥ 1).
 	Cap int
-	// Start is the first concurrency limit, and where the ramp restarts
-	// after the lane sat idle (default max(4, Cap/8), at most Cap).
+	// Start is the first concurrency limit unless the first answer shows
+	// every bucket full (start.go: then it is the least the start lets go
+	// at once), and where the ramp restarts after the lane sat idle
+	// (default max(4, Cap/8), at most Cap).
 	Start int
 	// Decrease multiplies the limit on a congestion episode (default 0.8).
 	Decrease float64
@@ -79,19 +84,30 @@ func (c *Config) defaults() {
 // clocks are its own latency and its answers, so the same world run
 // faster is controlled the same way.
 const (
-	// slowStartStep is added to the limit per clean answer that finds the
-	// lane full, below the target: the limit doubles every
-	// RampDoublingLatencies round trips of saturated work.
-	slowStartStep = math.Ln2 / RampDoublingLatencies
 	// RampDoublingLatencies is how many mean latencies the ramp takes to
-	// double the limit (the planner models the ramp with it).
-	RampDoublingLatencies = 2.0
+	// double the limit while its answers are clean and its headers show
+	// room (the planner models the ramp with it): ln 2 ÷ it is added to
+	// the limit per clean answer that finds the lane full, below the
+	// target. Each acceleration signal doubles it for the lane (up to
+	// maxRampLatencies) until the ramp reaches the cap.
+	RampDoublingLatencies = 1.0
+	maxRampLatencies      = 8.0
 	// returnShare is the share of the limit before a congestion cut that
 	// slow start returns to (the last good limit).
 	returnShare = 0.9
 	// idleLatencies of nothing admitted and nothing in flight restart the
 	// ramp.
 	idleLatencies = 8
+	// An acceleration 429 (start.go) comes within riseLatencies of a rise
+	// of the lane's rate, and after a hold only once the admitted rate rose
+	// accelRise-fold; it holds the limit at the admitted rate (at most
+	// accelBack × the limit the refused attempt was sent under) for
+	// holdLatencies, doubling with each signal up to maxHoldLatencies.
+	riseLatencies    = 16
+	accelBack        = 0.9
+	accelRise        = 1.1
+	holdLatencies    = 4
+	maxHoldLatencies = 64
 	// sustainedShare of 529s, or of failures, over the recent answers
 	// cuts the limit; overloadFloor × the last good limit is as low as
 	// such cuts go.
@@ -149,6 +165,7 @@ type Ticket struct {
 	grant   budget.Grant  // what the budget deducted for it
 	est     float64       // the input estimate before correction
 	at      time.Time
+	limit   float64 // the concurrency limit it was admitted under
 }
 
 // Result is what the lane learns from a finished attempt.
@@ -231,10 +248,25 @@ type Lane struct {
 	visible     [budget.NumDims]bool      // headers seen
 	named       [budget.NumDims]bool      // paced from a 429's message only
 	lowHeadroom bool
-	stats       Stats
-	waiting     bool // a Waited period is open: since waitSince, for waitWhy
-	waitWhy     Wait
-	waitSince   time.Time
+	// The start and the acceleration hold (start.go).
+	unshared  bool      // no reserve: a cold start into full buckets, no one else's use seen since
+	rampLat   float64   // mean latencies per doubling of the ramp now
+	riseAt    time.Time // the lane's rate last rose: its start, a growth of the limit
+	holdUntil time.Time // no growth before then: an acceleration hold
+	lastAccel time.Time // the last acceleration signal that held the limit
+	accelRate float64   // ansRate at the last hold
+	ansRate   float64   // clean answers a second, averaged over about a mean latency
+	ansAt     time.Time // the last clean answer
+	lowSeen   float64   // the requests bucket's Lowered at the last answer
+	holds     int       // acceleration holds since the ramp last reached the cap
+	// The start lets go startBurst at startAt and startRate a second
+	// after, until that passes the limit (startRate 0: over).
+	startAt               time.Time
+	startBurst, startRate float64
+	stats                 Stats
+	waiting               bool // a Waited period is open: since waitSince, for waitWhy
+	waitWhy               Wait
+	waitSince             time.Time
 }
 
 // Stats counts a lane's life.
@@ -243,7 +275,8 @@ type Stats struct {
 	Clean       int64
 	RateLimited int64 // 429s
 	// Explained 429s are those the headers (or the message) put on a
-	// bucket: no cut. The rest are congestion.
+	// bucket: no cut. Acceleration (below) are read as an acceleration
+	// limit. The rest are congestion.
 	Explained int64
 	// OrgLimited counts the 429s, on this lane or another of its
 	// organization, that named a limit on the organization's usage across
@@ -253,10 +286,13 @@ type Stats struct {
 	Failed     int64
 	Decreases  int64
 	Restarts   int64 // ramps restarted after the lane sat idle
-	Breaker    int64 // times the breaker opened
-	Pauses     int64
-	Refusals   [budget.NumRefusals]int64 // counted when work was waiting
-	PausedTime time.Duration
+	// Acceleration counts the 429s read as an acceleration limit (a rise
+	// of the lane's rate refused while every bucket showed room).
+	Acceleration int64
+	Breaker      int64 // times the breaker opened
+	Pauses       int64
+	Refusals     [budget.NumRefusals]int64 // counted when work was waiting
+	PausedTime   time.Duration
 	// Waited is how long work waited on the lane, by what held it back:
 	// a period starts at a refusal and ends at the next admission, at a
 	// refusal for another reason, or at Idle (the dispatcher's: nothing of
@@ -291,7 +327,7 @@ func (w Wait) String() string { return waitNames[w] }
 // New returns a lane whose ramp starts now.
 func New(cfg Config, b budget.Budget, now time.Time) *Lane {
 	cfg.defaults()
-	return &Lane{cfg: cfg, budget: b, limit: float64(cfg.Start), target: float64(cfg.Cap), inScale: 1}
+	return &Lane{cfg: cfg, budget: b, limit: float64(cfg.Start), target: float64(cfg.Cap), inScale: 1, rampLat: RampDoublingLatencies}
 }
 
 // Config returns the lane's effective configuration.
@@ -301,7 +337,7 @@ func (l *Lane) Config() Config { return l.cfg }
 func (l *Lane) Limit(now time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.limitLocked()
+	return l.limitAt(now)
 }
 
 func (l *Lane) limitLocked() int {
@@ -366,7 +402,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 		l.waitFor(now, WaitPause)
 		return Ticket{}, budget.ByRequests, l.pausedUntil.Sub(now)
 	}
-	limit := l.limitLocked()
+	limit := l.limitAt(now)
 	if !l.answered {
 		limit = 1
 	}
@@ -381,7 +417,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	case halfOpen:
 		limit = 1 // one probe at a time until an answer closes it
 	}
-	grant, r, wait := l.budget.TryTake(now, limit, l.cfg.Reserve, d)
+	grant, r, wait := l.budget.TryTake(now, limit, l.reserve(), d)
 	if r != budget.Granted {
 		if r == budget.ByConcurrency {
 			l.busyAt = now
@@ -422,7 +458,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	for i, x := range d {
 		l.largest[i] = math.Max(l.largest[i], x)
 	}
-	return Ticket{charged: d, grant: grant, est: estInput, at: now}, budget.Granted, 0
+	return Ticket{charged: d, grant: grant, est: estInput, at: now, limit: float64(limit)}, budget.Granted, 0
 }
 
 // restartIfIdle restarts the ramp of a lane that sent and heard nothing
@@ -495,7 +531,9 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 	defer l.mu.Unlock()
 	l.inFlight = max(0, l.inFlight-1)
 	l.lastActive = now
+	first := false
 	if r.Reached && r.Signal != Aborted && (r.Signal != Failed || r.Answered) {
+		first = !l.answered
 		l.answered = true
 	}
 	if r.Reached && r.Latency > 0 {
@@ -512,9 +550,14 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 	if v.Any() {
 		l.budget.Observe(now, v, t.grant)
 	}
+	snap := l.budget.Snapshot(now)
+	l.shared(now, t, r, &snap)
+	if first {
+		l.start(now, &snap)
+	}
 	l.lowHeadroom = false
-	for _, b := range l.budget.Snapshot(now).Buckets {
-		if b.Known && b.Headroom(l.cfg.Reserve) < 0 {
+	for _, b := range snap.Buckets {
+		if b.Known && b.Headroom(l.reserve()) < 0 {
 			l.lowHeadroom = true
 		}
 	}
@@ -685,9 +728,19 @@ func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 	}
 	// Nothing named, and every bucket the headers show has room: a limit
 	// enforced over a shorter interval than they describe, or an
-	// acceleration limit. A smaller burst answers the first; while a
-	// depth can still shrink, that is the answer, and only once every
-	// depth is at its floor is it congestion (a cut of the concurrency).
+	// acceleration limit. During a rise of the lane's own rate it is read
+	// as acceleration: the rate is held, no depth halved (start.go).
+	// Otherwise a smaller burst answers the first; while a depth can still
+	// shrink, that is the answer, and only once every depth is at its
+	// floor is it congestion (a cut of the concurrency).
+	shown := false
+	for _, s := range states {
+		shown = shown || (s.Present && s.Limit > 0)
+	}
+	if shown && l.accelerationRead(now, t) {
+		l.acceleration(now, t, r.RetryAfter)
+		return
+	}
 	atFloor := true
 	for i, s := range states {
 		if s.Present && s.Limit > 0 {
@@ -718,6 +771,12 @@ func (l *Lane) congestion(now, sent time.Time, retryAfter time.Duration) {
 		l.lastCut = now
 		l.stats.Decreases++
 	}
+	l.pause(now, retryAfter)
+}
+
+// pause stops the lane for retryAfter from now (a longer pause stands).
+// Requires l.mu.
+func (l *Lane) pause(now time.Time, retryAfter time.Duration) {
 	if retryAfter > 0 {
 		if until := now.Add(retryAfter); until.After(l.pausedUntil) {
 			if now.Before(l.pausedUntil) {
@@ -766,6 +825,11 @@ func (l *Lane) shareAlpha() float64 { return 1 / math.Max(20, 2*l.limit) }
 // clean handles an answer. Requires l.mu.
 func (l *Lane) clean(now time.Time, t Ticket, r Result) {
 	l.stats.Clean++
+	if tau := l.lat().Seconds(); !l.ansAt.IsZero() {
+		l.ansRate *= math.Exp(-math.Max(0, now.Sub(l.ansAt).Seconds()) / tau)
+		l.ansRate += 1 / tau
+	}
+	l.ansAt = now
 	const alpha = 0.05
 	if r.Latency > 0 {
 		if l.latency == 0 {
@@ -799,14 +863,16 @@ func (l *Lane) clean(now time.Time, t Ticket, r Result) {
 		return
 	}
 	l.good = math.Max(l.good, math.Min(float64(l.cfg.Cap), l.limit))
-	if l.busyAt.IsZero() || now.Sub(l.busyAt) > l.lat() {
+	if l.busyAt.IsZero() || now.Sub(l.busyAt) > l.lat() || now.Before(l.holdUntil) {
 		return
 	}
+	was := l.limit
 	if l.limit < l.target {
-		l.limit = math.Min(l.target, l.limit+slowStartStep)
+		l.limit = math.Min(l.target, l.limit+math.Ln2/l.rampLat)
 	} else if l.limit < float64(l.cfg.Cap) {
 		l.limit = math.Min(float64(l.cfg.Cap), l.limit+1/math.Max(1, l.limit))
 	}
+	l.grew(now, was)
 }
 
 // failure handles a 529, a 5xx or a lost connection: the API's trouble,
@@ -904,12 +970,12 @@ func (l *Lane) Headroom(now time.Time) float64 {
 	if now.Before(l.pausedUntil) || (l.breaker == open && now.Before(l.breakerUntil)) {
 		return 0
 	}
-	lim := float64(l.limitLocked())
+	lim := float64(l.limitAt(now))
 	s := l.budget.Snapshot(now)
 	h := (lim - float64(s.InUse)) / lim
 	for _, b := range s.Buckets {
 		if b.Known {
-			h = math.Min(h, b.Headroom(l.cfg.Reserve))
+			h = math.Min(h, b.Headroom(l.reserve()))
 		}
 	}
 	return math.Max(0, h)
@@ -939,7 +1005,7 @@ func (l *Lane) State(now time.Time) State {
 	defer l.mu.Unlock()
 	s := l.budget.Snapshot(now)
 	st := State{
-		Limit: l.limitLocked(), Cap: l.cfg.Cap, InFlight: s.InUse,
+		Limit: l.limitAt(now), Cap: l.cfg.Cap, InFlight: s.InUse,
 		Paused: now.Before(l.pausedUntil), BreakerOpen: l.breaker != closed,
 		LowHeadroom: l.lowHeadroom, OutMean: l.outMean, InScale: l.inScale,
 		Latency: time.Duration(l.latency * float64(time.Second)),

@@ -121,10 +121,12 @@ func TestSlowStartTimedByAnswers(t *testing.T) {
 			}
 			now = end
 		}
-		// Two doublings' worth of rounds: ≈ 40 (rounds are discrete, so a
-		// little under the continuous 2²).
-		if got := l.Limit(now); got < 30 || got > 45 {
-			t.Errorf("latency %v: after %d saturated rounds the limit is %d, want about 40", lat, 2*int(RampDoublingLatencies), got)
+		// Two doublings' worth of rounds: 2² in a continuous ramp; rounds
+		// are discrete (every answer of a round at its end), so each
+		// multiplies by 1 + ln 2 ÷ RampDoublingLatencies.
+		want := 10 * math.Pow(1+math.Ln2/RampDoublingLatencies, 2*RampDoublingLatencies)
+		if got := float64(l.Limit(now)); got < 0.9*want || got > 1.1*want {
+			t.Errorf("latency %v: after %d saturated rounds the limit is %g, want about %.0f", lat, 2*int(RampDoublingLatencies), got, want)
 		}
 	}
 	l := newLane(Config{Cap: 100, Start: 10})

@@ -365,6 +365,6 @@ func ExampleDecide() {
 		fmt.Printf("%s: %s on %d orgs, %v, $%.2f (%s)\n", p, d.Route, len(d.Orgs), d.Wall.Mid.Round(time.Second), d.Cost, d.Binding)
 	}
 	// Output:
-	// latency: sync on 3 orgs, 3m28s, $58.80 (etiquette cap)
+	// latency: sync on 3 orgs, 3m15s, $58.80 (etiquette cap)
 	// cost: batch on 3 orgs, 27m34s, $29.40 (batch processing rate)
 }

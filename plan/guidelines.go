@@ -113,7 +113,7 @@ Assumptions:
 `)
 	fmt.Fprintf(&b, "- **Job shape** (an LLM-as-judge call): mean input %d tokens (uncached), `max_tokens` %d, mean output %.0f tokens — the simulator's answers are uniform on %d–%d tokens capped at `max_tokens`, whose mean is %.0f.\n",
 		JudgeMeanInput, JudgeMaxTokens, out, w0.Output.Min, w0.Output.Max, out)
-	fmt.Fprintf(&b, "- **Engine**: etiquette caps per organization Sonnet %d, Haiku %d, Opus %d; %.0f %% of every bucket left to colleagues; the ramp starts at max(4, cap/8) and doubles every %g mean latencies of saturated work.\n",
+	fmt.Fprintf(&b, "- **Engine**: etiquette caps per organization Sonnet %d, Haiku %d, Opus %d; %.0f %% of every bucket left to colleagues (none on a cold start into buckets the first answer shows full, until anyone else's use shows); after one header probe a lane lets go, from full buckets, a second of the binding limit at once and then the limit's rate, up to what one latency of its buckets pays for (within the cap), from drained ones max(4, cap/8), and the ramp doubles every %g mean latencies of saturated work.\n",
 		w0.cap(api.FamilySonnet), w0.cap(api.FamilyHaiku), w0.cap(api.FamilyOpus), 100*w0.Reserve, lane.RampDoublingLatencies)
 	b.WriteString("- **Latency** (the simulator's models, mean = (TTFT + output ÷ tokens/s) · e^(σ²/2)):")
 	for i, m := range guidelineModels {
@@ -228,10 +228,15 @@ always costs half.
   bucket — of its real depth, learned from the headers, which may be a few
   seconds of the per-minute limit; the steady rate is the refill rate, so
   the reserve costs nothing once the bucket is drained, and a colleague's
-  spending shows in ` + "`remaining`" + ` and is yielded to.
-- **A ramp timed by answers.** One header probe, then start at max(4,
-  cap/8) in flight and double every two round trips of saturated work; a
-  sharp rise trips acceleration limits. Ramp again after the lane sat idle.
+  spending shows in ` + "`remaining`" + ` and is yielded to. On a cold start
+  into buckets the first answer shows full (no one used them lately) the
+  reserve is spent too, until anyone else's use shows.
+- **A ramp timed by answers.** One header probe, then a second of the
+  limit at once and the limit's rate after, up to what a latency of the
+  buckets it shows pays for (within the cap); then double every round
+  trip of saturated work while the headers show room; a 429 no bucket explains during the rise is read as
+  an acceleration limit: hold the rate, then ramp half as fast. Ramp again
+  after the lane sat idle.
 - **Slow down on congestion, not on the API's trouble.** A 429 the headers
   explain is pacing; any other 429 cuts the lane once per episode and
   pauses it for ` + "`retry-after`" + ` (at most 10 minutes); 529s and 5xx

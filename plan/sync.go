@@ -84,10 +84,10 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 	lat := w.latency(p).mean(j.MeanOutput)
 	lim := o.limits(p)
 	m := laneModel{
-		cap: float64(c), s: float64(w.Ramp.start(c)), d: w.Ramp.doubling(lat), lat: lat,
+		cap: float64(c), d: w.Ramp.doubling(lat), lat: lat,
 		rCap: float64(c) / lat, rb: math.Inf(1),
 	}
-	m.Org, m.Cap, m.Start = o.Name, c, w.Ramp.start(c)
+	m.Org, m.Cap = o.Name, c
 	m.Binding = BindCap
 	for _, b := range []struct {
 		name string
@@ -104,6 +104,15 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 			}
 		}
 	}
+	m.Start = w.Ramp.start(c)
+	if w.Ramp.Start <= 0 && w.BucketDrained <= 0 && !math.IsInf(m.rb, 1) {
+		// The engine's start from full buckets (lane/start.go): a second
+		// of the binding limit at once, then the limit's rate, within the
+		// cap; modelled as a first wave of what it has let go by its
+		// first latency's end.
+		m.Start = min(c, max(m.Start, int(m.rb*(1+lat))))
+	}
+	m.s = float64(m.Start)
 	m.Rate = math.Min(m.rCap, m.rb)
 	m.Steady = int(math.Round(math.Min(m.cap, m.Rate*lat)))
 	m.tc = m.d * math.Log2(m.cap/m.s)
@@ -128,9 +137,13 @@ func (m laneModel) withBurst(w World, start float64) laneModel {
 	}
 	depth := w.BucketWindow.Seconds() * m.rb // requests
 	level := math.Min(depth, (1-w.BucketDrained)*depth+start*m.rb)
-	m.room = math.Max(0, level-w.Reserve*depth)
+	reserve := w.Reserve
+	if w.BucketDrained <= 0 {
+		reserve = 0 // the engine spends the reserve of buckets its first answer shows full (lane/start.go)
+	}
+	m.room = math.Max(0, level-reserve*depth)
 	ramp := m.rb*m.t0 - m.conc(m.t0) - m.s // unspent refill by t0 (the first wave goes at 0)
-	m.Burst = math.Min((1-w.Reserve)*depth, math.Max(0, m.room+ramp))
+	m.Burst = math.Min((1-reserve)*depth, math.Max(0, m.room+ramp))
 	// g grows by at least rCap − rb per second once the ramp is over.
 	g := func(t float64) float64 { return m.conc(t) - m.conc(m.t0) - m.rb*(t-m.t0) - m.Burst }
 	lo, hi := m.t0, math.Max(m.t0, m.tc)+m.Burst/(m.rCap-m.rb)+1

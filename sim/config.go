@@ -237,12 +237,25 @@ type Storm struct {
 }
 
 // Acceleration refuses an org × pool whose admitted rate over Window rises
-// above Factor × its rate over the last 6 × Window, once past FloorRPM.
+// above Factor × its rate over the last LongWindows × Window, once past
+// FloorRPM. The docs publish no figure for any of these, so worlds vary
+// all four.
 type Acceleration struct {
 	Enabled  bool     `json:"enabled"`
 	Window   Duration `json:"window"`
 	Factor   float64  `json:"factor"`
 	FloorRPM float64  `json:"floor_rpm"`
+	// LongWindows is the long window as a multiple of Window (default 6;
+	// it must exceed 1).
+	LongWindows float64 `json:"long_windows,omitempty"`
+}
+
+// longWindows is LongWindows or its default.
+func (a Acceleration) longWindows() float64 {
+	if a.LongWindows == 0 {
+		return 6
+	}
+	return a.LongWindows
 }
 
 // LoadConfig reads a JSON config file. Fields left out keep the values of
@@ -336,8 +349,8 @@ func (c *Config) Validate() error {
 	if r := c.Verdicts.RefusalRate; r < 0 || r > 1 {
 		return fmt.Errorf("sim: verdicts.refusal_rate must be in [0,1], got %v", r)
 	}
-	if c.Acceleration.Enabled && (c.Acceleration.Window <= 0 || c.Acceleration.Factor <= 1) {
-		return fmt.Errorf("sim: acceleration needs window > 0 and factor > 1")
+	if c.Acceleration.Enabled && (c.Acceleration.Window <= 0 || c.Acceleration.Factor <= 1 || c.Acceleration.longWindows() <= 1) {
+		return fmt.Errorf("sim: acceleration needs window > 0, factor > 1 and long_windows > 1")
 	}
 	if len(c.Orgs) == 0 {
 		return errors.New("sim: no organizations configured")

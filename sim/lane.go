@@ -150,7 +150,7 @@ const maxHistogramSeconds = 86400
 // short-window count decays enough. Requires l.mu.
 func (l *lane) accelerationRefuses(now time.Time) (time.Duration, bool) {
 	tauFast := l.accel.Window.D().Seconds() / l.scale
-	tauSlow := 6 * tauFast
+	tauSlow := l.accel.longWindows() * tauFast
 	if dt := now.Sub(l.accelLast).Seconds(); dt > 0 {
 		l.accelFast *= math.Exp(-dt / tauFast)
 		l.accelSl *= math.Exp(-dt / tauSlow)

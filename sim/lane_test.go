@@ -166,3 +166,32 @@ func TestLaneAcceleration(t *testing.T) {
 		t.Fatal("admit after the acceleration wait refused")
 	}
 }
+
+// TestLaneAccelerationLongWindow: the long window sets how fast a rise may
+// be. A steady 5/s from idle, past a floor of 1/s, is a rise the factor 4
+// allows against a 15 s long window but not against a 200 s one.
+func TestLaneAccelerationLongWindow(t *testing.T) {
+	refused := func(long float64) int {
+		l := testLane(t, Limits{RPM: 1e6, ITPM: 1e9, OTPM: 1e9}, func(c *Config) {
+			c.Acceleration = Acceleration{Enabled: true, Window: Duration(10 * time.Second), Factor: 4, FloorRPM: 60, LongWindows: long}
+		})
+		n := 0
+		for i := range 100 {
+			if !l.admit(t0.Add(time.Duration(i)*200*time.Millisecond), 1, 1).ok {
+				n++
+			}
+		}
+		return n
+	}
+	if n := refused(1.5); n != 0 {
+		t.Errorf("long window 15 s: %d of 100 refused, want none", n)
+	}
+	if n := refused(20); n == 0 {
+		t.Error("long window 200 s: none refused, want the rise refused")
+	}
+	bad := Default()
+	bad.Acceleration = Acceleration{Enabled: true, Window: Duration(time.Second), Factor: 2, LongWindows: 1}
+	if bad.Validate() == nil {
+		t.Error("long_windows 1 accepted")
+	}
+}
