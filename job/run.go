@@ -648,6 +648,12 @@ func (r *run) report(ctx context.Context, e ending) (*Report, error) {
 		rep.Stopped = "no live key left"
 		return rep, fmt.Errorf("%w: every key is dead (see the log); %d requests not run; fix the keys and re-run %s to resume", ErrInterrupted, remaining, r.o.Command)
 	}
+	if remaining > 0 && !interrupted && e.Feed != nil && !errors.Is(e.Feed, context.Canceled) {
+		// A side stopped taking requests (its dispatcher or batch path
+		// stopped) with no interrupt: say which, not "interrupted".
+		rep.Stopped = "a side stopped taking requests: " + e.Feed.Error()
+		return rep, fmt.Errorf("%w: %v; %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, e.Feed, r.todo-remaining, r.todo, remaining, r.o.Command)
+	}
 	if remaining > 0 {
 		rep.Stopped = "interrupted"
 		return rep, fmt.Errorf("%w: %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, r.todo-remaining, r.todo, remaining, r.o.Command)

@@ -183,7 +183,16 @@ func (f *Fanout) startBatchLocked(br *batch.Runner) {
 // over the input taking the lines the routing gives s, and more passes
 // while a re-plan changes the routing (PassDone).
 func (f *Fanout) feed(ctx context.Context, s Side, submit func(context.Context, *dispatch.Request) error) error {
-	defer f.Leave(s)
+	defer func() {
+		f.Leave(s) // no Reroute hands s anything after this
+		if s == SideBatch && f.cfg.Reroute != nil {
+			// Taken back from the sync queue by a re-plan just before this
+			// feeder stopped: never sent, so sync may still send them.
+			for _, req := range f.Handoff(s) {
+				f.cfg.Reroute(req, "the batch feeder stopped")
+			}
+		}
+	}()
 	d := f.drv.d
 	send := func(ctx context.Context, req *dispatch.Request) error {
 		if d.Prepare != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -184,6 +185,9 @@ type driveRun struct {
 	rerouted func(route.Routing, error)
 	ctx      context.Context
 	done     func(string) bool // already answered (a resume)
+	// feedErr, if set, is side s's feeder error: a non-nil one ends each
+	// of its passes at once, before it takes a line.
+	feedErr func(s route.Side) error
 }
 
 // readEvery is how long the feeders take to read one line (the fake
@@ -233,6 +237,11 @@ func (dr *driveRun) run(t *testing.T) driveResult {
 	var mu sync.Mutex
 	drv := route.Driver{
 		Feed: func(ctx context.Context, s route.Side, _ bool, take func(int, string) bool, submit func(context.Context, *dispatch.Request) error) error {
+			if dr.feedErr != nil {
+				if err := dr.feedErr(s); err != nil {
+					return err
+				}
+			}
 			for n, q := range w.reqs {
 				time.Sleep(readEvery)
 				if done(q.ID) {
@@ -493,4 +502,64 @@ func TestBatchPathCapsRetryAfter(t *testing.T) {
 			t.Errorf("created again %v after the 429; want the cap, %v", gap, capped)
 		}
 	})
+}
+
+// TestDriveRefusesStoppedSide: one side's feeder stops at once (an error)
+// while the other carries on, and a re-plan then proposes a routing that
+// sends requests to the stopped side: Reroute refuses it
+// (ErrSideStopped), the routing in force stays, and every request it gives
+// the live side is answered once — none is left untaken, or taken back
+// from the sync queue for a feeder that will never send it.
+func TestDriveRefusesStoppedSide(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		start, propose route.Routing
+		stopped        route.Side
+	}{
+		{"batch stopped, re-plan to batch", routeOf(route.Split, 0.5), routeOf(route.Batch, 0), route.SideBatch},
+		{"sync stopped, re-plan to a split", routeOf(route.Batch, 0), routeOf(route.Split, 0.5), route.SideSync},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newDriveWorld(t, 400, sim.Faults{})
+				a := newAnswers()
+				feederFailed := errors.New("the feeder failed")
+				calls := 0
+				replan := func(route.Progress) (route.Routing, bool) {
+					if calls++; calls == 2 {
+						return tc.propose, true
+					}
+					return route.Routing{}, false
+				}
+				var errs []error
+				res := (&driveRun{w: w, ans: a, routing: tc.start, lines: len(w.reqs), replan: replan,
+					rerouted: func(_ route.Routing, err error) { errs = append(errs, err) },
+					feedErr: func(s route.Side) error {
+						if s == tc.stopped {
+							return feederFailed
+						}
+						return nil
+					}}).run(t)
+				if !errors.Is(res.out.Feed, feederFailed) {
+					t.Errorf("Driven.Feed %v, want the stopped feeder's error", res.out.Feed)
+				}
+				if len(errs) != 1 || !errors.Is(errs[0], route.ErrSideStopped) {
+					t.Errorf("the re-plan was answered %v; want it refused with ErrSideStopped", errs)
+				}
+				// The live side's requests, as the routing in force names
+				// them: each answered once, by that side.
+				var live []*dispatch.Request
+				for _, q := range w.reqs {
+					if tc.start.ToBatch(q.ID) == (tc.stopped == route.SideSync) {
+						live = append(live, q)
+					}
+				}
+				onceEach(t, live, true, a)
+				if got := a.sync + a.batch; got != len(live) {
+					t.Errorf("%d answers (%d sync, %d batch), want the live side's %d", got, a.sync, a.batch, len(live))
+				}
+				t.Logf("answers %d sync, %d batch; reclaimed %d", a.sync, a.batch, res.reclaims)
+			})
+		})
+	}
 }
