@@ -125,6 +125,8 @@ type answers struct {
 	sync    int
 	batch   int
 	aborted int
+	// onBatch, if set, hears of each batch answer's custom_id (under mu).
+	onBatch func(id string)
 }
 
 func newAnswers() *answers { return &answers{n: map[string]int{}} }
@@ -132,6 +134,9 @@ func newAnswers() *answers { return &answers{n: map[string]int{}} }
 func (a *answers) sink(r dispatch.Result, batchID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.onBatch != nil && batchID != "" {
+		a.onBatch(r.Request.ID)
+	}
 	if r.Aborted {
 		a.aborted++
 		return
@@ -188,6 +193,14 @@ type driveRun struct {
 	// feedErr, if set, is side s's feeder error: a non-nil one ends each
 	// of its passes at once, before it takes a line.
 	feedErr func(s route.Side) error
+	// unanswered, if set, is Driver.Unanswered; accepted hears of each
+	// request a feeder's pass submitted without an error, givenBack of
+	// each the batch path gave back (Config.Reroute).
+	unanswered func(id string)
+	// bctx, if set, is Driver.BatchContext.
+	bctx      context.Context
+	accepted  func(s route.Side, id string)
+	givenBack func(id string)
 }
 
 // readEvery is how long the feeders take to read one line (the fake
@@ -228,7 +241,12 @@ func (dr *driveRun) run(t *testing.T) driveResult {
 	}
 	fan, err := route.Open(route.Config{Routing: dr.routing, Client: w.client, Keys: w.keys, Journal: w.journal, NoSync: true,
 		Lines: dr.lines, Done: done, Sink: dr.ans.sink,
-		Reroute: func(req *dispatch.Request, _ string) { d.Submit(serveCtx, req, syncSink) }})
+		Reroute: func(req *dispatch.Request, _ string) {
+			if dr.givenBack != nil {
+				dr.givenBack(req.ID)
+			}
+			d.Submit(serveCtx, req, syncSink)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,13 +272,17 @@ func (dr *driveRun) run(t *testing.T) driveResult {
 				if err := submit(ctx, &c); err != nil {
 					return err
 				}
+				if dr.accepted != nil {
+					dr.accepted(s, q.ID)
+				}
 			}
 			return nil
 		},
-		Sync:    func(ctx context.Context, q *dispatch.Request) error { return d.Submit(ctx, q, syncSink) },
-		Prepare: func(s route.Side, _ *dispatch.Request) { mu.Lock(); res.sent[s]++; mu.Unlock() },
-		Every:   3 * time.Millisecond,
-		Replan:  dr.replan,
+		Unanswered: dr.unanswered,
+		Sync:       func(ctx context.Context, q *dispatch.Request) error { return d.Submit(ctx, q, syncSink) },
+		Prepare:    func(s route.Side, _ *dispatch.Request) { mu.Lock(); res.sent[s]++; mu.Unlock() },
+		Every:      3 * time.Millisecond,
+		Replan:     dr.replan,
 		Reclaim: func(toBatch func(*dispatch.Request) bool) []*dispatch.Request {
 			back, err := d.Reclaim(ctx, toBatch)
 			if err != nil {
@@ -562,4 +584,68 @@ func TestDriveRefusesStoppedSide(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestDriveSweepsUnanswered: a run on the batch route is interrupted once
+// its first batch answers are in, while other batches run upstream; Drive
+// hands Driver.Unanswered exactly the requests the batch path accepted and
+// neither answered nor gave back — each once — and nothing else.
+func TestDriveSweepsUnanswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newDriveWorld(t, 400, sim.Faults{})
+		ctx, interrupt := context.WithCancel(t.Context())
+		defer interrupt()
+		var mu sync.Mutex
+		accepted, ended, swept := map[string]bool{}, map[string]bool{}, map[string]int{}
+		a := newAnswers()
+		a.onBatch = func(id string) {
+			mu.Lock()
+			ended[id] = true
+			mu.Unlock()
+			interrupt() // the first answers are in: stop the run
+		}
+		dr := &driveRun{w: w, ans: a, routing: routeOf(route.Batch, 0), ctx: ctx,
+			accepted: func(s route.Side, id string) {
+				if s == route.SideBatch {
+					mu.Lock()
+					accepted[id] = true
+					mu.Unlock()
+				}
+			},
+			givenBack: func(id string) {
+				mu.Lock()
+				ended[id] = true
+				mu.Unlock()
+			},
+			unanswered: func(id string) {
+				mu.Lock()
+				swept[id]++
+				mu.Unlock()
+			}}
+		dr.run(t)
+		mu.Lock()
+		defer mu.Unlock()
+		want := 0
+		for id := range accepted {
+			if ended[id] {
+				if swept[id] > 0 {
+					t.Errorf("%s swept as unanswered, but the batch path answered it or gave it back", id)
+				}
+				continue
+			}
+			want++
+			if swept[id] != 1 {
+				t.Errorf("%s accepted and never answered, swept %d times; want once", id, swept[id])
+			}
+		}
+		for id := range swept {
+			if !accepted[id] {
+				t.Errorf("%s swept, but the batch path never accepted it", id)
+			}
+		}
+		if want == 0 || len(ended) == 0 {
+			t.Errorf("%d accepted, %d answered or given back, %d left: the test proves little", len(accepted), len(ended), want)
+		}
+		t.Logf("accepted %d, answered or given back %d, swept %d", len(accepted), len(ended), len(swept))
+	})
 }
