@@ -423,6 +423,8 @@ func (r *run) send(ctx context.Context, routing route.Routing) error {
 	r.drove = make(chan route.Driven, 1)
 	go func() {
 		out := fan.Drive(r.feedCtx, drv)
+		// A journal failure: Drive ended the feeding as it happened; the
+		// halt stops the dispatcher admitting and says why.
 		if errors.Is(out.Batch, batch.ErrJournal) {
 			r.halt("the batch journal failed")
 		}

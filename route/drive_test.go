@@ -278,11 +278,12 @@ func (dr *driveRun) run(t *testing.T) driveResult {
 			}
 			return nil
 		},
-		Unanswered: dr.unanswered,
-		Sync:       func(ctx context.Context, q *dispatch.Request) error { return d.Submit(ctx, q, syncSink) },
-		Prepare:    func(s route.Side, _ *dispatch.Request) { mu.Lock(); res.sent[s]++; mu.Unlock() },
-		Every:      3 * time.Millisecond,
-		Replan:     dr.replan,
+		Unanswered:   dr.unanswered,
+		BatchContext: dr.bctx,
+		Sync:         func(ctx context.Context, q *dispatch.Request) error { return d.Submit(ctx, q, syncSink) },
+		Prepare:      func(s route.Side, _ *dispatch.Request) { mu.Lock(); res.sent[s]++; mu.Unlock() },
+		Every:        3 * time.Millisecond,
+		Replan:       dr.replan,
 		Reclaim: func(toBatch func(*dispatch.Request) bool) []*dispatch.Request {
 			back, err := d.Reclaim(ctx, toBatch)
 			if err != nil {
@@ -647,5 +648,44 @@ func TestDriveSweepsUnanswered(t *testing.T) {
 			t.Errorf("%d accepted, %d answered or given back, %d left: the test proves little", len(accepted), len(ended), want)
 		}
 		t.Logf("accepted %d, answered or given back %d, swept %d", len(accepted), len(ended), len(swept))
+	})
+}
+
+// TestDriveStopsFeedingWhenBatchPathFails: on a split, the batch path
+// stops for good (its Run returns an error — here its context ends with
+// a cause, as a journal failure ends it) while the input is still being
+// read: both feeders stop at once, the sync side sends none of the lines
+// read after, and Driven.Batch says why.
+func TestDriveStopsFeedingWhenBatchPathFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newDriveWorld(t, 400, sim.Faults{})
+		a := newAnswers()
+		failed := errors.New("the batch path failed")
+		bctx, fail := context.WithCancelCause(t.Context())
+		defer fail(nil)
+		const failAt = 10 * time.Millisecond // the input takes 40 ms to read
+		time.AfterFunc(failAt, func() { fail(failed) })
+		r := routeOf(route.Split, 0.5)
+		res := (&driveRun{w: w, ans: a, routing: r, bctx: bctx}).run(t)
+		if !errors.Is(res.out.Batch, failed) {
+			t.Errorf("Driven.Batch %v, want the batch path's error", res.out.Batch)
+		}
+		// The sync lines read by 1 ms after the failure: the most the
+		// sync side may have sent.
+		most, all := 0, 0
+		for n, q := range w.reqs {
+			if r.ToBatch(q.ID) {
+				continue
+			}
+			all++
+			if time.Duration(n+1)*readEvery <= failAt+time.Millisecond {
+				most++
+			}
+		}
+		if got := res.sent[route.SideSync]; got > most {
+			t.Errorf("the sync side sent %d of its %d requests; want at most the %d read by 1 ms after the batch path failed", got, all, most)
+		}
+		onceEach(t, w.reqs, false, a)
+		t.Logf("sent %v of %d sync requests; answers %d sync, %d batch; %+v", res.sent, all, a.sync, a.batch, res.out)
 	})
 }
