@@ -201,13 +201,7 @@ func (f *Fanout) startBatchLocked(br *batch.Runner) {
 func (f *Fanout) feed(ctx context.Context, s Side, submit func(context.Context, *dispatch.Request) error) error {
 	defer func() {
 		f.Leave(s) // no Reroute hands s anything after this
-		if s == SideBatch && f.cfg.Reroute != nil {
-			// Taken back from the sync queue by a re-plan just before this
-			// feeder stopped: never sent, so sync may still send them.
-			for _, req := range f.Handoff(s) {
-				f.cfg.Reroute(req, "the batch feeder stopped")
-			}
-		}
+		f.giveBack(ctx, s, f.Handoff(s))
 	}()
 	d := f.drv.d
 	send := func(ctx context.Context, req *dispatch.Request) error {
@@ -219,8 +213,10 @@ func (f *Fanout) feed(ctx context.Context, s Side, submit func(context.Context, 
 	take := func(line int, id string) bool { return f.Take(s, line, id) }
 	for first := true; ; first = false {
 		gen := f.Generation()
-		for _, req := range f.Handoff(s) {
+		back := f.Handoff(s)
+		for i, req := range back {
 			if err := send(ctx, req); err != nil {
+				f.giveBack(ctx, s, back[i:])
 				return err
 			}
 		}
@@ -237,6 +233,19 @@ func (f *Fanout) feed(ctx context.Context, s Side, submit func(context.Context, 
 		if err != nil || !again {
 			return err
 		}
+	}
+}
+
+// giveBack sends back to sync (Config.Reroute) the requests a re-plan had
+// taken back from the sync queue for side s's feeder, which stopped on an
+// error before sending them: they were never sent, so sync may still send
+// them. An interrupt (ctx ended) leaves them for the resume.
+func (f *Fanout) giveBack(ctx context.Context, s Side, reqs []*dispatch.Request) {
+	if s != SideBatch || f.cfg.Reroute == nil || ctx.Err() != nil {
+		return
+	}
+	for _, req := range reqs {
+		f.cfg.Reroute(req, "the batch feeder stopped")
 	}
 }
 

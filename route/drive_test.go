@@ -689,3 +689,60 @@ func TestDriveStopsFeedingWhenBatchPathFails(t *testing.T) {
 		t.Logf("sent %v of %d sync requests; answers %d sync, %d batch; %+v", res.sent, all, a.sync, a.batch, res.out)
 	})
 }
+
+// TestDriveGivesBackHandoffOfStoppedFeeder: a re-plan to batch takes
+// requests back from the sync queue for the batch feeder while that
+// feeder is in a pass it then ends with an error: they were never sent,
+// so they go back to sync (Config.Reroute), and every request is still
+// answered once.
+func TestDriveGivesBackHandoffOfStoppedFeeder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newDriveWorld(t, 400, sim.Faults{})
+		a := newAnswers()
+		var mu sync.Mutex
+		batchPasses, stage, givenBack := 0, 0, 0
+		feederFailed := errors.New("the batch feeder failed")
+		feedErr := func(s route.Side) error {
+			if s != route.SideBatch {
+				return nil
+			}
+			mu.Lock()
+			batchPasses++
+			n := batchPasses
+			mu.Unlock()
+			if n < 2 {
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond) // the re-plan to batch lands in this pass
+			return feederFailed
+		}
+		replan := func(p route.Progress) (route.Routing, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case stage == 0 && p.Taken >= len(w.reqs)*9/10:
+				stage = 1 // the same split again: the batch feeder passes once more
+				return routeOf(route.Split, 0.5), true
+			case stage == 1 && batchPasses == 2:
+				stage = 2
+				return routeOf(route.Batch, 0), true
+			}
+			return route.Routing{}, false
+		}
+		var errs []error
+		res := (&driveRun{w: w, ans: a, routing: routeOf(route.Split, 0.5), lines: len(w.reqs), replan: replan, feedErr: feedErr,
+			rerouted:  func(_ route.Routing, err error) { errs = append(errs, err) },
+			givenBack: func(string) { mu.Lock(); givenBack++; mu.Unlock() }}).run(t)
+		if stage != 2 || len(errs) != 2 || errs[0] != nil || errs[1] != nil {
+			t.Fatalf("re-plans answered %v at stage %d; want both applied", errs, stage)
+		}
+		if res.reclaims == 0 {
+			t.Fatal("the re-plan to batch took nothing back from the sync queue: the test proves little")
+		}
+		if !errors.Is(res.out.Feed, feederFailed) {
+			t.Errorf("Driven.Feed %v, want the batch feeder's error", res.out.Feed)
+		}
+		onceEach(t, w.reqs, true, a)
+		t.Logf("reclaimed %d, given back %d; answers %d sync, %d batch", res.reclaims, givenBack, a.sync, a.batch)
+	})
+}
