@@ -94,9 +94,10 @@ type driving struct {
 // (Driver.Unanswered). When the batch path's Run returns an error while
 // the feeders run (it failed — a journal failure — or BatchContext
 // ended), Drive ends the feeding at once: neither side takes another
-// request, and Driven.Batch says why. It returns when all of that is done; the caller
-// closes its sync side and the Runner (Batch().Close) afterwards — the
-// batch path re-routes to the sync side until Drive returns.
+// request, and Driven.Batch says why. It returns when all of that is
+// done; the caller closes its sync side and the Runner (Batch().Close)
+// afterwards — the batch path re-routes to the sync side until Drive
+// returns.
 //
 // Every request the feeders offer is claimed by one side at most, and
 // every one is claimed by the end (docs/route.md, "Nothing is sent twice,
