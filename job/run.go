@@ -423,6 +423,8 @@ func (r *run) send(ctx context.Context, routing route.Routing) error {
 	r.drove = make(chan route.Driven, 1)
 	go func() {
 		out := fan.Drive(r.feedCtx, drv)
+		// A journal failure: Drive ended the feeding as it happened; the
+		// halt stops the dispatcher admitting and says why.
 		if errors.Is(out.Batch, batch.ErrJournal) {
 			r.halt("the batch journal failed")
 		}
@@ -647,6 +649,12 @@ func (r *run) report(ctx context.Context, e ending) (*Report, error) {
 	if errors.Is(e.serveErr, dispatch.ErrNoLiveKey) {
 		rep.Stopped = "no live key left"
 		return rep, fmt.Errorf("%w: every key is dead (see the log); %d requests not run; fix the keys and re-run %s to resume", ErrInterrupted, remaining, r.o.Command)
+	}
+	if remaining > 0 && !interrupted && e.Feed != nil && !errors.Is(e.Feed, context.Canceled) {
+		// A side stopped taking requests (its dispatcher or batch path
+		// stopped) with no interrupt: say which, not "interrupted".
+		rep.Stopped = "a side stopped taking requests: " + e.Feed.Error()
+		return rep, fmt.Errorf("%w: %v; %d of %d requests done, %d to go; re-run %s to resume", ErrInterrupted, e.Feed, r.todo-remaining, r.todo, remaining, r.o.Command)
 	}
 	if remaining > 0 {
 		rep.Stopped = "interrupted"

@@ -41,6 +41,8 @@ type env struct {
 	logs  *logbuf.Buffer
 	seen  *responses
 	close func()
+	// closeIn is close bounded in time (proxytest.Stack.CloseWithin).
+	closeIn func(time.Duration) bool
 	// httpc is the callers' client: http.DefaultClient, or one that
 	// dials the proxy's in-memory listener (options.pipe).
 	httpc *http.Client
@@ -138,7 +140,7 @@ func newEnv(t *testing.T, o options) *env {
 	}
 	st := proxytest.ServeOn(t, pln, pool, dispatch.Config{Client: c, Keys: pool.Keys(),
 		Retry: dispatch.RetryPolicy{BaseBackoff: time.Millisecond, MaxBackoff: 20 * time.Millisecond}}, o.dispatch, o.proxy)
-	e.d, e.px, e.logs, e.url, e.close = st.Dispatcher, st.Proxy, st.Logs, st.Server.URL, st.Close
+	e.d, e.px, e.logs, e.url, e.close, e.closeIn = st.Dispatcher, st.Proxy, st.Logs, st.Server.URL, st.Close, st.CloseWithin
 	if o.pipe {
 		e.url = "http://localhost" // the pipe's dialer takes any address; the proxy answers loopback names
 	}
@@ -307,6 +309,16 @@ func (e *env) pollBatch(id string) api.MessageBatch {
 			e.t.Fatalf("batch %s did not end after 20 s", id)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// closeWithin shuts the proxy down (e.close) and fails the test when that
+// takes longer than d: a guard against a hang (a virtual batch whose rows
+// never all end keeps the shutdown waiting), not a synchronisation.
+func (e *env) closeWithin(d time.Duration) {
+	e.t.Helper()
+	if !e.closeIn(d) {
+		e.t.Fatalf("the proxy did not shut down within %v: a virtual batch's rows never all ended", d)
 	}
 }
 

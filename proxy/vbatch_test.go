@@ -285,7 +285,7 @@ func TestRestartAdoptsUpstreamBatches(t *testing.T) {
 	e := newEnv(t, options{world: slow, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Plan = batchRouting }})
 	created := e.createBatch(8, "r")
 	waitUntil(t, func() bool { c, _, _ := simBatches(e.sim); return c > 0 }, "the upstream batch")
-	e.close() // a shutdown while the upstream batch runs
+	e.closeWithin(20 * time.Second) // a shutdown while the upstream batch runs
 
 	e2 := newEnv(t, options{simOf: e, proxy: func(c *proxy.Config) { c.StateDir = dir; c.Plan = batchRouting }})
 	m := e2.pollBatch(created.ID)

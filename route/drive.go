@@ -67,7 +67,8 @@ type Progress struct {
 // Driven is how Drive ended.
 type Driven struct {
 	// Feed is the first feeder error: the sync feeder's, else the batch
-	// feeder's (ctx's error when it ended the feeding).
+	// feeder's (ctx's error when it ended the feeding, context.Canceled
+	// when Drive did: the batch path failed).
 	Feed error
 	// Batch is the batch path's Run error (nil without a batch path).
 	Batch error
@@ -76,6 +77,7 @@ type Driven struct {
 // driving is the state of a Drive under way, guarded by Fanout.mu.
 type driving struct {
 	ctx, bctx context.Context
+	cut       context.CancelCauseFunc // ends ctx: the batch path failed
 	d         *Driver
 	started   bool           // a batch side was started
 	fed       sync.WaitGroup // the batch feeder
@@ -89,15 +91,21 @@ type driving struct {
 // new routing needs), closes the batch input when its feeder ends (StopInput
 // when it was cut short: resumed chunks stay the next run's), waits for
 // the batch path to finish, and sweeps the requests it never answered
-// (Driver.Unanswered). It returns when all of that is done; the caller
-// closes its sync side and the Runner (Batch().Close) afterwards — the
-// batch path re-routes to the sync side until Drive returns.
+// (Driver.Unanswered). When the batch path's Run returns an error while
+// the feeders run (it failed — a journal failure — or BatchContext
+// ended), Drive ends the feeding at once: neither side takes another
+// request, and Driven.Batch says why. It returns when all of that is
+// done; the caller closes its sync side and the Runner (Batch().Close)
+// afterwards — the batch path re-routes to the sync side until Drive
+// returns.
 //
 // Every request the feeders offer is claimed by one side at most, and
 // every one is claimed by the end (docs/route.md, "Nothing is sent twice,
 // nothing is left behind"). Drive is called once.
 func (f *Fanout) Drive(ctx context.Context, d Driver) Driven {
-	dr := &driving{ctx: ctx, bctx: d.BatchContext, d: &d, ran: make(chan error, 1)}
+	ctx, cut := context.WithCancelCause(ctx)
+	defer cut(nil)
+	dr := &driving{ctx: ctx, bctx: d.BatchContext, cut: cut, d: &d, ran: make(chan error, 1)}
 	if dr.bctx == nil {
 		dr.bctx = ctx
 	}
@@ -161,7 +169,16 @@ func (f *Fanout) Drive(ctx context.Context, d Driver) Driven {
 func (f *Fanout) startBatchLocked(br *batch.Runner) {
 	dr := f.drv
 	dr.started = true
-	go func() { dr.ran <- br.Run(dr.bctx) }()
+	go func() {
+		err := br.Run(dr.bctx)
+		if err != nil {
+			// The batch path stopped for good (a journal failure: a side
+			// effect it could not record must not happen) or was stopped:
+			// the run cannot end well, so nothing more is fed to either side.
+			dr.cut(err)
+		}
+		dr.ran <- err
+	}()
 	dr.fed.Go(func() {
 		dr.feedErr = f.feed(dr.ctx, SideBatch, func(ctx context.Context, req *dispatch.Request) error {
 			f.out.add(req.ID)
@@ -183,7 +200,10 @@ func (f *Fanout) startBatchLocked(br *batch.Runner) {
 // over the input taking the lines the routing gives s, and more passes
 // while a re-plan changes the routing (PassDone).
 func (f *Fanout) feed(ctx context.Context, s Side, submit func(context.Context, *dispatch.Request) error) error {
-	defer f.Leave(s)
+	defer func() {
+		f.Leave(s) // no Reroute hands s anything after this
+		f.giveBack(ctx, s, f.Handoff(s))
+	}()
 	d := f.drv.d
 	send := func(ctx context.Context, req *dispatch.Request) error {
 		if d.Prepare != nil {
@@ -194,8 +214,10 @@ func (f *Fanout) feed(ctx context.Context, s Side, submit func(context.Context, 
 	take := func(line int, id string) bool { return f.Take(s, line, id) }
 	for first := true; ; first = false {
 		gen := f.Generation()
-		for _, req := range f.Handoff(s) {
+		back := f.Handoff(s)
+		for i, req := range back {
 			if err := send(ctx, req); err != nil {
+				f.giveBack(ctx, s, back[i:])
 				return err
 			}
 		}
@@ -212,6 +234,19 @@ func (f *Fanout) feed(ctx context.Context, s Side, submit func(context.Context, 
 		if err != nil || !again {
 			return err
 		}
+	}
+}
+
+// giveBack sends back to sync (Config.Reroute) the requests a re-plan had
+// taken back from the sync queue for side s's feeder, which stopped on an
+// error before sending them: they were never sent, so sync may still send
+// them. An interrupt (ctx ended) leaves them for the resume.
+func (f *Fanout) giveBack(ctx context.Context, s Side, reqs []*dispatch.Request) {
+	if s != SideBatch || f.cfg.Reroute == nil || ctx.Err() != nil {
+		return
+	}
+	for _, req := range reqs {
+		f.cfg.Reroute(req, "the batch feeder stopped")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -124,6 +125,8 @@ type answers struct {
 	sync    int
 	batch   int
 	aborted int
+	// onBatch, if set, hears of each batch answer's custom_id (under mu).
+	onBatch func(id string)
 }
 
 func newAnswers() *answers { return &answers{n: map[string]int{}} }
@@ -131,6 +134,9 @@ func newAnswers() *answers { return &answers{n: map[string]int{}} }
 func (a *answers) sink(r dispatch.Result, batchID string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.onBatch != nil && batchID != "" {
+		a.onBatch(r.Request.ID)
+	}
 	if r.Aborted {
 		a.aborted++
 		return
@@ -184,6 +190,17 @@ type driveRun struct {
 	rerouted func(route.Routing, error)
 	ctx      context.Context
 	done     func(string) bool // already answered (a resume)
+	// feedErr, if set, is side s's feeder error: a non-nil one ends each
+	// of its passes at once, before it takes a line.
+	feedErr func(s route.Side) error
+	// unanswered, if set, is Driver.Unanswered; accepted hears of each
+	// request a feeder's pass submitted without an error, givenBack of
+	// each the batch path gave back (Config.Reroute).
+	unanswered func(id string)
+	// bctx, if set, is Driver.BatchContext.
+	bctx      context.Context
+	accepted  func(s route.Side, id string)
+	givenBack func(id string)
 }
 
 // readEvery is how long the feeders take to read one line (the fake
@@ -224,7 +241,12 @@ func (dr *driveRun) run(t *testing.T) driveResult {
 	}
 	fan, err := route.Open(route.Config{Routing: dr.routing, Client: w.client, Keys: w.keys, Journal: w.journal, NoSync: true,
 		Lines: dr.lines, Done: done, Sink: dr.ans.sink,
-		Reroute: func(req *dispatch.Request, _ string) { d.Submit(serveCtx, req, syncSink) }})
+		Reroute: func(req *dispatch.Request, _ string) {
+			if dr.givenBack != nil {
+				dr.givenBack(req.ID)
+			}
+			d.Submit(serveCtx, req, syncSink)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +255,11 @@ func (dr *driveRun) run(t *testing.T) driveResult {
 	var mu sync.Mutex
 	drv := route.Driver{
 		Feed: func(ctx context.Context, s route.Side, _ bool, take func(int, string) bool, submit func(context.Context, *dispatch.Request) error) error {
+			if dr.feedErr != nil {
+				if err := dr.feedErr(s); err != nil {
+					return err
+				}
+			}
 			for n, q := range w.reqs {
 				time.Sleep(readEvery)
 				if done(q.ID) {
@@ -245,13 +272,18 @@ func (dr *driveRun) run(t *testing.T) driveResult {
 				if err := submit(ctx, &c); err != nil {
 					return err
 				}
+				if dr.accepted != nil {
+					dr.accepted(s, q.ID)
+				}
 			}
 			return nil
 		},
-		Sync:    func(ctx context.Context, q *dispatch.Request) error { return d.Submit(ctx, q, syncSink) },
-		Prepare: func(s route.Side, _ *dispatch.Request) { mu.Lock(); res.sent[s]++; mu.Unlock() },
-		Every:   3 * time.Millisecond,
-		Replan:  dr.replan,
+		Unanswered:   dr.unanswered,
+		BatchContext: dr.bctx,
+		Sync:         func(ctx context.Context, q *dispatch.Request) error { return d.Submit(ctx, q, syncSink) },
+		Prepare:      func(s route.Side, _ *dispatch.Request) { mu.Lock(); res.sent[s]++; mu.Unlock() },
+		Every:        3 * time.Millisecond,
+		Replan:       dr.replan,
 		Reclaim: func(toBatch func(*dispatch.Request) bool) []*dispatch.Request {
 			back, err := d.Reclaim(ctx, toBatch)
 			if err != nil {
@@ -492,5 +524,225 @@ func TestBatchPathCapsRetryAfter(t *testing.T) {
 		if gap := w.creates[1].at.Sub(w.creates[0].at); gap < capped || gap > capped+time.Second {
 			t.Errorf("created again %v after the 429; want the cap, %v", gap, capped)
 		}
+	})
+}
+
+// TestDriveRefusesStoppedSide: one side's feeder stops at once (an error)
+// while the other carries on, and a re-plan then proposes a routing that
+// sends requests to the stopped side: Reroute refuses it
+// (ErrSideStopped), the routing in force stays, and every request it gives
+// the live side is answered once — none is left untaken, or taken back
+// from the sync queue for a feeder that will never send it.
+func TestDriveRefusesStoppedSide(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		start, propose route.Routing
+		stopped        route.Side
+	}{
+		{"batch stopped, re-plan to batch", routeOf(route.Split, 0.5), routeOf(route.Batch, 0), route.SideBatch},
+		{"sync stopped, re-plan to a split", routeOf(route.Batch, 0), routeOf(route.Split, 0.5), route.SideSync},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				w := newDriveWorld(t, 400, sim.Faults{})
+				a := newAnswers()
+				feederFailed := errors.New("the feeder failed")
+				calls := 0
+				replan := func(route.Progress) (route.Routing, bool) {
+					if calls++; calls == 2 {
+						return tc.propose, true
+					}
+					return route.Routing{}, false
+				}
+				var errs []error
+				res := (&driveRun{w: w, ans: a, routing: tc.start, lines: len(w.reqs), replan: replan,
+					rerouted: func(_ route.Routing, err error) { errs = append(errs, err) },
+					feedErr: func(s route.Side) error {
+						if s == tc.stopped {
+							return feederFailed
+						}
+						return nil
+					}}).run(t)
+				if !errors.Is(res.out.Feed, feederFailed) {
+					t.Errorf("Driven.Feed %v, want the stopped feeder's error", res.out.Feed)
+				}
+				if len(errs) != 1 || !errors.Is(errs[0], route.ErrSideStopped) {
+					t.Errorf("the re-plan was answered %v; want it refused with ErrSideStopped", errs)
+				}
+				// The live side's requests, as the routing in force names
+				// them: each answered once, by that side.
+				var live []*dispatch.Request
+				for _, q := range w.reqs {
+					if tc.start.ToBatch(q.ID) == (tc.stopped == route.SideSync) {
+						live = append(live, q)
+					}
+				}
+				onceEach(t, live, true, a)
+				if got := a.sync + a.batch; got != len(live) {
+					t.Errorf("%d answers (%d sync, %d batch), want the live side's %d", got, a.sync, a.batch, len(live))
+				}
+				t.Logf("answers %d sync, %d batch; reclaimed %d", a.sync, a.batch, res.reclaims)
+			})
+		})
+	}
+}
+
+// TestDriveSweepsUnanswered: a run on the batch route is interrupted once
+// its first batch answers are in, while other batches run upstream; Drive
+// hands Driver.Unanswered exactly the requests the batch path accepted and
+// neither answered nor gave back — each once — and nothing else.
+func TestDriveSweepsUnanswered(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newDriveWorld(t, 400, sim.Faults{})
+		ctx, interrupt := context.WithCancel(t.Context())
+		defer interrupt()
+		var mu sync.Mutex
+		accepted, ended, swept := map[string]bool{}, map[string]bool{}, map[string]int{}
+		a := newAnswers()
+		a.onBatch = func(id string) {
+			mu.Lock()
+			ended[id] = true
+			mu.Unlock()
+			interrupt() // the first answers are in: stop the run
+		}
+		dr := &driveRun{w: w, ans: a, routing: routeOf(route.Batch, 0), ctx: ctx,
+			accepted: func(s route.Side, id string) {
+				if s == route.SideBatch {
+					mu.Lock()
+					accepted[id] = true
+					mu.Unlock()
+				}
+			},
+			givenBack: func(id string) {
+				mu.Lock()
+				ended[id] = true
+				mu.Unlock()
+			},
+			unanswered: func(id string) {
+				mu.Lock()
+				swept[id]++
+				mu.Unlock()
+			}}
+		dr.run(t)
+		mu.Lock()
+		defer mu.Unlock()
+		want := 0
+		for id := range accepted {
+			if ended[id] {
+				if swept[id] > 0 {
+					t.Errorf("%s swept as unanswered, but the batch path answered it or gave it back", id)
+				}
+				continue
+			}
+			want++
+			if swept[id] != 1 {
+				t.Errorf("%s accepted and never answered, swept %d times; want once", id, swept[id])
+			}
+		}
+		for id := range swept {
+			if !accepted[id] {
+				t.Errorf("%s swept, but the batch path never accepted it", id)
+			}
+		}
+		if want == 0 || len(ended) == 0 {
+			t.Errorf("%d accepted, %d answered or given back, %d left: the test proves little", len(accepted), len(ended), want)
+		}
+		t.Logf("accepted %d, answered or given back %d, swept %d", len(accepted), len(ended), len(swept))
+	})
+}
+
+// TestDriveStopsFeedingWhenBatchPathFails: on a split, the batch path
+// stops for good (its Run returns an error — here its context ends with
+// a cause, as a journal failure ends it) while the input is still being
+// read: both feeders stop at once, the sync side sends none of the lines
+// read after, and Driven.Batch says why.
+func TestDriveStopsFeedingWhenBatchPathFails(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newDriveWorld(t, 400, sim.Faults{})
+		a := newAnswers()
+		failed := errors.New("the batch path failed")
+		bctx, fail := context.WithCancelCause(t.Context())
+		defer fail(nil)
+		const failAt = 10 * time.Millisecond // the input takes 40 ms to read
+		time.AfterFunc(failAt, func() { fail(failed) })
+		r := routeOf(route.Split, 0.5)
+		res := (&driveRun{w: w, ans: a, routing: r, bctx: bctx}).run(t)
+		if !errors.Is(res.out.Batch, failed) {
+			t.Errorf("Driven.Batch %v, want the batch path's error", res.out.Batch)
+		}
+		// The sync lines read by 1 ms after the failure: the most the
+		// sync side may have sent.
+		most, all := 0, 0
+		for n, q := range w.reqs {
+			if r.ToBatch(q.ID) {
+				continue
+			}
+			all++
+			if time.Duration(n+1)*readEvery <= failAt+time.Millisecond {
+				most++
+			}
+		}
+		if got := res.sent[route.SideSync]; got > most {
+			t.Errorf("the sync side sent %d of its %d requests; want at most the %d read by 1 ms after the batch path failed", got, all, most)
+		}
+		onceEach(t, w.reqs, false, a)
+		t.Logf("sent %v of %d sync requests; answers %d sync, %d batch; %+v", res.sent, all, a.sync, a.batch, res.out)
+	})
+}
+
+// TestDriveGivesBackHandoffOfStoppedFeeder: a re-plan to batch takes
+// requests back from the sync queue for the batch feeder while that
+// feeder is in a pass it then ends with an error: they were never sent,
+// so they go back to sync (Config.Reroute), and every request is still
+// answered once.
+func TestDriveGivesBackHandoffOfStoppedFeeder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newDriveWorld(t, 400, sim.Faults{})
+		a := newAnswers()
+		var mu sync.Mutex
+		batchPasses, stage, givenBack := 0, 0, 0
+		feederFailed := errors.New("the batch feeder failed")
+		feedErr := func(s route.Side) error {
+			if s != route.SideBatch {
+				return nil
+			}
+			mu.Lock()
+			batchPasses++
+			n := batchPasses
+			mu.Unlock()
+			if n < 2 {
+				return nil
+			}
+			time.Sleep(20 * time.Millisecond) // the re-plan to batch lands in this pass
+			return feederFailed
+		}
+		replan := func(p route.Progress) (route.Routing, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case stage == 0 && p.Taken >= len(w.reqs)*9/10:
+				stage = 1 // the same split again: the batch feeder passes once more
+				return routeOf(route.Split, 0.5), true
+			case stage == 1 && batchPasses == 2:
+				stage = 2
+				return routeOf(route.Batch, 0), true
+			}
+			return route.Routing{}, false
+		}
+		var errs []error
+		res := (&driveRun{w: w, ans: a, routing: routeOf(route.Split, 0.5), lines: len(w.reqs), replan: replan, feedErr: feedErr,
+			rerouted:  func(_ route.Routing, err error) { errs = append(errs, err) },
+			givenBack: func(string) { mu.Lock(); givenBack++; mu.Unlock() }}).run(t)
+		if stage != 2 || len(errs) != 2 || errs[0] != nil || errs[1] != nil {
+			t.Fatalf("re-plans answered %v at stage %d; want both applied", errs, stage)
+		}
+		if res.reclaims == 0 {
+			t.Fatal("the re-plan to batch took nothing back from the sync queue: the test proves little")
+		}
+		if !errors.Is(res.out.Feed, feederFailed) {
+			t.Errorf("Driven.Feed %v, want the batch feeder's error", res.out.Feed)
+		}
+		onceEach(t, w.reqs, true, a)
+		t.Logf("reclaimed %d, given back %d; answers %d sync, %d batch", res.reclaims, givenBack, a.sync, a.batch)
 	})
 }

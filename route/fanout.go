@@ -88,6 +88,12 @@ func (s Side) String() string {
 // pass: nothing is left to route.
 var ErrFrozen = errors.New("route: every request has been given a side; the routing can no longer change")
 
+// ErrSideStopped is Reroute's error, while Drive runs, for a routing that
+// sends requests to a side whose feeder has stopped (an error, or every
+// key of that side dead): nothing would take them. The routing in force
+// stays.
+var ErrSideStopped = errors.New("route: the routing sends requests to a side that has stopped taking them")
+
 // Fanout sends a run's requests to two sides: the sync dispatcher, which
 // the caller drives, and the batch path, which the Fanout wires. It decides
 // each request's side — and, when the run may re-plan (Config.Lines > 0),
@@ -302,7 +308,8 @@ func (f *Fanout) Frozen() bool {
 // it); it refuses to send new requests
 // to batch while the batch path only harvests an earlier run's batches,
 // and fails with ErrFrozen once the feeders are done, or when the run
-// does not re-plan.
+// does not re-plan; while Drive runs, it fails with ErrSideStopped when r
+// sends requests to a side whose feeder has stopped.
 //
 // reclaim, if set, takes back from the sync side the requests it holds
 // but has not sent that r sends to batch (dispatch.Dispatcher.Reclaim,
@@ -313,6 +320,15 @@ func (f *Fanout) Reroute(r Routing, reclaim func(toBatch func(*dispatch.Request)
 	defer f.mu.Unlock()
 	if f.frozen || f.taken == nil {
 		return nil, ErrFrozen
+	}
+	if f.drv != nil {
+		// A side whose feeder has left takes no more lines and sends no
+		// handoff: a routing that names it would leave its requests
+		// unclaimed, or claimed and never sent.
+		toSync, toBatch := r.Route != Batch, r.Route != Sync
+		if toSync && !f.active[SideSync] || toBatch && f.runner.Load() != nil && !f.active[SideBatch] {
+			return nil, ErrSideStopped
+		}
 	}
 	if r.Route != Sync {
 		switch {

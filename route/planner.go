@@ -423,12 +423,13 @@ func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing,
 
 // Refused tells the Router that the run could not apply r, the routing
 // its last Replan returned (Fanout.Reroute refused it: the batch path only
-// harvests an earlier run's batches, or could not open). The plan in force
+// harvests an earlier run's batches, could not open, or a side it sends to
+// has stopped). The plan in force
 // before r is in force again — its route and the sync rate the rate rule
 // compares with — and r does not count against the run's route changes.
 // Without this, a refused move to all-batch would leave a plan with no
 // sync share in force, and the rate rule off for the rest of the run.
-// Both reasons for a refusal last the run, so later re-plans that would
+// Every reason for a refusal lasts the run, so later re-plans that would
 // send to batch keep the plan in force instead of proposing it again.
 func (p *Router) Refused(r Routing) {
 	p.mu.Lock()

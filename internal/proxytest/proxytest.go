@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,6 +85,10 @@ type Stack struct {
 	// work. It runs at the end of the test; calling it earlier is a stop
 	// (a restart test serves a new Stack after it).
 	Close func()
+	// CloseWithin is Close bounded by d: false when the stop had not
+	// ended after d (a hang). The test's end then no longer waits for it
+	// (the test has a failure to report, not a stop to wait for).
+	CloseWithin func(d time.Duration) bool
 }
 
 // Serve starts a dispatcher on dcfg (its Logger set to the Stack's log;
@@ -128,19 +133,42 @@ func ServeOn(t testing.TB, ln net.Listener, pool *keys.Pool, dcfg dispatch.Confi
 	srv.Start()
 	st := &Stack{Dispatcher: d, Proxy: px, Server: srv, Logs: logs}
 	var once sync.Once
-	st.Close = func() {
+	closed := make(chan struct{})
+	var abandoned atomic.Bool
+	stop := func() {
 		once.Do(func() {
-			st.Server.Close()
-			px.Drain()
-			d.Close()
-			cancel()
-			d.Abort()
-			<-d.Done()
-			px.Wait()
-			px.Close()
+			go func() {
+				defer close(closed)
+				st.Server.Close()
+				px.Drain()
+				d.Close()
+				cancel()
+				d.Abort()
+				<-d.Done()
+				px.Wait()
+				px.Close()
+			}()
 		})
 	}
-	t.Cleanup(st.Close)
+	st.Close = func() {
+		stop()
+		<-closed
+	}
+	st.CloseWithin = func(d time.Duration) bool {
+		stop()
+		select {
+		case <-closed:
+			return true
+		case <-time.After(d):
+			abandoned.Store(true)
+			return false
+		}
+	}
+	t.Cleanup(func() {
+		if !abandoned.Load() {
+			st.Close()
+		}
+	})
 	return st
 }
 
