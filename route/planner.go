@@ -409,7 +409,7 @@ func (p *Router) replanLocked(m Measure, why string, measured float64) (Routing,
 	same := r.Route == old.Route && math.Abs(r.BatchShare-old.BatchShare) <= replanShare
 	if same {
 		log.Info("re-planned: the route stays "+old.Route, "why", why, "unsent", m.Unsent,
-			"predicted", d.Wall.Mid.Round(time.Second), "efficiency", fmt.Sprintf("%.2f", max(w.Efficiency, 0)))
+			"predicted", d.Wall.Mid.Round(time.Second), "efficiency", efficiencyText(w.Efficiency))
 		return Routing{}, false
 	}
 	r.Why = fmt.Sprintf("re-planned (%s): %s", why, d.Why)
@@ -450,4 +450,13 @@ func describe(r Routing) string {
 		return fmt.Sprintf("split (%.0f %% batch)", 100*r.BatchShare)
 	}
 	return r.Route
+}
+
+// efficiencyText is a world's measured efficiency for a log line; unset
+// (no steady rate measured yet) the planner uses the model's, 1.
+func efficiencyText(e float64) string {
+	if e <= 0 {
+		return "1.00 (modelled)"
+	}
+	return fmt.Sprintf("%.2f", e)
 }
