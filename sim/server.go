@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -72,6 +73,26 @@ func (s *Server) Serve(l net.Listener) error { return s.httpS.Serve(l) }
 
 // Shutdown stops Serve gracefully.
 func (s *Server) Shutdown(ctx context.Context) error { return s.httpS.Shutdown(ctx) }
+
+// ServeUntil answers on l until ctx ends, then shuts down, giving open
+// requests up to grace to finish; it returns Serve's error if Serve ended
+// first, else Shutdown's (nil after a clean stop).
+func (s *Server) ServeUntil(ctx context.Context, l net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
+		err := s.Shutdown(sctx)
+		if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
+			err = e
+		}
+		return err
+	}
+}
 
 // Close stops Serve at once, dropping open connections.
 func (s *Server) Close() error { return s.httpS.Close() }

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -47,20 +44,7 @@ func simChildCmd() *cobra.Command {
 				return fmt.Errorf("sim: %w", err)
 			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "sluice-bench sim: time scale %g, serving on http://%s\n", cfg.TimeScale, ln.Addr())
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return err
-			case <-cmd.Context().Done():
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				err := srv.Shutdown(ctx)
-				if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
-					err = e
-				}
-				return err
-			}
+			return srv.ServeUntil(cmd.Context(), ln, 5*time.Second)
 		},
 	}
 	cmd.Flags().StringVar(&config, "config", "", "JSON config file (sim.Config; fields absent keep the three-org preset's)")

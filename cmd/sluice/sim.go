@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -97,21 +94,11 @@ Control endpoints: GET /_sim/stats, POST /_sim/reset, POST /_sim/keys
 			}
 			fmt.Fprintf(out, "try: curl -s http://%s/v1/messages -H 'x-api-key: %s' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' -d '{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":64,\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}]}'\n",
 				ln.Addr(), cfg.Orgs[0].Keys[0].Key)
-			errc := make(chan error, 1)
-			go func() { errc <- srv.Serve(ln) }()
-			select {
-			case err := <-errc:
-				return err
-			case <-cmd.Context().Done():
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				err := srv.Shutdown(ctx)
-				if e := <-errc; !errors.Is(e, http.ErrServerClosed) && err == nil {
-					err = e
-				}
+			err = srv.ServeUntil(cmd.Context(), ln, 5*time.Second)
+			if cmd.Context().Err() != nil {
 				fmt.Fprintln(out, "sluice sim: stopped")
-				return err
 			}
+			return err
 		},
 	}
 	flags.register(cmd, 1)
