@@ -20,8 +20,9 @@
 //     after the lane sat idle;
 //   - a pause of the whole lane for the retry-after of a congestion 429;
 //   - a reserve for colleagues: the lane never spends the last Reserve
-//     share of what a bucket holds — save on a cold start into buckets
-//     the first answer shows full, until anyone else's use shows.
+//     share of what a bucket holds — save for the initial burst (one mean
+//     latency at most) of a cold start into buckets the first answer
+//     shows full, until anyone else's use shows.
 //
 // Every method takes the time; the lane never sleeps. It is safe for
 // concurrent use.
@@ -249,7 +250,7 @@ type Lane struct {
 	named       [budget.NumDims]bool      // paced from a 429's message only
 	lowHeadroom bool
 	// The start and the acceleration hold (start.go).
-	unshared  bool      // no reserve: a cold start into full buckets, no one else's use seen since
+	unshared  bool      // no reserve: a cold start into full buckets, within a latency of it and no one else's use seen since
 	rampLat   float64   // mean latencies per doubling of the ramp now
 	riseAt    time.Time // the lane's rate last rose: its start, a growth of the limit
 	holdUntil time.Time // no growth before then: an acceleration hold

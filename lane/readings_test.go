@@ -308,6 +308,12 @@ func TestReadings(t *testing.T) {
 		{"60 RPM enforced as 1 per second", func(w *world) {
 			w.rpm, w.depth, w.hidden, w.lat, w.lat429, w.dur, w.startEmpty, w.reset = 60, 60, 1, 2*time.Second, 50*time.Millisecond, 300*time.Second, true, resetCeil
 		}},
+		{"60 s bucket, full at start, colleague bursts of 5 at 10 %", func(w *world) {
+			w.rpm, w.depth, w.lat, w.dur, w.colleague, w.colDemand = 1200, 1200, 2800*time.Millisecond, 300*time.Second, 0.4, 5
+		}},
+		{"60 s bucket, full at start, colleague at 10 %", func(w *world) {
+			w.rpm, w.depth, w.lat, w.dur, w.colleague, w.colDemand = 1200, 1200, 2800*time.Millisecond, 300*time.Second, 2, 1
+		}},
 		{"ITPM 30,000 over 1 s (500 deep), 330-token requests", func(w *world) {
 			w.rpm, w.depth, w.tokens, w.lat, w.lat429, w.dur, w.startEmpty, w.reset = 30_000, 500, 330, time.Second, 50*time.Millisecond, 300*time.Second, true, resetCeil
 		}},
@@ -373,6 +379,33 @@ func TestReadingsBeyondThePromise(t *testing.T) {
 		o.report(t, c.name)
 		if o.eff() < c.min {
 			t.Errorf("%s: efficiency %.3f < %.2f", c.name, o.eff(), c.min)
+		}
+	}
+}
+
+// TestReadingsHiddenSecondFromFull: a limit enforced per second that the
+// headers do not show ("60 RPM might be enforced as 1 request per
+// second"), on buckets full at the start: the start lets go one second of
+// the limit (at least one request), not Config.Start, at once. Measured
+// (60 RPM: 1.07 % 429s, 600 RPM: 0.76 % at 0.92 of the limit; with
+// Config.Start as the floor 60 RPM drew 23.8 %, the review measured), so
+// the bounds are looser than TestReadings' goals, which these readings do
+// not meet yet.
+func TestReadingsHiddenSecondFromFull(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		w    world
+	}{
+		{"60 RPM enforced as 1 per second, full at start", world{rpm: 60, depth: 60, hidden: 1, lat: 2 * time.Second, lat429: 50 * time.Millisecond, dur: 300 * time.Second, reset: resetCeil}},
+		{"600 RPM enforced as 10 per second, full at start", world{rpm: 600, depth: 600, hidden: 10, lat: 3 * time.Second, lat429: 50 * time.Millisecond, dur: 300 * time.Second}},
+	} {
+		o := c.w.run(t, Config{Cap: 400})
+		o.report(t, c.name)
+		if e := o.eff(); e < 0.9 {
+			t.Errorf("%s: efficiency %.3f < 0.9", c.name, e)
+		}
+		if s := o.share429(); s > 0.02 {
+			t.Errorf("%s: %.2f %% of the lane's requests answered 429, want ≤ 2 %%", c.name, 100*s)
 		}
 	}
 }

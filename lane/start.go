@@ -37,15 +37,17 @@ func (l *Lane) reserve() float64 {
 // else used the organization lately), the limit is what one mean latency
 // of them can pay for
 // (the level above the reserve plus a latency's refill, in requests of the
-// largest charge yet), within the etiquette cap and never under
-// Config.Start. The lane does not send it at once: over the first
-// latency it lets go the burst one second of the limit pays for — the
-// shortest interval the docs say a limit may be enforced over ("60 RPM
-// might be enforced as 1 request per second") — and then requests at the
-// limit's rate (startCap): at the limit from the first second, and
-// never faster than a limit enforced per second allows. Every bucket full
-// and the reserve not given up by the user: the lane spends the reserve
-// too until anyone else's use shows (shared). No bucket shown:
+// largest charge yet), within the etiquette cap and never under the
+// burst below (not Config.Start, which may be more than a second of a
+// small limit). The lane does not send it at once: over the first
+// latency it lets go the burst one second of the limit pays for (at
+// least one request) — the shortest interval the docs say a limit may be
+// enforced over ("60 RPM might be enforced as 1 request per second") —
+// and then requests at the limit's rate (limitAt): at the limit from the
+// first second, and never faster than a limit enforced per second
+// allows. Every bucket full and the reserve not given up by the user:
+// the initial burst may spend the reserve too, for one mean latency from
+// the first answer at most (shared). No bucket shown:
 // Config.Start, at once; buckets that show others' use (not full):
 // Config.Start, the ramp growing from it and the budget pacing the refill.
 // Requires l.mu.
@@ -74,20 +76,20 @@ func (l *Lane) start(now time.Time, snap *budget.Snapshot) {
 		burst = math.Min(burst, math.Min(avail, minDepthSeconds*b.Limit/60)/per)
 		rate = math.Min(rate, b.Limit/60/per)
 	}
-	l.limit = math.Min(float64(l.cfg.Cap), math.Max(float64(l.cfg.Start), math.Floor(n)))
+	burst = math.Max(1, math.Floor(burst))
+	l.limit = math.Min(float64(l.cfg.Cap), math.Max(burst, math.Floor(n)))
 	l.startAt, l.startBurst, l.startRate = now, burst, rate
 }
 
 // limitAt is the concurrency limit at now: the limit, and during the
-// start no more than the start lets go by now (start), though never
-// under Config.Start (the budget paces what the buckets cannot pay for).
-// Requires l.mu.
+// start no more than the start lets go by now (start): its one-second
+// burst (at least one request) and the limit's rate since. Requires l.mu.
 func (l *Lane) limitAt(now time.Time) int {
 	lim := l.limitLocked()
 	if l.startRate <= 0 {
 		return lim
 	}
-	c := math.Max(float64(l.cfg.Start), l.startBurst+l.startRate*math.Max(0, now.Sub(l.startAt).Seconds()))
+	c := l.startBurst + l.startRate*math.Max(0, now.Sub(l.startAt).Seconds())
 	if c >= float64(lim) {
 		l.startRate = 0 // the start is over
 		return lim
@@ -95,7 +97,10 @@ func (l *Lane) limitAt(now time.Time) int {
 	return int(c)
 }
 
-// shared ends a cold start's exemption from the reserve at the first sign
+// shared ends a cold start's exemption from the reserve one mean latency
+// after the first answer — the initial burst; after it the reserve
+// applies, since a colleague's refused request uses nothing and so
+// shows in no header — or sooner at the first sign
 // of anyone else's use of the organization: a 429 (its buckets were
 // shorter than the lane's own spending explains, or a limit it cannot
 // see), or an answer whose requests remaining is lower than the lane's own
@@ -115,14 +120,17 @@ func (l *Lane) shared(now time.Time, t Ticket, r Result, snap *budget.Snapshot) 
 	if !t.at.IsZero() && now.After(t.at) {
 		lag = b.Limit / 60 * now.Sub(t.at).Seconds()
 	}
-	if r.Signal == RateLimited || lowered > 1+lag {
+	if r.Signal == RateLimited || lowered > 1+lag || now.Sub(l.startAt) >= l.lat() {
 		l.unshared = false
 	}
 }
 
 // accelerationRead reports whether a 429 of attempt t that no bucket
 // explains is read as an acceleration limit: the attempt was in flight at
-// the last hold (the same episode), or the lane's rate rose lately — within
+// the last hold (the same episode), or the last hold came before any clean
+// answer after the first (a refused start step: what the server admits
+// is not known yet, so the next 429 is the same episode's, not a shorter
+// interval's), or the lane's rate rose lately — within
 // riseLatencies of its start or of a growth of its limit — and grew since
 // the last hold, and the server now admits accelRise × the rate it
 // admitted at the last hold or more (an acceleration limit admits more as
@@ -133,8 +141,8 @@ func (l *Lane) accelerationRead(now time.Time, t Ticket) bool {
 	if l.riseAt.IsZero() {
 		return false
 	}
-	if !l.lastAccel.IsZero() && !t.at.After(l.lastAccel) {
-		return true
+	if !l.lastAccel.IsZero() && (!t.at.After(l.lastAccel) || l.accelRate == 0) {
+		return true // the same episode, or a hold made before any clean answer showed what the server admits
 	}
 	if !l.lastAccel.IsZero() && (!l.riseAt.After(l.lastAccel) || l.ansRate < accelRise*l.accelRate) {
 		return false // the rate held, or refused again at about the rate refused last time
@@ -158,7 +166,8 @@ func (l *Lane) grew(now time.Time, was float64) {
 // rise of the lane's rate, as an acceleration limit: once per episode (an
 // attempt sent after the last hold, a latency on) the limit is held at
 // accelBack × the limit t was sent under, or at the rate answers came at
-// over the last latency if lower (what the server admitted), for
+// over the last latency if lower (what the server admitted; before any
+// clean answer after the first, at Config.Start if lower), for
 // holdLatencies mean latencies doubling with each hold, and the ramp that
 // resumes after it is half as fast; the lane pauses for the retry-after,
 // as on congestion (429s come back fast, and a held limit alone would
@@ -181,6 +190,11 @@ func (l *Lane) acceleration(now time.Time, t Ticket, retryAfter time.Duration) {
 		// acceleration limit of any window and ratio above 1 keeps
 		// admitting while the lane holds it.
 		held = math.Min(held, l.ansRate*l.lat().Seconds())
+	} else {
+		// No clean answer since the first yet (a step refused before
+		// its answers came): what it admitted is unknown, Config.Start
+		// is what the lane would have ramped from.
+		held = math.Min(held, float64(l.cfg.Start))
 	}
 	l.limit = math.Max(float64(l.cfg.MinLimit), held)
 	l.accelRate = l.ansRate

@@ -37,6 +37,7 @@ func TestStartFromTheHeaders(t *testing.T) {
 	}{
 		{"full, 1 s of the limit under the cap", reqHeaders(now, 1200, 1199, 50*time.Millisecond), [3]int{20, 40, 100}, false},
 		{"full, the cap under 1 s of the limit", reqHeaders(now, 60000, 59999, time.Millisecond), [3]int{100, 100, 100}, false},
+		{"full, a second of the limit under Start", reqHeaders(now, 60, 59, time.Second), [3]int{1, 2, 6}, false},
 		{"half full", reqHeaders(now, 1200, 10, 30*time.Second), [3]int{12, 12, 12}, true},
 		{"drained by others", reqHeaders(now, 1200, 0, time.Minute), [3]int{12, 12, 12}, true},
 	} {
@@ -109,7 +110,7 @@ func TestAccelerationHoldsTheRate(t *testing.T) {
 		t.Fatalf("after an acceleration 429 the limit is %d, want %d (the rate answers came at)", held, want)
 	}
 	st := l.State(now)
-	if st.Stats.Acceleration != 1 || st.Buckets[budget.Requests].Depth != depth {
+	if st.Stats.Acceleration != 1 || st.Buckets[budget.Requests].Depth < depth {
 		t.Fatalf("acceleration %d, depth %g → %g: want 1 and the depth kept", st.Stats.Acceleration, depth, st.Buckets[budget.Requests].Depth)
 	}
 	for range holdLatencies - 1 { // the hold: clean rounds, no growth
@@ -178,13 +179,16 @@ func TestAccelerationHoldsWhatWasAdmitted(t *testing.T) {
 	}
 }
 
-// TestColdStartReserveOutlivesStaleHeaders: an answer's requests remaining
-// under the lane's model by no more than the refill since its send (and a
-// request of rounding) keeps the cold start's exemption from the reserve —
-// the headers may be that old; a few requests more than that ends it.
+// TestColdStartReserveOutlivesStaleHeaders: during the initial burst, an
+// answer's requests remaining under the lane's model by no more than the
+// refill since its send (and a request of rounding) keeps the cold start's
+// exemption from the reserve — the headers may be that old; a few
+// requests more than that ends it.
 func TestColdStartReserveOutlivesStaleHeaders(t *testing.T) {
 	l := newLane(Config{Cap: 100, Start: 12})
-	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 1200, 1199, 50*time.Millisecond))
+	tk := tkAt(t, l, t0)
+	now := t0.Add(3 * time.Second) // a mean latency of 3 s: the burst lasts that long
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: 3 * time.Second, Limits: reqHeaders(now, 1200, 1199, 50*time.Millisecond), Date: now})
 	reserve := func() float64 {
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -204,5 +208,104 @@ func TestColdStartReserveOutlivesStaleHeaders(t *testing.T) {
 	answer(10*time.Millisecond, 5)
 	if r := reserve(); r != 0.15 {
 		t.Fatalf("5 under the model 10 ms after the send: reserve %g, want 0.15", r)
+	}
+}
+
+// TestColdStartReserveOnlyForTheInitialBurst: with no sign of anyone
+// else's use, the exemption from the reserve still ends one mean latency
+// after the first answer — a colleague refused by a bucket the lane keeps
+// empty uses nothing, so its refusals show in no header the lane reads.
+func TestColdStartReserveOnlyForTheInitialBurst(t *testing.T) {
+	l := newLane(Config{Cap: 100, Start: 12})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 1200, 1199, 50*time.Millisecond))
+	reserve := func() float64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.reserve()
+	}
+	answer := func(after time.Duration) {
+		t.Helper()
+		tk := tkAt(t, l, now)
+		now = now.Add(after)
+		level := l.State(now).Buckets[budget.Requests].Level
+		l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(now, 1200, int64(level), 10*time.Second), Date: now})
+	}
+	answer(rtt / 2)
+	if r := reserve(); r != 0 {
+		t.Fatalf("half a latency after the first answer: reserve %g, want none yet", r)
+	}
+	answer(rtt)
+	if r := reserve(); r != 0.15 {
+		t.Fatalf("a latency and a half after the first answer, headers as the model says: reserve %g, want 0.15", r)
+	}
+}
+
+// TestStepRefusedBeforeAnyAnswer: the start's step into full buckets is
+// refused by an acceleration limit whose 429s come back before any clean
+// answer: the hold is at Config.Start (what was admitted is not known
+// yet), not 0.9 × the step, and the 429s of the step that come after the
+// hold are still acceleration — no depth is halved.
+func TestStepRefusedBeforeAnyAnswer(t *testing.T) {
+	l := newLane(Config{Cap: 100, Start: 12})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, 5*time.Millisecond))
+	depth := l.State(now).Buckets[budget.Requests].Depth
+	var tks []Ticket
+	for {
+		tk, g, _ := l.TryAcquire(now, one, 100)
+		if g != budget.Granted {
+			break
+		}
+		tks = append(tks, tk)
+	}
+	if len(tks) <= 40 {
+		t.Fatalf("the start let %d go at once, want a step above 40", len(tks))
+	}
+	refuse := func(at time.Time, tks []Ticket) {
+		for _, tk := range tks {
+			l.Done(at, tk, Result{Signal: RateLimited, Reached: true, Latency: 20 * time.Millisecond, RetryAfter: 50 * time.Millisecond, Limits: reqHeaders(at, 12000, 11900, time.Second), Date: at})
+		}
+	}
+	at := now.Add(20 * time.Millisecond)
+	refuse(at, tks[5:]) // 5 admitted
+	if got := l.Limit(at); got > 12 {
+		t.Fatalf("held at %d after a step refused before any answer, want at most Start (12)", got)
+	}
+	// A 429 of an attempt sent during the hold, before any clean answer:
+	// the same acceleration, not a shorter interval.
+	at = at.Add(100 * time.Millisecond)
+	late := tkAt(t, l, at)
+	refuse(at.Add(20*time.Millisecond), []Ticket{late})
+	st := l.State(at)
+	if st.Stats.Acceleration != int64(len(tks)-5+1) || st.Buckets[budget.Requests].Depth < depth {
+		t.Fatalf("acceleration %d (want %d), depth %g → %g (want kept)", st.Stats.Acceleration, len(tks)-5+1, depth, st.Buckets[budget.Requests].Depth)
+	}
+}
+
+// TestAccelerationEpisodeOutlivesTheHold: a 429 of an attempt sent before
+// the last hold belongs to that hold's episode: it is acceleration even
+// when it comes while the rate is held (when a fresh 429 would be read as
+// a shorter interval's), and halves no depth.
+func TestAccelerationEpisodeOutlivesTheHold(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 120000, 119999, time.Millisecond))
+	l.mu.Lock()
+	l.limit, l.startRate, l.ansRate, l.latency = 200, 0, 500, rtt.Seconds()
+	l.riseAt = now
+	l.mu.Unlock()
+	depth := l.State(now).Buckets[budget.Requests].Depth
+	early, first := tkAt(t, l, now), tkAt(t, l, now)
+	limited := func(at time.Time, tk Ticket) {
+		l.Done(at, tk, Result{Signal: RateLimited, Reached: true, Latency: rtt, Limits: reqHeaders(at, 120000, 110000, 5*time.Second), Date: at})
+	}
+	now = now.Add(rtt)
+	limited(now, first) // the hold
+	if st := l.State(now).Stats; st.Acceleration != 1 {
+		t.Fatalf("the first 429 during the rise: acceleration %d, want 1", st.Acceleration)
+	}
+	now = now.Add(rtt) // the rate is held now
+	limited(now, early)
+	st := l.State(now)
+	if st.Stats.Acceleration != 2 || st.Buckets[budget.Requests].Depth < depth {
+		t.Fatalf("a 429 of an attempt sent before the hold: acceleration %d (want 2), depth %g → %g (want kept)", st.Stats.Acceleration, depth, st.Buckets[budget.Requests].Depth)
 	}
 }

@@ -113,7 +113,7 @@ Assumptions:
 `)
 	fmt.Fprintf(&b, "- **Job shape** (an LLM-as-judge call): mean input %d tokens (uncached), `max_tokens` %d, mean output %.0f tokens — the simulator's answers are uniform on %d–%d tokens capped at `max_tokens`, whose mean is %.0f.\n",
 		JudgeMeanInput, JudgeMaxTokens, out, w0.Output.Min, w0.Output.Max, out)
-	fmt.Fprintf(&b, "- **Engine**: etiquette caps per organization Sonnet %d, Haiku %d, Opus %d; %.0f %% of every bucket left to colleagues (none on a cold start into buckets the first answer shows full, until anyone else's use shows); after one header probe a lane lets go, from full buckets, a second of the binding limit at once and then the limit's rate, up to what one latency of its buckets pays for (within the cap), from drained ones max(4, cap/8), and the ramp doubles every %g mean latencies of saturated work.\n",
+	fmt.Fprintf(&b, "- **Engine**: etiquette caps per organization Sonnet %d, Haiku %d, Opus %d; %.0f %% of every bucket left to colleagues (spent too in the first latency of a cold start into buckets the first answer shows full); after one header probe a lane lets go, from full buckets, a second of the binding limit (at least one request) at once and then the limit's rate, up to what one latency of its buckets pays for (within the cap), from drained ones max(4, cap/8), and the ramp doubles every %g mean latencies of saturated work.\n",
 		w0.cap(api.FamilySonnet), w0.cap(api.FamilyHaiku), w0.cap(api.FamilyOpus), 100*w0.Reserve, lane.RampDoublingLatencies)
 	b.WriteString("- **Latency** (the simulator's models, mean = (TTFT + output ÷ tokens/s) · e^(σ²/2)):")
 	for i, m := range guidelineModels {
@@ -229,8 +229,9 @@ always costs half.
   seconds of the per-minute limit; the steady rate is the refill rate, so
   the reserve costs nothing once the bucket is drained, and a colleague's
   spending shows in ` + "`remaining`" + ` and is yielded to. On a cold start
-  into buckets the first answer shows full (no one used them lately) the
-  reserve is spent too, until anyone else's use shows.
+  into buckets the first answer shows full the reserve is spent too, for
+  the initial burst only (one latency): a colleague's refused requests
+  show in no header, so the reserve then holds for whoever comes.
 - **A ramp timed by answers.** One header probe, then a second of the
   limit at once and the limit's rate after, up to what a latency of the
   buckets it shows pays for (within the cap); then double every round

@@ -109,8 +109,8 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 		// The engine's start from full buckets (lane/start.go): a second
 		// of the binding limit at once, then the limit's rate, within the
 		// cap; modelled as a first wave of what it has let go by its
-		// first latency's end.
-		m.Start = min(c, max(m.Start, int(m.rb*(1+lat))))
+		// first latency's end (at least one request, not Start).
+		m.Start = min(c, max(1, int(m.rb*(1+lat))))
 	}
 	m.s = float64(m.Start)
 	m.Rate = math.Min(m.rCap, m.rb)
@@ -137,10 +137,7 @@ func (m laneModel) withBurst(w World, start float64) laneModel {
 	}
 	depth := w.BucketWindow.Seconds() * m.rb // requests
 	level := math.Min(depth, (1-w.BucketDrained)*depth+start*m.rb)
-	reserve := w.Reserve
-	if w.BucketDrained <= 0 {
-		reserve = 0 // the engine spends the reserve of buckets its first answer shows full (lane/start.go)
-	}
+	reserve := w.Reserve // the engine spends a full bucket's reserve for one latency only (lane/start.go): not modelled
 	m.room = math.Max(0, level-reserve*depth)
 	ramp := m.rb*m.t0 - m.conc(m.t0) - m.s // unspent refill by t0 (the first wave goes at 0)
 	m.Burst = math.Min((1-reserve)*depth, math.Max(0, m.room+ramp))

@@ -122,6 +122,9 @@ type Colleague struct {
 	Share        float64 `json:"share"` // in (0, 1]: requests per minute = Share × RPM
 	InputTokens  int64   `json:"input_tokens"`
 	OutputTokens int64   `json:"output_tokens"`
+	// Start delays the first arrival by this much of the world's time
+	// (unscaled: TimeScale 10 makes 100 s 10 s of wall time); 0: at once.
+	Start Duration `json:"start,omitempty"`
 }
 
 // Model is the API-facing part of the world c (its organizations'
@@ -427,6 +430,9 @@ func (c *Config) Validate() error {
 		}
 		if cl.InputTokens < 0 || cl.OutputTokens < 0 {
 			return fmt.Errorf("%s: input_tokens and output_tokens must be >= 0", where)
+		}
+		if cl.Start < 0 {
+			return fmt.Errorf("%s: start must be >= 0", where)
 		}
 		if o.limitsFor(p).RPM <= 0 {
 			return fmt.Errorf("%s: org %q has no RPM limit for pool %s, so share has nothing to be a share of", where, cl.Org, p)

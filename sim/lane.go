@@ -239,7 +239,7 @@ func (l *lane) addColleague(cl *Colleague, r *rng, now time.Time) {
 	if c.rate <= 0 {
 		return // Validate refuses a colleague on a lane without an RPM limit
 	}
-	c.next = now.Add(c.gap())
+	c.next = now.Add(time.Duration(float64(cl.Start.D()) / l.scale)).Add(c.gap())
 	l.colleagues = append(l.colleagues, c)
 }
 

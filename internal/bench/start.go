@@ -42,6 +42,17 @@ func startWorlds(base func(string, string, func(*sim.Config, *workload.Judge)) W
 		}),
 		goal(base("accel-long", "acceleration limit: window 30 s, factor 2 over 4 windows, floor 300 RPM", accel(sim.Acceleration{Window: sim.Duration(30 * time.Second), Factor: 2, LongWindows: 4, FloorRPM: 300})), 0.90),
 		goal(base("accel-short", "acceleration limit: window 3 s, factor 1.5 over 10 windows, floor 900 RPM", accel(sim.Acceleration{Window: sim.Duration(3 * time.Second), Factor: 1.5, LongWindows: 10, FloorRPM: 900})), 0.90),
+		// The start's step into full buckets meets an acceleration limit.
+		goal(base("accel-full-short", "accel-short's limit on 6 s buckets starting full, 18,000 requests", func(c *sim.Config, wl *workload.Judge) {
+			full(10, 6*time.Second, 18000)(c, wl)
+			accel(sim.Acceleration{Window: sim.Duration(3 * time.Second), Factor: 1.5, LongWindows: 10, FloorRPM: 900})(c, wl)
+		}), 0.90),
+		// A colleague who arrives after the cold start spent the full
+		// buckets: the reserve must be there for it.
+		base("colleague-late-6s", "6 s buckets starting full, a colleague on high_prio at 10 % from 100 s, 18,000 requests", func(c *sim.Config, wl *workload.Judge) {
+			full(10, 6*time.Second, 18000)(c, wl)
+			c.Colleagues = []sim.Colleague{{Org: "high_prio", Model: "claude-sonnet-4-5", Share: 0.1, InputTokens: 300, OutputTokens: 150, Start: sim.Duration(100 * time.Second)}}
+		}),
 	}
 }
 
