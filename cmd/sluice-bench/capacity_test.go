@@ -9,55 +9,23 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/leakcheck"
+	"github.com/sluice-dev/sluice/internal/testbin"
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	binPath   string
-	buildErr  error
-)
+// bin is the sluice-bench binary the tests run.
+var bin = &testbin.Binary{Name: "sluice-bench"}
 
-// TestMain removes the binary the tests built, and fails the package if its
-// tests leave goroutines running.
-func TestMain(m *testing.M) {
-	leakcheck.Main(m, func() {
-		if buildDir != "" {
-			os.RemoveAll(buildDir)
-		}
-	})
-}
+// TestMain removes the binary the tests built, and fails the
+// package if its tests leave goroutines running.
+func TestMain(m *testing.M) { leakcheck.Main(m, bin.Remove) }
 
-// benchBin returns the path of the sluice-bench binary, building it on
-// first use. It skips the test under -short.
-func benchBin(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test: builds and runs the binary (skipped with -short)")
-	}
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "sluice-bench-e2e-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(buildDir, "sluice-bench")
-		// go test puts $GOROOT/bin first on PATH, so this is the go that
-		// runs the test.
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+// benchBin returns the path of the sluice-bench binary, building it on first
+// use. It skips the test under -short.
+func benchBin(t *testing.T) string { return bin.Path(t) }
 
 // run runs `sluice-bench args...` in a fresh directory with a clean
 // environment and returns its exit status, stdout and stderr.

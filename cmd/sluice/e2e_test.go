@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,54 +23,23 @@ import (
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/leakcheck"
 	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/internal/testbin"
 	"github.com/sluice-dev/sluice/internal/workload"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	binPath   string
-	buildErr  error
-)
+// bin is the sluice binary the tests run.
+var bin = &testbin.Binary{Name: "sluice"}
 
 // TestMain removes the binary the end-to-end tests built, and fails the
 // package if its tests leave goroutines running.
-func TestMain(m *testing.M) {
-	leakcheck.Main(m, func() {
-		if buildDir != "" {
-			os.RemoveAll(buildDir)
-		}
-	})
-}
+func TestMain(m *testing.M) { leakcheck.Main(m, bin.Remove) }
 
 // sluiceBin returns the path of the sluice binary, building it on first
 // use. It skips the test under -short.
-func sluiceBin(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("end-to-end test: builds and runs the binary (skipped with -short)")
-	}
-	buildOnce.Do(func() {
-		buildDir, buildErr = os.MkdirTemp("", "sluice-e2e-")
-		if buildErr != nil {
-			return
-		}
-		binPath = filepath.Join(buildDir, "sluice")
-		// go test puts $GOROOT/bin first on PATH, so this is the go that
-		// runs the test.
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
-}
+func sluiceBin(t *testing.T) string { return bin.Path(t) }
 
 // fakeKeys are the simulator's keys, as the binary's environment gets them.
 var fakeKeys = map[string]string{
