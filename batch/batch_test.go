@@ -555,29 +555,6 @@ func listIDs(t *testing.T, w *world) []string {
 	return ids
 }
 
-// TestQueueCap429: a create refused for the queue cap waits and retries.
-func TestQueueCap429(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		w := newWorld(t, func(c *sim.Config) {
-			for i := range c.Orgs {
-				c.Orgs[i].BatchQueueCap = 20
-			}
-		}, "batch")
-		reqs := requests(60)
-		cfg := w.config()
-		cfg.WindowPerOrg = 60
-		col, _, err := w.run(t, cfg, reqs, nil, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		checkAllOK(t, reqs, col)
-		bs := w.sim.Stats().Orgs["batch"].Batches
-		if bs.QueueFull == 0 || bs.Created != 6 {
-			t.Errorf("simulator batches %+v", bs)
-		}
-	})
-}
-
 // TestDeadKey: an org whose key is revoked loses its batch path; its
 // chunks go to the other orgs; with none left, requests are re-routed.
 func TestDeadKey(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 // TestQueueBoundObserved: a create refused for a full processing queue
 // records the bound the 429 named, and the org's window shrinks to it for
 // the rest of the run: the first refusal is the last, and every row is
-// done. (TestQueueCap429 runs the same world and counts the batches.)
+// done: a refused create waits and is retried.
 func TestQueueBoundObserved(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		w := newWorld(t, func(c *sim.Config) {
@@ -31,8 +31,12 @@ func TestQueueBoundObserved(t *testing.T) {
 		if !ok || b.Requests != 20 || !b.Named || b.OrgID == "" || b.Accepted < 1 {
 			t.Fatalf("queue bound %+v (%v)", b, ok)
 		}
-		if full := w.sim.Stats().Orgs["batch"].Batches.QueueFull; full != 1 {
-			t.Errorf("%d creates refused for a full queue: the window did not shrink to the bound after the first", full)
+		bs := w.sim.Stats().Orgs["batch"].Batches
+		if bs.QueueFull != 1 {
+			t.Errorf("%d creates refused for a full queue: the window did not shrink to the bound after the first", bs.QueueFull)
+		}
+		if bs.Created != 6 {
+			t.Errorf("%d batches created, want 6", bs.Created)
 		}
 	})
 }
