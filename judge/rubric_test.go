@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/internal/format/jsonl"
 )
 
 func item(id string, fields ...string) Item {

@@ -3,7 +3,7 @@ package sim
 import (
 	"testing"
 
-	"github.com/sluice-dev/sluice/internal/leakcheck"
+	"github.com/sluice-dev/sluice/internal/testkit/leakcheck"
 )
 
 // TestMain fails the package if its tests leave goroutines running.

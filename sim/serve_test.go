@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/pipenet"
+	"github.com/sluice-dev/sluice/internal/testkit/pipenet"
 )
 
 // serveOnPipe serves s on an in-memory listener and returns a client that

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/leakcheck"
-	"github.com/sluice-dev/sluice/internal/testbin"
+	"github.com/sluice-dev/sluice/internal/testkit/leakcheck"
+	"github.com/sluice-dev/sluice/internal/testkit/testbin"
 )
 
 // bin is the sluice-bench binary the tests run.

@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/internal/bench"
-	"github.com/sluice-dev/sluice/route"
+	"github.com/sluice-dev/sluice/internal/decide/route"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/internal/zeroapi"
+	"github.com/sluice-dev/sluice/internal/bench/zeroapi"
 )
 
 // benchZeroAPICmd serves internal/zeroapi: the upstream `bench capacity`

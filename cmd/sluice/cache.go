@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/sluice-dev/sluice/cache"
-	"github.com/sluice-dev/sluice/internal/cachedir"
+	"github.com/sluice-dev/sluice/internal/store/cache"
+	"github.com/sluice-dev/sluice/internal/store/cachedir"
 )
 
 // cacheFlags choose the response cache of a command.

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/simtest"
-	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -12,9 +12,9 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/fleet"
-	"github.com/sluice-dev/sluice/internal/redisproc"
-	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/engine/fleet"
+	"github.com/sluice-dev/sluice/internal/testkit/redisproc"
 )
 
 func TestFleetThreeProcessesKeepTheCap(t *testing.T) {

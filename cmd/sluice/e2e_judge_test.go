@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/cache"
+	"github.com/sluice-dev/sluice/internal/store/cache"
 	"github.com/sluice-dev/sluice/judge"
 	"github.com/sluice-dev/sluice/sim"
 )

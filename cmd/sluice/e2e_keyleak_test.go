@@ -35,9 +35,9 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/redisproc"
-	"github.com/sluice-dev/sluice/internal/view"
-	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/see/view"
+	"github.com/sluice-dev/sluice/internal/testkit/redisproc"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )

@@ -20,12 +20,12 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/leakcheck"
-	"github.com/sluice-dev/sluice/internal/simtest"
-	"github.com/sluice-dev/sluice/internal/testbin"
-	"github.com/sluice-dev/sluice/internal/workload"
-	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/internal/testkit/leakcheck"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
+	"github.com/sluice-dev/sluice/internal/testkit/testbin"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )

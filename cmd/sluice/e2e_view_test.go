@@ -23,10 +23,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/sluice-dev/sluice/internal/history"
-	"github.com/sluice-dev/sluice/internal/view"
-	"github.com/sluice-dev/sluice/internal/watch"
-	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/see/history"
+	"github.com/sluice-dev/sluice/internal/see/view"
+	"github.com/sluice-dev/sluice/internal/see/watch"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -13,10 +13,10 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/client"
-	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/engine/client"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/engine/lane"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/lane"
 )
 
 // engineFlags configure keys, the client and the lanes, shared by every

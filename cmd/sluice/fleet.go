@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/fleet"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/engine/fleet"
 )
 
 // envFleet and envFleetJob name the variables that set --fleet and

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/observe"
+	"github.com/sluice-dev/sluice/internal/decide/observe"
 )
 
 // TestGuidelinesFromObservations: the page for your own organizations

@@ -12,10 +12,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/sluice-dev/sluice/internal/view"
-	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/internal/front/judgejob"
+	"github.com/sluice-dev/sluice/internal/see/view"
 	"github.com/sluice-dev/sluice/judge"
-	"github.com/sluice-dev/sluice/judgejob"
 )
 
 func judgeCmd() *cobra.Command {

@@ -7,9 +7,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/client"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/observe"
+	"github.com/sluice-dev/sluice/internal/decide/observe"
+	"github.com/sluice-dev/sluice/internal/engine/client"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 )
 
 // keyRow is one line of `sluice keys`; it never holds a key value.

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/client"
+	"github.com/sluice-dev/sluice/internal/engine/client"
 	"github.com/sluice-dev/sluice/keys"
 )
 

@@ -16,15 +16,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/cacheprefix"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/atomicfile"
-	"github.com/sluice-dev/sluice/internal/guideplot"
-	"github.com/sluice-dev/sluice/jsonl"
+	"github.com/sluice-dev/sluice/internal/decide/observe"
+	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/decide/route"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/format/cacheprefix"
+	"github.com/sluice-dev/sluice/internal/format/jsonl"
+	"github.com/sluice-dev/sluice/internal/see/guideplot"
+	"github.com/sluice-dev/sluice/internal/store/atomicfile"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/observe"
-	"github.com/sluice-dev/sluice/plan"
-	"github.com/sluice-dev/sluice/route"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/sim"
 )
 

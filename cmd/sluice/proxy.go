@@ -16,14 +16,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/batch"
-	"github.com/sluice-dev/sluice/cache"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/decide/route"
+	"github.com/sluice-dev/sluice/internal/engine/batch"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/internal/front/proxy"
+	"github.com/sluice-dev/sluice/internal/store/cache"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/plan"
-	"github.com/sluice-dev/sluice/proxy"
-	"github.com/sluice-dev/sluice/route"
 )
 
 // proxyListen opens the proxy's listener (tests replace it).

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/internal/view"
-	"github.com/sluice-dev/sluice/internal/watch"
+	"github.com/sluice-dev/sluice/internal/see/view"
+	"github.com/sluice-dev/sluice/internal/see/watch"
 )
 
 // historyOf finds the history of the run that wrote results: RESULTS.history

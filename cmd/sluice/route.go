@@ -10,13 +10,13 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/sluice-dev/sluice/batch"
-	"github.com/sluice-dev/sluice/client"
-	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/decide/observe"
+	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/decide/route"
+	"github.com/sluice-dev/sluice/internal/engine/batch"
+	"github.com/sluice-dev/sluice/internal/engine/client"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/observe"
-	"github.com/sluice-dev/sluice/plan"
-	"github.com/sluice-dev/sluice/route"
 )
 
 // routeFlags choose how `sluice run` sends its requests.

@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/internal/front/job"
 )
 
 // exitInterrupted is the exit status of a run that stopped early but can be

@@ -16,10 +16,10 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/sluice-dev/sluice/internal/history"
-	"github.com/sluice-dev/sluice/internal/view"
-	"github.com/sluice-dev/sluice/internal/watch"
-	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/internal/see/history"
+	"github.com/sluice-dev/sluice/internal/see/view"
+	"github.com/sluice-dev/sluice/internal/see/watch"
 )
 
 // seeFlags are --ui and --report-html (docs/see.md).

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/internal/front/job"
 )
 
 // errInterrupt is the root context's cause after the first SIGINT/SIGTERM.

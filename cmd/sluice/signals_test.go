@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/logbuf"
-	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/internal/testkit/logbuf"
 )
 
 // TestFirstInterruptStopsSecondAborts: with one owner of the signals, the

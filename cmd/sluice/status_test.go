@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/internal/view"
-	"github.com/sluice-dev/sluice/internal/watch"
+	"github.com/sluice-dev/sluice/internal/see/view"
+	"github.com/sluice-dev/sluice/internal/see/watch"
 )
 
 // sluice status says a cost with unpriced requests is unknown, gives the

@@ -32,10 +32,10 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/keys"
-	"github.com/sluice-dev/sluice/plan"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/internal/decide/plan"
 	"github.com/sluice-dev/sluice/sim"
 )
 

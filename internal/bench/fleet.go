@@ -19,10 +19,10 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/fleet"
-	"github.com/sluice-dev/sluice/internal/redisproc"
-	"github.com/sluice-dev/sluice/internal/simtest"
-	"github.com/sluice-dev/sluice/internal/workload"
+	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/engine/fleet"
+	"github.com/sluice-dev/sluice/internal/testkit/redisproc"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/sim"
 )
 

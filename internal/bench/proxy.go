@@ -23,8 +23,8 @@ import (
 	"github.com/anthropics/anthropic-sdk-go/option"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/sim"
 )
 

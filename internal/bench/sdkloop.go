@@ -16,7 +16,7 @@ import (
 	"github.com/anthropics/anthropic-sdk-go"
 	"github.com/anthropics/anthropic-sdk-go/option"
 
-	"github.com/sluice-dev/sluice/internal/simtest"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 )
 
 // LoopResult is what the impolite baseline got in a world: a plain loop

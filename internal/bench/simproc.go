@@ -16,8 +16,8 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/simtest"
-	"github.com/sluice-dev/sluice/internal/zeroapi"
+	"github.com/sluice-dev/sluice/internal/bench/zeroapi"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/client"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/workload"
-	"github.com/sluice-dev/sluice/job"
-	"github.com/sluice-dev/sluice/jsonl"
-	"github.com/sluice-dev/sluice/plan"
+	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/engine/client"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/format/jsonl"
+	"github.com/sluice-dev/sluice/internal/front/job"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -5,9 +5,9 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/dispatch"
-	"github.com/sluice-dev/sluice/internal/proxytest"
-	"github.com/sluice-dev/sluice/proxy"
+	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/front/proxy"
+	"github.com/sluice-dev/sluice/internal/testkit/proxytest"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -1,0 +1,206 @@
+package lane
+
+import (
+	"math"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/engine/budget"
+)
+
+// The start of a lane and the acceleration hold (docs/control.md, "The
+// concurrency limit" and "The reserve on a cold start").
+//
+// The docs give the buckets' state in every answer's headers ("The API
+// uses the token bucket algorithm … your capacity is continuously
+// replenished up to your maximum limit") and warn of acceleration limits
+// without a figure ("ramp up your traffic gradually"). So the lane starts
+// at what its buckets, as its first answer shows them, can pay for over
+// one latency; grows while its answers are clean and its headers show
+// room; and on a 429 that no bucket explains during a rise of its own
+// rate it holds its rate instead of reading a shallower bucket into it.
+
+// fullShare: a bucket the first answer shows at least this full has not
+// been used by anyone lately.
+const fullShare = 0.9
+
+// reserve is the share of every bucket left for colleagues now. Requires
+// l.mu.
+func (l *Lane) reserve() float64 {
+	if l.unshared {
+		return 0
+	}
+	return l.cfg.Reserve
+}
+
+// start sets the limit at the lane's first answer, from the buckets as
+// the answer left them (snap). When every bucket shown is full (no one
+// else used the organization lately), the limit is what one mean latency
+// of them can pay for
+// (the level above the reserve plus a latency's refill, in requests of the
+// largest charge yet), within the etiquette cap and never under the
+// burst below (not Config.Start, which may be more than a second of a
+// small limit). The lane does not send it at once: over the first
+// latency it lets go the burst one second of the limit pays for (at
+// least one request) — the shortest interval the docs say a limit may be
+// enforced over ("60 RPM might be enforced as 1 request per second") —
+// and then requests at the limit's rate (limitAt): at the limit from the
+// first second, and never faster than a limit enforced per second
+// allows. Every bucket full and the reserve not given up by the user:
+// the initial burst may spend the reserve too, for one mean latency from
+// the first answer at most (shared). No bucket shown:
+// Config.Start, at once; buckets that show others' use (not full):
+// Config.Start, the ramp growing from it and the budget pacing the refill.
+// Requires l.mu.
+func (l *Lane) start(now time.Time, snap *budget.Snapshot) {
+	l.riseAt = now
+	known, full := false, true
+	for _, b := range snap.Buckets {
+		if b.Known && b.Limit > 0 {
+			known = true
+			full = full && b.Depth > 0 && b.Level >= fullShare*b.Depth
+		}
+	}
+	if !known || !full {
+		return // others use the organization: ramp from Start, the budget pacing the refill
+	}
+	l.unshared = l.cfg.Reserve > 0
+	lat := l.lat().Seconds()
+	n, burst, rate := float64(l.cfg.Cap), float64(l.cfg.Cap), math.Inf(1)
+	for i, b := range snap.Buckets {
+		if !b.Known || b.Limit <= 0 {
+			continue
+		}
+		per := math.Max(1, l.largest[i])
+		avail := math.Max(0, b.Level-b.Reserve(l.reserve()))
+		n = math.Min(n, (avail+b.Limit/60*lat)/per)
+		burst = math.Min(burst, math.Min(avail, minDepthSeconds*b.Limit/60)/per)
+		rate = math.Min(rate, b.Limit/60/per)
+	}
+	burst = math.Max(1, math.Floor(burst))
+	l.limit = math.Min(float64(l.cfg.Cap), math.Max(burst, math.Floor(n)))
+	l.startAt, l.startBurst, l.startRate = now, burst, rate
+}
+
+// limitAt is the concurrency limit at now: the limit, and during the
+// start no more than the start lets go by now (start): its one-second
+// burst (at least one request) and the limit's rate since. Requires l.mu.
+func (l *Lane) limitAt(now time.Time) int {
+	lim := l.limitLocked()
+	if l.startRate <= 0 {
+		return lim
+	}
+	c := l.startBurst + l.startRate*math.Max(0, now.Sub(l.startAt).Seconds())
+	if c >= float64(lim) {
+		l.startRate = 0 // the start is over
+		return lim
+	}
+	return int(c)
+}
+
+// shared ends a cold start's exemption from the reserve one mean latency
+// after the first answer — the initial burst; after it the reserve
+// applies, since a colleague's refused request uses nothing and so
+// shows in no header — or sooner at the first sign
+// of anyone else's use of the organization: a 429 (its buckets were
+// shorter than the lane's own spending explains, or a limit it cannot
+// see), or an answer whose requests remaining is lower than the lane's own
+// spending explains by more than the answer's age and rounding can: more
+// than one request beyond the refill between t's send and now (the
+// headers were made in between, so they may lag the refill by that
+// much). Requests are counted exactly; token counts carry the lane's
+// estimates, so a lower token remaining is no proof. Requires l.mu.
+func (l *Lane) shared(now time.Time, t Ticket, r Result, snap *budget.Snapshot) {
+	b := snap.Buckets[budget.Requests]
+	lowered := b.Lowered - l.lowSeen
+	l.lowSeen = b.Lowered
+	if !l.unshared {
+		return
+	}
+	lag := 0.0
+	if !t.at.IsZero() && now.After(t.at) {
+		lag = b.Limit / 60 * now.Sub(t.at).Seconds()
+	}
+	if r.Signal == RateLimited || lowered > 1+lag || now.Sub(l.startAt) >= l.lat() {
+		l.unshared = false
+	}
+}
+
+// accelerationRead reports whether a 429 of attempt t that no bucket
+// explains is read as an acceleration limit: the attempt was in flight at
+// the last hold (the same episode), or the last hold came before any clean
+// answer after the first (a refused start step: what the server admits
+// is not known yet, so the next 429 is the same episode's, not a shorter
+// interval's), or the lane's rate rose lately — within
+// riseLatencies of its start or of a growth of its limit — and grew since
+// the last hold, and the server now admits accelRise × the rate it
+// admitted at the last hold or more (an acceleration limit admits more as
+// its longer average catches up). A 429 that comes while the rate is
+// held, or again at about the rate refused last time, is not acceleration: the rule of a limit enforced over a shorter interval reads
+// it. Requires l.mu.
+func (l *Lane) accelerationRead(now time.Time, t Ticket) bool {
+	if l.riseAt.IsZero() {
+		return false
+	}
+	if !l.lastAccel.IsZero() && (!t.at.After(l.lastAccel) || l.accelRate == 0) {
+		return true // the same episode, or a hold made before any clean answer showed what the server admits
+	}
+	if !l.lastAccel.IsZero() && (!l.riseAt.After(l.lastAccel) || l.ansRate < accelRise*l.accelRate) {
+		return false // the rate held, or refused again at about the rate refused last time
+	}
+	return now.Sub(l.riseAt) <= time.Duration(riseLatencies*l.lat().Seconds()*float64(time.Second))
+}
+
+// grew notes a growth of the limit from was: a rise of the lane's rate
+// when it lets one more request go. Requires l.mu.
+func (l *Lane) grew(now time.Time, was float64) {
+	if math.Floor(l.limit) <= math.Floor(was) {
+		return
+	}
+	l.riseAt = now
+	if l.limit >= float64(l.cfg.Cap) {
+		l.holds, l.rampLat = 0, RampDoublingLatencies
+	}
+}
+
+// acceleration reads a 429 of attempt t that no bucket explains, during a
+// rise of the lane's rate, as an acceleration limit: once per episode (an
+// attempt sent after the last hold, a latency on) the limit is held at
+// accelBack × the limit t was sent under, or at the rate answers came at
+// over the last latency if lower (what the server admitted; before any
+// clean answer after the first, at Config.Start if lower), for
+// holdLatencies mean latencies doubling with each hold, and the ramp that
+// resumes after it is half as fast; the lane pauses for the retry-after,
+// as on congestion (429s come back fast, and a held limit alone would
+// resend into the refusal at once).
+// No depth is halved: the buckets are not what refused. Requires l.mu.
+func (l *Lane) acceleration(now time.Time, t Ticket, retryAfter time.Duration) {
+	l.stats.Acceleration++
+	l.pause(now, retryAfter)
+	if !t.at.After(l.lastAccel) || now.Sub(l.lastAccel) < l.cutSpacing() {
+		return
+	}
+	l.lastAccel = now
+	sent := t.limit
+	if sent <= 0 {
+		sent = l.limit
+	}
+	held := accelBack * math.Min(math.Min(float64(l.cfg.Cap), l.limit), sent)
+	if l.ansRate > 0 {
+		// What the server admitted over the last latency: a rate an
+		// acceleration limit of any window and ratio above 1 keeps
+		// admitting while the lane holds it.
+		held = math.Min(held, l.ansRate*l.lat().Seconds())
+	} else {
+		// No clean answer since the first yet (a step refused before
+		// its answers came): what it admitted is unknown, Config.Start
+		// is what the lane would have ramped from.
+		held = math.Min(held, float64(l.cfg.Start))
+	}
+	l.limit = math.Max(float64(l.cfg.MinLimit), held)
+	l.accelRate = l.ansRate
+	hold := math.Min(maxHoldLatencies, holdLatencies*math.Exp2(float64(l.holds)))
+	l.holds++
+	l.holdUntil = now.Add(time.Duration(hold * l.lat().Seconds() * float64(time.Second)))
+	l.rampLat = math.Min(maxRampLatencies, 2*l.rampLat)
+	l.stats.Decreases++
+}

@@ -1,0 +1,311 @@
+package lane
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/engine/budget"
+)
+
+// reqHeaders is an answer's requests headers: limit per minute, remaining,
+// full again after fullIn.
+func reqHeaders(now time.Time, limit, rem int64, fullIn time.Duration) api.RateLimitHeaders {
+	return api.RateLimitHeaders{Requests: api.LimitState{Present: true, Limit: limit, Remaining: rem, Reset: now.Add(fullIn), ResetFine: true}}
+}
+
+// firstAnswer answers a lane's header probe with h at t0 + rtt.
+func firstAnswer(t *testing.T, l *Lane, h api.RateLimitHeaders) time.Time {
+	t.Helper()
+	tk := tkAt(t, l, t0)
+	now := t0.Add(rtt)
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: h, Date: now})
+	return now
+}
+
+// TestStartFromTheHeaders: the first answer sets the limit to what one
+// latency of its buckets pays for, within the cap and not under Start; the
+// start lets go a second of the limit at once and then the limit's rate;
+// full buckets lift the reserve until anyone else's use shows.
+func TestStartFromTheHeaders(t *testing.T) {
+	now := t0.Add(rtt)
+	for _, c := range []struct {
+		name       string
+		h          api.RateLimitHeaders
+		want       [3]int // the limit at the first answer, a second and five seconds later
+		wantShared bool
+	}{
+		{"full, 1 s of the limit under the cap", reqHeaders(now, 1200, 1199, 50*time.Millisecond), [3]int{20, 40, 100}, false},
+		{"full, the cap under 1 s of the limit", reqHeaders(now, 60000, 59999, time.Millisecond), [3]int{100, 100, 100}, false},
+		{"full, a second of the limit under Start", reqHeaders(now, 60, 59, time.Second), [3]int{1, 2, 6}, false},
+		{"half full", reqHeaders(now, 1200, 10, 30*time.Second), [3]int{12, 12, 12}, true},
+		{"drained by others", reqHeaders(now, 1200, 0, time.Minute), [3]int{12, 12, 12}, true},
+	} {
+		l := newLane(Config{Cap: 100, Start: 12})
+		firstAnswer(t, l, c.h)
+		for i, d := range []time.Duration{0, time.Second, 5 * time.Second} {
+			if got := l.Limit(now.Add(d)); got != c.want[i] {
+				t.Errorf("%s: limit %v after the first answer %d, want %d", c.name, d, got, c.want[i])
+			}
+		}
+		l.mu.Lock()
+		res := l.reserve()
+		l.mu.Unlock()
+		if shared := res > 0; shared != c.wantShared {
+			t.Errorf("%s: reserve %g, want it kept: %v", c.name, res, c.wantShared)
+		}
+	}
+	// Anyone else's use ends the exemption: a requests remaining below
+	// what the lane's own spending explains.
+	l := newLane(Config{Cap: 100, Start: 12})
+	now = firstAnswer(t, l, reqHeaders(now, 1200, 1199, 50*time.Millisecond))
+	tk := tkAt(t, l, now)
+	now = now.Add(rtt)
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(now, 1200, 1100, 5*time.Second), Date: now})
+	l.mu.Lock()
+	res := l.reserve()
+	l.mu.Unlock()
+	if res != 0.15 {
+		t.Errorf("after a colleague's use the reserve is %g, want 0.15", res)
+	}
+	// No headers: Start.
+	l = newLane(Config{Cap: 100, Start: 12})
+	firstAnswer(t, l, api.RateLimitHeaders{})
+	if got := l.Limit(now); got != 12 {
+		t.Errorf("no headers: limit %d, want Start", got)
+	}
+}
+
+// TestAccelerationHoldsTheRate: a 429 naming nothing whose headers show
+// room, during the lane's ramp, holds the limit at the rate the server
+// admitted (at most 0.9 of the one it was sent under) for holdLatencies, halves no depth, and the ramp resumes; a
+// 429 like it while the rate is held is a shorter interval's, and halves
+// the depth.
+func TestAccelerationHoldsTheRate(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	room := func(now time.Time) Result {
+		return Result{Reached: true, Latency: rtt, Limits: reqHeaders(now, 12000, 11000, 5*time.Second), Date: now}
+	}
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, time.Millisecond))
+	l.mu.Lock()
+	l.limit, l.startRate = 200, 0 // a ramp from 200 (the start is TestStartFromTheHeaders')
+	l.mu.Unlock()
+	r := room(now.Add(rtt))
+	r.Signal = Clean
+	now = round(t, l, now, r) // clean with room: ×(1 + ln 2)
+	grown := l.Limit(now)
+	if grown < 330 || grown > 345 {
+		t.Fatalf("after a clean round %d, want ≈ 338", grown)
+	}
+	depth := l.State(now).Buckets[budget.Requests].Depth
+	tk := tkAt(t, l, now)
+	now = now.Add(rtt)
+	r = room(now)
+	r.Signal = RateLimited
+	l.Done(now, tk, r)
+	held := l.Limit(now)
+	// The last latency's answers came at 200 a round trip: what the server
+	// admitted, under 0.9 × the limit the refused attempt was sent under.
+	if want := min(int(0.9*float64(grown)), 200); held != want {
+		t.Fatalf("after an acceleration 429 the limit is %d, want %d (the rate answers came at)", held, want)
+	}
+	st := l.State(now)
+	if st.Stats.Acceleration != 1 || st.Buckets[budget.Requests].Depth < depth {
+		t.Fatalf("acceleration %d, depth %g → %g: want 1 and the depth kept", st.Stats.Acceleration, depth, st.Buckets[budget.Requests].Depth)
+	}
+	for range holdLatencies - 1 { // the hold: clean rounds, no growth
+		r = room(now.Add(rtt))
+		r.Signal = Clean
+		now = round(t, l, now, r)
+	}
+	if got := l.Limit(now); got != held {
+		t.Fatalf("during the hold the limit moved to %d from %d", got, held)
+	}
+	// A 429 at the held rate: not acceleration; the shorter interval's
+	// rule halves the depth.
+	tk = tkAt(t, l, now)
+	now = now.Add(rtt)
+	r = room(now)
+	r.Signal = RateLimited
+	l.Done(now, tk, r)
+	if st := l.State(now); st.Stats.Acceleration != 1 || st.Buckets[budget.Requests].Depth > depth/2+1 {
+		t.Fatalf("a 429 at the held rate: acceleration %d, depth %g (was %g): want the depth halved", st.Stats.Acceleration, st.Buckets[budget.Requests].Depth, depth)
+	}
+	// The ramp that resumes after the hold is half as fast.
+	l.mu.Lock()
+	rl, until := l.rampLat, l.holdUntil
+	l.mu.Unlock()
+	if rl != 2*RampDoublingLatencies || until.After(now) {
+		t.Fatalf("after the hold: %g latencies per doubling, hold until %v (now %v)", rl, until.Sub(t0), now.Sub(t0))
+	}
+}
+
+// TestAccelerationHoldsWhatWasAdmitted: when answers came slower than the
+// limit (the server admitted less than the lane sent), the hold is at the
+// rate they came at; a 429 at about that rate after the hold is not read
+// as acceleration, one after the admitted rate rose is.
+func TestAccelerationHoldsWhatWasAdmitted(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 120000, 119999, time.Millisecond))
+	l.mu.Lock()
+	l.limit, l.startRate, l.ansRate, l.latency = 200, 0, 50, rtt.Seconds() // answers at 50/s: 10 in flight's worth
+	l.mu.Unlock()
+	limited := func(now time.Time) {
+		t.Helper()
+		tk := tkAt(t, l, now)
+		r := Result{Signal: RateLimited, Reached: true, Latency: rtt, Limits: reqHeaders(now.Add(rtt), 120000, 110000, 5*time.Second), Date: now.Add(rtt)}
+		l.Done(now.Add(rtt), tk, r)
+	}
+	limited(now)
+	now = now.Add(rtt)
+	if got := l.Limit(now); got != 10 {
+		t.Fatalf("held at %d, want 10 (50 answers/s × 0.2 s)", got)
+	}
+	// At the held limit, after the hold: the shorter interval's rule.
+	now = now.Add(holdLatencies * rtt)
+	limited(now)
+	now = now.Add(rtt)
+	if st := l.State(now).Stats; st.Acceleration != 1 {
+		t.Fatalf("a 429 at the held limit read as acceleration (%d)", st.Acceleration)
+	}
+	// The admitted rate rose a fifth: acceleration again.
+	l.mu.Lock()
+	l.limit, l.riseAt, l.pausedUntil, l.ansRate = 30, now, time.Time{}, 60
+	l.mu.Unlock()
+	now = now.Add(rtt)
+	limited(now)
+	if st := l.State(now.Add(rtt)).Stats; st.Acceleration != 2 {
+		t.Fatalf("a 429 after a rise above the held limit: acceleration %d, want 2", st.Acceleration)
+	}
+}
+
+// TestColdStartReserveOutlivesStaleHeaders: during the initial burst, an
+// answer's requests remaining under the lane's model by no more than the
+// refill since its send (and a request of rounding) keeps the cold start's
+// exemption from the reserve — the headers may be that old; a few
+// requests more than that ends it.
+func TestColdStartReserveOutlivesStaleHeaders(t *testing.T) {
+	l := newLane(Config{Cap: 100, Start: 12})
+	tk := tkAt(t, l, t0)
+	now := t0.Add(3 * time.Second) // a mean latency of 3 s: the burst lasts that long
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: 3 * time.Second, Limits: reqHeaders(now, 1200, 1199, 50*time.Millisecond), Date: now})
+	reserve := func() float64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.reserve()
+	}
+	answer := func(age time.Duration, under float64) {
+		t.Helper()
+		tk := tkAt(t, l, now)
+		now = now.Add(age)
+		level := l.State(now).Buckets[budget.Requests].Level
+		l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: age, Limits: reqHeaders(now, 1200, int64(level-under), 10*time.Second), Date: now})
+	}
+	answer(time.Second, 15) // 20 requests of refill in its second
+	if r := reserve(); r != 0 {
+		t.Fatalf("headers a second old, 15 under the model: reserve %g, want still none", r)
+	}
+	answer(10*time.Millisecond, 5)
+	if r := reserve(); r != 0.15 {
+		t.Fatalf("5 under the model 10 ms after the send: reserve %g, want 0.15", r)
+	}
+}
+
+// TestColdStartReserveOnlyForTheInitialBurst: with no sign of anyone
+// else's use, the exemption from the reserve still ends one mean latency
+// after the first answer — a colleague refused by a bucket the lane keeps
+// empty uses nothing, so its refusals show in no header the lane reads.
+func TestColdStartReserveOnlyForTheInitialBurst(t *testing.T) {
+	l := newLane(Config{Cap: 100, Start: 12})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 1200, 1199, 50*time.Millisecond))
+	reserve := func() float64 {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.reserve()
+	}
+	answer := func(after time.Duration) {
+		t.Helper()
+		tk := tkAt(t, l, now)
+		now = now.Add(after)
+		level := l.State(now).Buckets[budget.Requests].Level
+		l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(now, 1200, int64(level), 10*time.Second), Date: now})
+	}
+	answer(rtt / 2)
+	if r := reserve(); r != 0 {
+		t.Fatalf("half a latency after the first answer: reserve %g, want none yet", r)
+	}
+	answer(rtt)
+	if r := reserve(); r != 0.15 {
+		t.Fatalf("a latency and a half after the first answer, headers as the model says: reserve %g, want 0.15", r)
+	}
+}
+
+// TestStepRefusedBeforeAnyAnswer: the start's step into full buckets is
+// refused by an acceleration limit whose 429s come back before any clean
+// answer: the hold is at Config.Start (what was admitted is not known
+// yet), not 0.9 × the step, and the 429s of the step that come after the
+// hold are still acceleration — no depth is halved.
+func TestStepRefusedBeforeAnyAnswer(t *testing.T) {
+	l := newLane(Config{Cap: 100, Start: 12})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, 5*time.Millisecond))
+	depth := l.State(now).Buckets[budget.Requests].Depth
+	var tks []Ticket
+	for {
+		tk, g, _ := l.TryAcquire(now, one, 100)
+		if g != budget.Granted {
+			break
+		}
+		tks = append(tks, tk)
+	}
+	if len(tks) <= 40 {
+		t.Fatalf("the start let %d go at once, want a step above 40", len(tks))
+	}
+	refuse := func(at time.Time, tks []Ticket) {
+		for _, tk := range tks {
+			l.Done(at, tk, Result{Signal: RateLimited, Reached: true, Latency: 20 * time.Millisecond, RetryAfter: 50 * time.Millisecond, Limits: reqHeaders(at, 12000, 11900, time.Second), Date: at})
+		}
+	}
+	at := now.Add(20 * time.Millisecond)
+	refuse(at, tks[5:]) // 5 admitted
+	if got := l.Limit(at); got > 12 {
+		t.Fatalf("held at %d after a step refused before any answer, want at most Start (12)", got)
+	}
+	// A 429 of an attempt sent during the hold, before any clean answer:
+	// the same acceleration, not a shorter interval.
+	at = at.Add(100 * time.Millisecond)
+	late := tkAt(t, l, at)
+	refuse(at.Add(20*time.Millisecond), []Ticket{late})
+	st := l.State(at)
+	if st.Stats.Acceleration != int64(len(tks)-5+1) || st.Buckets[budget.Requests].Depth < depth {
+		t.Fatalf("acceleration %d (want %d), depth %g → %g (want kept)", st.Stats.Acceleration, len(tks)-5+1, depth, st.Buckets[budget.Requests].Depth)
+	}
+}
+
+// TestAccelerationEpisodeOutlivesTheHold: a 429 of an attempt sent before
+// the last hold belongs to that hold's episode: it is acceleration even
+// when it comes while the rate is held (when a fresh 429 would be read as
+// a shorter interval's), and halves no depth.
+func TestAccelerationEpisodeOutlivesTheHold(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 120000, 119999, time.Millisecond))
+	l.mu.Lock()
+	l.limit, l.startRate, l.ansRate, l.latency = 200, 0, 500, rtt.Seconds()
+	l.riseAt = now
+	l.mu.Unlock()
+	depth := l.State(now).Buckets[budget.Requests].Depth
+	early, first := tkAt(t, l, now), tkAt(t, l, now)
+	limited := func(at time.Time, tk Ticket) {
+		l.Done(at, tk, Result{Signal: RateLimited, Reached: true, Latency: rtt, Limits: reqHeaders(at, 120000, 110000, 5*time.Second), Date: at})
+	}
+	now = now.Add(rtt)
+	limited(now, first) // the hold
+	if st := l.State(now).Stats; st.Acceleration != 1 {
+		t.Fatalf("the first 429 during the rise: acceleration %d, want 1", st.Acceleration)
+	}
+	now = now.Add(rtt) // the rate is held now
+	limited(now, early)
+	st := l.State(now)
+	if st.Stats.Acceleration != 2 || st.Buckets[budget.Requests].Depth < depth {
+		t.Fatalf("a 429 of an attempt sent before the hold: acceleration %d (want 2), depth %g → %g (want kept)", st.Stats.Acceleration, depth, st.Buckets[budget.Requests].Depth)
+	}
+}
