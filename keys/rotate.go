@@ -57,7 +57,11 @@ func (p *Pool) Rotated(added, removed []*Key) *Pool {
 			q.byLabel[k.Label()] = k // a label reused by a new value: the old key's, until it leaves
 		}
 	}
-	old, fresh := p.redact, redactorOf(added)
+	var old func(string) string
+	if p != nil { // a nil Pool holds no keys (Pool's contract)
+		old = p.redact
+	}
+	fresh := redactorOf(added)
 	q.redact = func(s string) string {
 		if fresh != nil {
 			s = fresh(s)

@@ -1,6 +1,9 @@
 package keys
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestReplacedNeedsAnotherWorkingKeyOfTheOrg: a removed key is replaced
 // only by a key of its own organization that is neither dead, retired nor
@@ -53,5 +56,21 @@ func TestReplacedNeedsAnotherWorkingKeyOfTheOrg(t *testing.T) {
 	orgless.MarkRemoved()
 	if orgless.Replaced([]*Key{unknown}) {
 		t.Error("a key of no known org was replaced")
+	}
+}
+
+// A nil Pool holds no keys, so rotating it is how a pool is made of keys
+// already loaded: every one is in it, and its Redact hides their values.
+func TestRotatedFromNilPool(t *testing.T) {
+	src, err := Load(LoadOptions{NoDotEnv: true, Env: EnvMap(map[string]string{EnvAPIKey: "sk-ant-api03-rotated-from-nil-0001"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := (*Pool)(nil).Rotated(src.Keys(), nil)
+	if len(p.Keys()) != 1 || p.Keys()[0] != src.Keys()[0] {
+		t.Fatalf("keys %v", p.Keys())
+	}
+	if got := p.Redact("x sk-ant-api03-rotated-from-nil-0001 y"); strings.Contains(got, "rotated-from-nil") {
+		t.Fatalf("Redact left the value: %q", got)
 	}
 }

@@ -9,17 +9,16 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	"github.com/sluice-dev/sluice/internal/engine/client"
-	"github.com/sluice-dev/sluice/internal/engine/dispatch"
-	"github.com/sluice-dev/sluice/internal/front/proxy"
+	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/sim"
 )
 
 // A Proxy is an http.Handler that speaks the Anthropic API: point an SDK's
 // base URL at it and every Messages call (and virtual Message Batch) runs
-// through the dispatcher, over all the organizations' keys. Shut down in
-// order: stop accepting, Drain, close the dispatcher, Wait.
+// over all the organizations' keys. Shut down in order: the HTTP server,
+// then the Proxy.
 func Example() {
 	cfg := sim.Default()
 	cfg.Faults = sim.Faults{}
@@ -34,14 +33,11 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	c := client.New(client.Config{BaseURL: "http://" + ln.Addr().String()})
-	if _, err := dispatch.Discover(context.Background(), c, pool.Keys(), "claude-sonnet-4-5"); err != nil {
-		panic(err)
-	}
-	d, _ := dispatch.New(dispatch.Config{Client: c, Keys: pool.Keys()})
-	ctx, stop := context.WithCancel(context.Background())
-	go d.Serve(ctx)
-	px, err := proxy.New(proxy.Config{Dispatcher: d, Client: c, Pool: pool, Token: "local-token"})
+	ctx := context.Background()
+	px, err := proxy.New(ctx, proxy.Config{
+		Dispatch: dispatch.Config{BaseURL: "http://" + ln.Addr().String(), Keys: pool.Keys()},
+		Token:    "local-token-of-this-example",
+	})
 	if err != nil {
 		panic(err)
 	}
@@ -50,7 +46,7 @@ func Example() {
 	// What an SDK sends, with the proxy's token in place of an API key.
 	req, _ := http.NewRequest("POST", srv.URL+"/v1/messages", strings.NewReader(
 		`{"model":"claude-sonnet-4-5","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}`))
-	req.Header.Set("x-api-key", "local-token")
+	req.Header.Set("x-api-key", "local-token-of-this-example")
 	req.Header.Set("anthropic-version", "2023-06-01")
 	req.Header.Set("content-type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -62,10 +58,8 @@ func Example() {
 	fmt.Println(resp.StatusCode, strings.Contains(string(body), `"type":"message"`))
 
 	srv.Close()
-	px.Drain()
-	d.Close()
-	stop()
-	<-d.Done()
-	px.Wait()
+	if err := px.Shutdown(ctx); err != nil {
+		panic(err)
+	}
 	// Output: 200 true
 }

@@ -8,9 +8,8 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/sluice-dev/sluice/internal/engine/client"
-	"github.com/sluice-dev/sluice/internal/engine/dispatch"
-	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -43,10 +42,8 @@ func ExampleRun() {
 	if err != nil {
 		panic(err)
 	}
-	rep, err := job.Run(context.Background(), job.Options{
-		Input: in, Output: out,
-		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: "http://" + ln.Addr().String()}), Keys: pool.Keys()},
-	})
+	api := dispatch.Config{BaseURL: "http://" + ln.Addr().String(), Keys: pool.Keys()}
+	rep, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api})
 	if err != nil {
 		panic(err)
 	}
@@ -59,10 +56,9 @@ func ExampleRun() {
 	fmt.Println(rep.Succeeded, "succeeded;", lines, "results lines")
 
 	// The same call again finds every request done and sends nothing.
-	rep, _ = job.Run(context.Background(), job.Options{Input: in, Output: out,
-		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: "http://" + ln.Addr().String()}), Keys: pool.Keys()}})
-	fmt.Println(rep.Requests.AlreadyDone, "already done")
+	rep, _ = job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api})
+	fmt.Println(rep.AlreadyDone, "already done,", rep.Written, "written")
 	// Output:
 	// 3 succeeded; 3 results lines
-	// 3 already done
+	// 3 already done, 0 written
 }

@@ -5,16 +5,15 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/sluice-dev/sluice/internal/engine/client"
-	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
 
 // A Dispatcher sends Messages calls over every organization's keys, each on
-// the lane with the most headroom, and owns every retry. Discover first
-// (one free probe per key names its organization), run Serve, then Submit
-// a stream of requests or Do one.
+// the lane with the most headroom, and owns every retry. New probes each
+// key for its organization; run Serve, then Submit a stream of requests or
+// Do one.
 func ExampleDispatcher_Do() {
 	cfg := sim.Default()
 	cfg.Faults = sim.Faults{}
@@ -29,12 +28,8 @@ func ExampleDispatcher_Do() {
 	if err != nil {
 		panic(err)
 	}
-	c := client.New(client.Config{BaseURL: "http://" + ln.Addr().String()})
 	ctx := context.Background()
-	if _, err := dispatch.Discover(ctx, c, pool.Keys(), "claude-sonnet-4-5"); err != nil {
-		panic(err)
-	}
-	d, err := dispatch.New(dispatch.Config{Client: c, Keys: pool.Keys()})
+	d, err := dispatch.New(ctx, dispatch.Config{BaseURL: "http://" + ln.Addr().String(), Keys: pool.Keys()})
 	if err != nil {
 		panic(err)
 	}
@@ -47,5 +42,8 @@ func ExampleDispatcher_Do() {
 	fmt.Println(res.Class, res.Status, res.Usage.OutputTokens > 0)
 	d.Close()
 	<-d.Done()
-	// Output: ok 200 true
+	fmt.Println(d.Stats().OK, "ok")
+	// Output:
+	// ok 200 true
+	// 1 ok
 }

@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"net"
 
-	"github.com/sluice-dev/sluice/internal/engine/client"
-	"github.com/sluice-dev/sluice/internal/engine/dispatch"
-	"github.com/sluice-dev/sluice/internal/front/job"
-	"github.com/sluice-dev/sluice/internal/front/judgejob"
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/judge"
+	"github.com/sluice-dev/sluice/judgejob"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
@@ -37,8 +36,8 @@ func ExampleJudge() {
 		{ID: "a", Fields: map[string]string{"question": "2+2?", "completion": "4"}, Groups: []string{"math"}},
 		{ID: "b", Fields: map[string]string{"question": "Capital of France?", "completion": "Paris"}, Groups: []string{"geo"}},
 	}
-	res, err := judgejob.Judge(context.Background(), items, judgejob.Config{Engine: job.Options{
-		Dispatch: dispatch.Config{Client: client.New(client.Config{BaseURL: "http://" + ln.Addr().String()}), Keys: pool.Keys()},
+	res, err := judgejob.Judge(context.Background(), items, judgejob.Config{Job: job.Options{
+		Dispatch: dispatch.Config{BaseURL: "http://" + ln.Addr().String(), Keys: pool.Keys()},
 	}})
 	if err != nil {
 		panic(err)
@@ -46,9 +45,9 @@ func ExampleJudge() {
 	for _, v := range res.Verdicts {
 		fmt.Println(v.ID, v.Class, v.Groups)
 	}
-	fmt.Println(res.Judged, "judged,", res.Pending, "pending")
+	fmt.Println(res.Judged, "judged,", res.Pending, "pending,", res.Report.Succeeded, "calls")
 	// Output:
 	// a ok [math]
 	// b ok [geo]
-	// 2 judged, 0 pending
+	// 2 judged, 0 pending, 2 calls
 }

@@ -1,0 +1,98 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/sluice-dev/sluice/api"
+	"github.com/sluice-dev/sluice/internal/engine/client"
+	"github.com/sluice-dev/sluice/internal/engine/lane"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// Options is the shape of the promised dispatch.Config (the package
+// dispatch at the module's root): that package converts its Config to
+// Options field for field, so a field added there and not here, or here
+// and not there, does not compile. Build turns Options into the engine's
+// Config and the client it sends with; the job and proxy facades use it
+// too, so one rule makes a dispatcher from the promised configuration.
+type Options struct {
+	BaseURL       string
+	Version       string
+	Auth          keys.AuthStyle
+	Keys          []*keys.Key
+	DiscoverModel string
+	Caps          map[api.Family]int
+	Reserve       float64
+	MaxRetryAfter time.Duration
+	MaxQueued     int
+	HTTP2         bool
+	Transport     http.RoundTripper
+	Logger        *slog.Logger
+}
+
+// DefaultDiscoverModel is the model the keys' free probe names when
+// Options.DiscoverModel is empty.
+const DefaultDiscoverModel = "claude-sonnet-4-5"
+
+// Client builds the client o describes: one kept-alive connection per
+// request in flight at every key's largest cap (HTTP/1.1), or HTTP/2 when
+// asked.
+func (o Options) Client() *client.Client {
+	most := 0
+	for _, v := range DefaultCaps {
+		most = max(most, v)
+	}
+	for _, v := range o.Caps {
+		most = max(most, v)
+	}
+	return client.New(client.Config{BaseURL: o.BaseURL, Version: o.Version, Auth: o.Auth,
+		MaxConns: max(64, most*len(o.Keys)+16), HTTP2: o.HTTP2, Transport: o.Transport})
+}
+
+// Config is the engine's configuration for o, sending with c.
+func (o Options) Config(c *client.Client) Config {
+	return Config{Client: c, Keys: o.Keys, Caps: o.Caps, Lane: lane.Config{Reserve: o.Reserve},
+		MaxRetryAfter: o.MaxRetryAfter, MaxQueued: o.MaxQueued, Logger: o.Logger}
+}
+
+// Discover names the organization of every key of o that has none yet,
+// with Discover's free probe (DiscoverModel, default
+// DefaultDiscoverModel).
+func (o Options) Discover(ctx context.Context, c *client.Client) error {
+	var unknown []*keys.Key
+	for _, k := range o.Keys {
+		if k.Org() == "" {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	model := o.DiscoverModel
+	if model == "" {
+		model = DefaultDiscoverModel
+	}
+	_, err := Discover(ctx, c, unknown, model)
+	return err
+}
+
+// Start discovers o's keys and builds a Dispatcher on a client of its
+// own; the caller runs its Serve.
+func (o Options) Start(ctx context.Context) (*Dispatcher, *client.Client, error) {
+	if len(o.Keys) == 0 {
+		return nil, nil, errors.New("dispatch: no keys")
+	}
+	c := o.Client()
+	if err := o.Discover(ctx, c); err != nil {
+		return nil, nil, err
+	}
+	d, err := New(o.Config(c))
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, c, nil
+}

@@ -1,0 +1,102 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/decide/observe"
+	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/decide/route"
+	engine "github.com/sluice-dev/sluice/internal/engine/dispatch"
+)
+
+// Basic is the shape of the promised job.Options (the package job at the
+// module's root converts its Options to Basic field for field, as does
+// judgejob's): the choices a library caller makes. Options turns it into a
+// run's Options with the engine, the planner and its world wired as
+// `sluice run` wires them, minus what only the command has (the
+// observations file, the live view, key rotation).
+type Basic struct {
+	Input, Output string
+	Dispatch      dispatch.Config
+	Route         string
+	Prefer        string
+	Deadline      time.Duration
+	SkipInvalid   bool
+	AllowChanged  bool
+	MaxCost       float64
+	Grace         time.Duration
+	Progress      io.Writer
+	Logger        *slog.Logger
+}
+
+// Options is the run's configuration for b. Its route is b.Route (sync by
+// default); auto and batch ask the planner, whose world is one small probe
+// of each organization (docs/observe.md: a max_tokens-1 call), as `sluice
+// run --observations ”` plans.
+func (b Basic) Options() (Options, error) {
+	switch b.Route {
+	case "":
+		b.Route = "sync"
+	case "sync", "batch", "auto":
+	default:
+		return Options{}, fmt.Errorf("job: Route must be sync, batch or auto, got %q", b.Route)
+	}
+	if b.Prefer == "" {
+		b.Prefer = "latency"
+	}
+	if _, err := plan.ParsePriority(b.Prefer); err != nil {
+		return Options{}, fmt.Errorf("job: Prefer: %w", err)
+	}
+	log := b.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	eo := engine.Options(b.Dispatch)
+	if eo.Logger == nil {
+		eo.Logger = log
+	}
+	c := eo.Client()
+	o := Options{Input: b.Input, Output: b.Output, Dispatch: eo.Config(c), SkipInvalid: b.SkipInvalid,
+		AllowChanged: b.AllowChanged, MaxCost: b.MaxCost, Grace: b.Grace, Progress: b.Progress, Logger: log}
+	ks := b.Dispatch.Keys
+	o.RoutedBy(route.NewRouter(route.Options{Route: b.Route, Prefer: b.Prefer, Deadline: b.Deadline, Log: log,
+		World: func(j plan.Job) (plan.World, error) {
+			w, _, err := observe.ForKeys(context.Background(), observe.WorldOptions{Off: true, Keys: ks, Client: c,
+				Model: j.Model, MaxTokens: j.MaxTokens, Log: log})
+			return w, err
+		}}))
+	return o, nil
+}
+
+// Brief is the shape of the promised job.Report (which converts from it
+// field for field): a report's figures, flat.
+type Brief struct {
+	Route, RouteWhy                                           string
+	PredictedSeconds                                          float64
+	WallSeconds                                               float64
+	Stopped                                                   string
+	Total, Invalid, AlreadyDone, Redriven, FromCache, Written int
+	Succeeded, Final, Transport                               int64
+	RateLimited, Overloaded, Failed                           int64
+	ThroughputRPM                                             float64
+	BindingLimit                                              string
+	CostUSD                                                   float64
+	CostKnown                                                 bool
+}
+
+// Brief is r's figures, flat.
+func (r *Report) Brief() Brief {
+	q := r.Requests
+	return Brief{Route: r.Route, RouteWhy: r.RouteWhy, PredictedSeconds: r.PredictedSeconds, WallSeconds: r.WallSeconds,
+		Stopped: r.Stopped, Total: q.Total, Invalid: q.Invalid, AlreadyDone: q.AlreadyDone, Redriven: q.Redriven,
+		FromCache: q.FromCache, Written: q.Written, Succeeded: r.Succeeded,
+		Final: r.Errored.Final, Transport: r.Errored.Transport,
+		RateLimited: r.Retries.RateLimited, Overloaded: r.Retries.Overloaded, Failed: r.Retries.Failed,
+		ThroughputRPM: r.ThroughputRPM, BindingLimit: r.BindingLimit,
+		CostUSD: r.Cost.Total.USD, CostKnown: r.Cost.Total.Known()}
+}

@@ -1,0 +1,103 @@
+package job_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/job"
+	"github.com/sluice-dev/sluice/keys"
+	"github.com/sluice-dev/sluice/sim"
+)
+
+// world serves the simulator on loopback and writes n requests; it returns
+// the API's configuration and the files.
+func world(t *testing.T, n int) (*sim.Server, dispatch.Config, string, string) {
+	t.Helper()
+	cfg := sim.Default()
+	cfg.Faults = sim.Faults{}
+	cfg.TimeScale = 50
+	s, err := sim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	t.Cleanup(func() { s.Close() })
+	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{
+		keys.EnvAPIKey: cfg.Orgs[0].Keys[0].Key, keys.EnvBatch: cfg.Orgs[1].Keys[0].Key})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "requests.jsonl")
+	var b strings.Builder
+	for i := range n {
+		fmt.Fprintf(&b, `{"custom_id":"q-%d","params":{"model":"claude-haiku-4-5","max_tokens":32,"messages":[{"role":"user","content":"question %d"}]}}`+"\n", i, i)
+	}
+	if err := os.WriteFile(in, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return s, dispatch.Config{BaseURL: "http://" + ln.Addr().String(), Keys: pool.Keys()}, in, filepath.Join(dir, "results.jsonl")
+}
+
+// Route batch sends through Message Batches: the simulator sees batches,
+// not Messages calls, and every request has its result.
+func TestRouteBatch(t *testing.T) {
+	s, api, in, out := world(t, 40)
+	rep, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api, Route: "batch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Route != "batch" || rep.Succeeded != 40 {
+		t.Fatalf("route %q, %d succeeded: want batch, 40", rep.Route, rep.Succeeded)
+	}
+	st := s.Stats()
+	var batched int64
+	for _, o := range st.Orgs {
+		batched += o.Batches.Requests
+	}
+	if batched != 40 {
+		t.Fatalf("the simulator saw %d batch requests, want 40", batched)
+	}
+}
+
+// A route the package does not know is refused before anything is read or
+// sent.
+func TestBadRouteRefused(t *testing.T) {
+	_, api, in, out := world(t, 1)
+	if _, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api, Route: "fast"}); err == nil ||
+		!strings.Contains(err.Error(), "Route") {
+		t.Fatalf("Route fast: err %v", err)
+	}
+	if _, err := os.Stat(out); !os.IsNotExist(err) {
+		t.Fatalf("a refused run created its results file (%v)", err)
+	}
+}
+
+// Invalid input stops the run before anything is sent, unless
+// SkipInvalid, which records the line as errored.
+func TestInvalidInput(t *testing.T) {
+	_, api, in, out := world(t, 3)
+	f, _ := os.OpenFile(in, os.O_APPEND|os.O_WRONLY, 0)
+	f.WriteString(`{"custom_id":"bad","params":{"model":"claude-haiku-4-5"}}` + "\n")
+	f.Close()
+	if _, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api}); err == nil {
+		t.Fatal("an invalid line: no error")
+	}
+	rep, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api, SkipInvalid: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Invalid != 1 || rep.Succeeded != 3 || rep.Written != 4 {
+		t.Fatalf("invalid %d, succeeded %d, written %d: want 1, 3, 4", rep.Invalid, rep.Succeeded, rep.Written)
+	}
+}

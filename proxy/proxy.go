@@ -1,0 +1,125 @@
+// Package proxy is sluice as an Anthropic-compatible HTTP gateway: an
+// http.Handler to point an official SDK's base URL at, so code that makes
+// one Messages call at a time (or creates Message Batches) runs over every
+// organization's keys at the binding rate, with no change but the URL and
+// the key — the library form of `sluice proxy`.
+//
+// It serves POST /v1/messages (plain and streaming, passed through event
+// by event), count_tokens, the models list, and virtual Message Batches
+// (the batch path for a large one, the sync lanes for a small one, as the
+// planner decides; kept across restarts in StateDir). A caller that
+// exceeds the capacity waits up to MaxWait, then gets a 429 with a
+// retry-after of when capacity is expected.
+//
+// This package is promised (see the README's Go API); the gateway's
+// implementation is internal. Invariants: one proxy per StateDir (New
+// takes its lock, Close lets it go); a virtual batch's row is sent once,
+// and answered once; the upstream keys are never shown to a caller, a log
+// line or a page.
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/decide/observe"
+	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/decide/route"
+	engine "github.com/sluice-dev/sluice/internal/engine/dispatch"
+	iproxy "github.com/sluice-dev/sluice/internal/front/proxy"
+	"github.com/sluice-dev/sluice/keys"
+)
+
+// Config configures a Proxy. Dispatch.Keys is required.
+type Config struct {
+	// Dispatch says how to reach the API and with which keys.
+	Dispatch dispatch.Config
+	// Token, when set, must be sent by every caller as x-api-key or
+	// Authorization: Bearer. Empty: any credential is accepted — only for
+	// a listener no one else can reach.
+	Token string
+	// StateDir keeps virtual batches across restarts; empty keeps them in
+	// memory only, and runs every row on the sync lanes.
+	StateDir string
+	// MaxWait bounds how long a request may wait for capacity (default
+	// 60 s); past it the caller gets a 429 with retry-after.
+	MaxWait time.Duration
+	// MaxAttempts bounds the upstream attempts of one caller request
+	// (default 4; negative: the dispatcher's retry budgets alone).
+	MaxAttempts int
+	// Logger receives the proxy's log; nil discards it.
+	Logger *slog.Logger
+}
+
+// Proxy is the gateway; it runs a dispatcher of its own.
+type Proxy struct {
+	p    *iproxy.Proxy
+	d    *engine.Dispatcher
+	stop context.CancelFunc
+}
+
+// New probes cfg's keys for their organizations, starts the dispatcher and
+// builds the gateway (taking StateDir's lock, if set).
+func New(ctx context.Context, cfg Config) (*Proxy, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	eo := engine.Options(cfg.Dispatch)
+	if eo.Logger == nil {
+		eo.Logger = log
+	}
+	d, c, err := eo.Start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	serveCtx, stop := context.WithCancel(context.Background())
+	go d.Serve(serveCtx)
+	ks := cfg.Dispatch.Keys
+	world := func(j plan.Job) (plan.World, error) {
+		w, _, err := observe.ForKeys(context.Background(), observe.WorldOptions{Off: true, Keys: ks, Client: c,
+			Model: j.Model, MaxTokens: j.MaxTokens, Log: log})
+		return w, err
+	}
+	p, err := iproxy.New(iproxy.Config{Dispatcher: d, Client: c, Pool: (*keys.Pool)(nil).Rotated(ks, nil),
+		Token: cfg.Token, StateDir: cfg.StateDir, MaxWait: cfg.MaxWait, MaxAttempts: cfg.MaxAttempts, Logger: log,
+		Plan: route.Planner(route.Options{Route: "auto", Prefer: "cost", Log: log, World: world})})
+	if err != nil {
+		d.Close()
+		stop()
+		<-d.Done()
+		return nil, err
+	}
+	return &Proxy{p: p, d: d, stop: stop}, nil
+}
+
+// ServeHTTP answers one caller request.
+func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) { p.p.ServeHTTP(w, r) }
+
+// Shutdown stops the gateway in order: new requests are refused, those in
+// flight finish (their answers reach their callers), the dispatcher stops
+// and StateDir's lock is let go. Stop the HTTP server that serves the
+// Proxy first (http.Server.Shutdown), so no request is cut. When ctx ends
+// first, requests still in flight are aborted (a virtual batch's rows
+// resume on the next New over the same StateDir) and ctx's error is
+// returned.
+func (p *Proxy) Shutdown(ctx context.Context) error {
+	p.p.Drain()
+	p.d.Close()
+	var err error
+	select {
+	case <-p.d.Done():
+	case <-ctx.Done():
+		err = ctx.Err()
+		p.d.Abort()
+		p.stop()
+		<-p.d.Done()
+	}
+	p.stop()
+	p.p.Wait()
+	return errors.Join(err, p.p.Close())
+}
