@@ -77,7 +77,7 @@ func engineCmds() []*cobra.Command {
 unlimited upstream in a child process and prints the steady rate, and the
 CPU and allocations per request of the engine and the upstream.
 
---upstream zero (the default) is internal/zeroapi, an upstream that spends as
+--upstream zero (the default) is internal/bench/zeroapi, an upstream that spends as
 little CPU as it can (it checks only keys and framing), so that on a small
 machine the engine, not the upstream, is what is measured; --upstream sim is the
 simulator with no latency and the same limits far out of reach (a faithful
@@ -106,7 +106,7 @@ world, 100–160 µs of CPU a request of its own on a two-core machine).`,
 		},
 	}
 	flags(capacity, ck, 100000, 1)
-	capacity.Flags().StringVar(&capUpstream, "upstream", "zero", "what the engine runs against: zero (internal/zeroapi) or sim (the simulator)")
+	capacity.Flags().StringVar(&capUpstream, "upstream", "zero", "what the engine runs against: zero (internal/bench/zeroapi) or sim (the simulator)")
 
 	memory := &cobra.Command{
 		Use:   "memory",

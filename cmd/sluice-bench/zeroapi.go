@@ -9,7 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/bench/zeroapi"
 )
 
-// benchZeroAPICmd serves internal/zeroapi: the upstream `bench capacity`
+// benchZeroAPICmd serves internal/bench/zeroapi: the upstream `bench capacity`
 // starts as a child process to measure the engine against.
 func benchZeroAPICmd() *cobra.Command {
 	var (

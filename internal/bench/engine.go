@@ -31,7 +31,7 @@ type EngineRun struct {
 	Workload workload.Judge
 	// Caps per family; nil keeps the defaults.
 	Caps map[api.Family]int
-	// Zero runs against internal/zeroapi (no latency, limits out of reach,
+	// Zero runs against internal/bench/zeroapi (no latency, limits out of reach,
 	// as little CPU as an upstream can spend) instead of the simulator;
 	// Sim then only names the organizations (their number).
 	Zero bool

@@ -323,7 +323,7 @@ func WritePredictTable(w io.Writer, results []PredictResult, command string, whe
 	if len(syncs) > 0 {
 		fmt.Fprintln(w, "Where the sync time goes. The model's wall-clock is T + tail: T when the last")
 		fmt.Fprintln(w, "request is sent (the ramp, then the steady rate), the tail the expected wait")
-		fmt.Fprintln(w, "for the slowest answer still running (plan/tail.go). The run is timed at its")
+		fmt.Fprintln(w, "for the slowest answer still running (internal/decide/plan/tail.go). The run is timed at its")
 		fmt.Fprintln(w, "HTTP transport: the last Messages call's start, counted from the moment the")
 		fmt.Fprintln(w, "Plan hook returned (after the survey and the key probes, then the plan")
 		fmt.Fprintln(w, "itself), and from it to the end of the run (the last answers and the last")

@@ -65,7 +65,7 @@ func StartSim(ctx context.Context, binary string, cfg sim.Config, dir string) (*
 }
 
 // StartZeroAPI runs `binary zeroapi --addr 127.0.0.1:0` (the
-// stand-in upstream of internal/zeroapi, with orgs organizations) and
+// stand-in upstream of internal/bench/zeroapi, with orgs organizations) and
 // waits until it says where it serves.
 func StartZeroAPI(ctx context.Context, binary string, orgs int) (*SimProcess, error) {
 	return startChild(ctx, binary, "the zero-latency upstream", "zeroapi", "--addr", "127.0.0.1:0", "--orgs", fmt.Sprint(orgs))

@@ -75,7 +75,7 @@ type CachedPrefix struct {
 func (c CachedPrefix) active() bool { return c.Share > 0 && c.Tokens > 0 }
 
 // batchActive reports whether the batch route adds breakpoints: then each
-// organization's first batch of a prefix is a seed (batch/seed.go).
+// organization's first batch of a prefix is a seed (internal/engine/batch/seed.go).
 func (c CachedPrefix) batchActive() bool { return c.active() && c.BatchShare > 0 && c.BatchTokens > 0 }
 
 // seedTurnaround is the latency the batch runner's seeds add: each

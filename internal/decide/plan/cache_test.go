@@ -179,7 +179,7 @@ func TestCachedPrefixInvalid(t *testing.T) {
 
 // TestSeedTurnaroundOnBatchWall: where the batch route caches a prefix,
 // each organization's chunks of it wait for a one-request seed batch
-// (batch/seed.go), so the batch wall-clock is one small batch's
+// (internal/engine/batch/seed.go), so the batch wall-clock is one small batch's
 // turnaround longer; a job sent to batch as written waits for none.
 func TestSeedTurnaroundOnBatchWall(t *testing.T) {
 	w := itpmBound(t)

@@ -43,7 +43,7 @@ func JudgeJob(n int, model string) Job {
 const GuidelinesPlot = "guidelines-wall-cost.svg"
 
 // Guidelines renders docs/guidelines.md and the data of its plot
-// (GuidelinesPlot, beside it, drawn by internal/guideplot) for the named worlds that preset resolves (sim.PresetModel:
+// (GuidelinesPlot, beside it, drawn by internal/see/guideplot) for the named worlds that preset resolves (sim.PresetModel:
 // the simulator's presets are the worlds the page tabulates). The output
 // is a pure function of the code: no clock, stable ordering, fixed number
 // formatting.

@@ -8,7 +8,7 @@ import (
 
 // The plot of docs/guidelines.md: two log-log panels, wall-clock and cost
 // versus N, sync and batch, with low–high bands. plan computes the series
-// (WallCostPlot); internal/guideplot draws them through gonum/plot, so
+// (WallCostPlot); internal/see/guideplot draws them through gonum/plot, so
 // that plan keeps no plotting dependency.
 
 const (

@@ -106,7 +106,7 @@ func newLaneModel(w World, o Org, j Job) laneModel {
 	}
 	m.Start = w.Ramp.start(c)
 	if w.Ramp.Start <= 0 && w.BucketDrained <= 0 && !math.IsInf(m.rb, 1) {
-		// The engine's start from full buckets (lane/start.go): a second
+		// The engine's start from full buckets (internal/engine/lane/start.go): a second
 		// of the binding limit at once, then the limit's rate, within the
 		// cap; modelled as a first wave of what it has let go by its
 		// first latency's end (at least one request, not Start).
@@ -137,7 +137,7 @@ func (m laneModel) withBurst(w World, start float64) laneModel {
 	}
 	depth := w.BucketWindow.Seconds() * m.rb // requests
 	level := math.Min(depth, (1-w.BucketDrained)*depth+start*m.rb)
-	reserve := w.Reserve // the engine spends a full bucket's reserve for one latency only (lane/start.go): not modelled
+	reserve := w.Reserve // the engine spends a full bucket's reserve for one latency only (internal/engine/lane/start.go): not modelled
 	m.room = math.Max(0, level-reserve*depth)
 	ramp := m.rb*m.t0 - m.conc(m.t0) - m.s // unspent refill by t0 (the first wave goes at 0)
 	m.Burst = math.Min((1-reserve)*depth, math.Max(0, m.room+ramp))

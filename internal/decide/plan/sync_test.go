@@ -202,7 +202,7 @@ func TestSyncBurstOnlyInLowEnd(t *testing.T) {
 	}
 	l := lanes[0]
 	// A full bucket above the reserve (the engine spends the reserve for
-	// one latency only: lane/start.go); its first wave is above the
+	// one latency only: internal/engine/lane/start.go); its first wave is above the
 	// refill, so the burst is what is left.
 	if l.Binding != plan.BindOTPM || !near(l.Rate, 10, 1e-9) || !near(l.Burst, (1-plan.DefaultReserve)*60*10-float64(l.Start), 0.5) || l.Steady != 28 {
 		t.Fatalf("lane = %+v, want OTPM-bound at 10/s, burst 510 less the first wave, steady 28", l)
@@ -586,7 +586,7 @@ func TestTheLastSendTakesItsLatency(t *testing.T) {
 }
 
 // TestStartFromFullBuckets: the planner starts a lane as the engine does
-// (lane/start.go): from full buckets with a first wave of what a second of
+// (internal/engine/lane/start.go): from full buckets with a first wave of what a second of
 // the binding limit and a latency of its rate let go (at least one), within
 // the cap, under Start for a small limit; from drained ones at the default.
 func TestStartFromFullBuckets(t *testing.T) {

@@ -17,7 +17,7 @@ var ErrLocked = errors.New("results: another sluice is writing this results file
 // Lock takes an exclusive, non-blocking lock on the results file at path,
 // held through a sidecar path+".lock" (the results file itself is replaced
 // by an atomic rewrite, which would drop a lock held on it). The lock is
-// the kernel's (internal/filelock): it goes with the process, so a crashed
+// the kernel's (internal/store/filelock): it goes with the process, so a crashed
 // run leaves nothing to clean up. The returned func releases it.
 func Lock(path string) (unlock func() error, err error) {
 	return LockWait(context.Background(), path, 0, nil)

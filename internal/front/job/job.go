@@ -129,7 +129,7 @@ type Options struct {
 	Now func() time.Time
 	// Watch, if set, is told what the run does: its sources once it sends,
 	// its decisions, each answer (the history, the live view and the
-	// metrics: internal/watch, docs/see.md).
+	// metrics: internal/see/watch, docs/see.md).
 	Watch Watcher
 }
 

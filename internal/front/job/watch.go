@@ -10,7 +10,7 @@ import (
 )
 
 // Watcher is told what a run does, for its history, live view and metrics
-// (internal/watch, docs/see.md). Every method may be called from any
+// (internal/see/watch, docs/see.md). Every method may be called from any
 // goroutine and must not block: Record and Answered run on the engine's
 // paths.
 type Watcher interface {

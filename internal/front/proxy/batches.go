@@ -179,7 +179,7 @@ func (s *batchSet) init(p *Proxy, dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("proxy: state dir: %w", err)
 	}
-	// Temporary files of a rewrite a crash cut short (internal/atomicfile).
+	// Temporary files of a rewrite a crash cut short (internal/store/atomicfile).
 	if tmps, err := filepath.Glob(filepath.Join(dir, ".msgbatch_*.tmp-*")); err == nil {
 		for _, t := range tmps {
 			os.Remove(t)
@@ -428,7 +428,7 @@ func resultType(line []byte) string {
 	return l.Result.Type
 }
 
-// save writes b's meta file through internal/atomicfile (temp file,
+// save writes b's meta file through internal/store/atomicfile (temp file,
 // fsync, rename, directory fsync): a crash leaves the old file or the new
 // one. No-op without a state dir. Requires b.mu or exclusive use of b.
 func (s *batchSet) save(b *vbatch) error {

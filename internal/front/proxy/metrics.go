@@ -17,7 +17,7 @@ import (
 
 // metrics are the proxy's own counters, through the Prometheus client
 // library; the lanes' come from the dispatcher's Snapshot at scrape time
-// (internal/metrics, shared with run and judge). The metric names are the
+// (internal/see/metrics, shared with run and judge). The metric names are the
 // ones the proxy has always served.
 type metrics struct {
 	waitExpired atomic.Int64

@@ -100,7 +100,7 @@ func Serve(t testing.TB, pool *keys.Pool, dcfg dispatch.Config, dispatchOpt func
 }
 
 // ServeOn is Serve with the proxy listening on ln (nil: loopback TCP). On
-// an in-memory listener (internal/pipenet) and a dcfg whose client dials
+// an in-memory listener (internal/testkit/pipenet) and a dcfg whose client dials
 // one, the whole stack runs inside a testing/synctest bubble, in fake time.
 func ServeOn(t testing.TB, ln net.Listener, pool *keys.Pool, dcfg dispatch.Config, dispatchOpt func(*dispatch.Config), proxyOpt func(*proxy.Config)) *Stack {
 	t.Helper()
