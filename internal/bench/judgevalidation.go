@@ -21,10 +21,10 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/internal/bench/workload"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
 	"github.com/sluice-dev/sluice/internal/decide/plan"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	"github.com/sluice-dev/sluice/internal/engine/client"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/internal/front/job"
 	"github.com/sluice-dev/sluice/internal/front/judgejob"

@@ -5,7 +5,7 @@ import (
 	"math"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 )
 
 // The prompt cache's relief (docs/caching.md, "Prediction"). A job whose

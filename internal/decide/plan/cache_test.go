@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
 	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 )
 
 // itpmBound is the three-org preset with every org's Sonnet and Haiku 3.5

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 )
 
 // Priority is what a job wants most.

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
 	"github.com/sluice-dev/sluice/internal/decide/plan"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/apimodel"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	"github.com/sluice-dev/sluice/internal/engine/lane"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 )
 
 // The sync model: one lane per organization for the job's pool. A lane's

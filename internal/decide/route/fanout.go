@@ -12,7 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine/batch"
 	"github.com/sluice-dev/sluice/internal/engine/client"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
-	"github.com/sluice-dev/sluice/internal/see/event"
+	"github.com/sluice-dev/sluice/internal/engine/event"
 	"github.com/sluice-dev/sluice/keys"
 )
 

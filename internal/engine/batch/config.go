@@ -8,7 +8,7 @@ import (
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/call"
 	"github.com/sluice-dev/sluice/internal/engine/client"
-	"github.com/sluice-dev/sluice/internal/see/event"
+	"github.com/sluice-dev/sluice/internal/engine/event"
 	"github.com/sluice-dev/sluice/keys"
 )
 

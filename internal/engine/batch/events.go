@@ -3,7 +3,7 @@ package batch
 import (
 	"sync"
 
-	"github.com/sluice-dev/sluice/internal/see/event"
+	"github.com/sluice-dev/sluice/internal/engine/event"
 )
 
 // chunkEvents turns the journal's records into the history's batch events

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/call"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 )
 
 // Seeding (docs/caching.md, "Seeding batches"): a chunk is created with a

@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
 	"github.com/sluice-dev/sluice/internal/decide/route"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/internal/format/results"
 	"github.com/sluice-dev/sluice/internal/store/cache"

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	"github.com/sluice-dev/sluice/internal/engine/batch"
 	"github.com/sluice-dev/sluice/internal/engine/budget"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/internal/engine/lane"
 )

@@ -11,14 +11,14 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
 	"github.com/sluice-dev/sluice/internal/decide/plan"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	"github.com/sluice-dev/sluice/internal/engine/batch"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/engine/event"
 	"github.com/sluice-dev/sluice/internal/format/cacheprefix"
 	"github.com/sluice-dev/sluice/internal/format/results"
-	"github.com/sluice-dev/sluice/internal/see/event"
 )
 
 // Run runs the job to completion, or until ctx ends (then it stops

@@ -1,11 +1,11 @@
 package job
 
 import (
-	"github.com/sluice-dev/sluice/internal/decide/cost"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	"github.com/sluice-dev/sluice/internal/engine/batch"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
-	"github.com/sluice-dev/sluice/internal/see/event"
+	"github.com/sluice-dev/sluice/internal/engine/event"
 	"github.com/sluice-dev/sluice/keys"
 )
 

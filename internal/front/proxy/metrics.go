@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	sharedmetrics "github.com/sluice-dev/sluice/internal/see/metrics"
 )
 

@@ -146,7 +146,7 @@ type Point struct {
 	L [][]float64 `json:"l"`
 }
 
-// Event is an event record (internal/see/event.Event on disk). Times are
+// Event is an event record (internal/engine/event.Event on disk). Times are
 // Unix milliseconds; predictions seconds.
 type Event struct {
 	K     string  `json:"k"`

@@ -9,13 +9,13 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/call"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
 	"github.com/sluice-dev/sluice/internal/engine/batch"
 	"github.com/sluice-dev/sluice/internal/engine/budget"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/internal/engine/event"
 	"github.com/sluice-dev/sluice/internal/engine/lane"
 	"github.com/sluice-dev/sluice/internal/front/job"
-	"github.com/sluice-dev/sluice/internal/see/event"
 	"github.com/sluice-dev/sluice/internal/see/history"
 )
 

@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/decide/cost"
+	"github.com/sluice-dev/sluice/internal/engine/cost"
 )
 
 func ExampleCost() {
