@@ -101,3 +101,26 @@ func TestInvalidInput(t *testing.T) {
 		t.Fatalf("invalid %d, succeeded %d, written %d: want 1, 3, 4", rep.Invalid, rep.Succeeded, rep.Written)
 	}
 }
+
+// Route auto plans from one probe of each organization and finishes the
+// job on the route it picked (a small job: the sync lanes).
+func TestRouteAuto(t *testing.T) {
+	s, api, in, out := world(t, 30)
+	rep, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api, Route: "auto"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Succeeded != 30 || rep.Route != "sync" || rep.PredictedSeconds <= 0 {
+		t.Fatalf("auto: route %q (%s), predicted %.1fs, %d succeeded: want the planner's sync route for 30",
+			rep.Route, rep.RouteWhy, rep.PredictedSeconds, rep.Succeeded)
+	}
+	var probes int64
+	for _, o := range s.Stats().Orgs {
+		for _, l := range o.Pools {
+			probes += l.Admitted
+		}
+	}
+	if probes <= 30 {
+		t.Fatalf("the simulator admitted %d Messages calls: want the job's 30 and the planner's probes", probes)
+	}
+}
