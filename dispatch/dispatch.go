@@ -84,36 +84,63 @@ type Config struct {
 // organization, by model family (a copy: changing it changes nothing).
 var DefaultCaps = maps.Clone(engine.DefaultCaps)
 
+// Errors New returns (wrapped), for errors.Is.
+var (
+	// ErrNoLiveKey: every key was refused (a 401 twice, a 403 for every
+	// model), or a dispatcher lost its last live key while it ran (Err).
+	ErrNoLiveKey = engine.ErrNoLiveKey
+	// ErrWorkspaceRefused: the API refused a key's workspace (keys.Load's
+	// workspace=): a mistyped workspace id.
+	ErrWorkspaceRefused = engine.ErrWorkspaceRefused
+)
+
 // Dispatcher sends requests over every organization's lanes.
 type Dispatcher struct {
-	d *engine.Dispatcher
+	d      *engine.Dispatcher
+	c      interface{ CloseIdle() }
+	redact func(string) string
 }
 
 // New probes every key of cfg whose organization is not known yet and
 // builds a Dispatcher over them. It returns an error when no key is left
-// alive, or when the API refused a key's workspace (keys.Load's
-// workspace=).
+// alive (ErrNoLiveKey), when the API refused a key's workspace
+// (ErrWorkspaceRefused), when no probe got an answer at all (nothing
+// answers at BaseURL), or when ctx ends first.
 func New(ctx context.Context, cfg Config) (*Dispatcher, error) {
-	d, _, err := engine.Options(cfg).Start(ctx)
+	o := engine.Options(cfg)
+	d, c, err := o.Start(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &Dispatcher{d: d}, nil
+	return &Dispatcher{d: d, c: c, redact: o.Redactor()}, nil
 }
 
 // Serve runs the dispatcher until Close has let every request finish
-// (nil) or ctx is cancelled (requests not finished end Aborted).
-func (d *Dispatcher) Serve(ctx context.Context) error { return d.d.Serve(ctx) }
+// (nil) or ctx is cancelled (requests not finished end Aborted); then it
+// closes the connections it kept alive.
+func (d *Dispatcher) Serve(ctx context.Context) error {
+	defer d.c.CloseIdle()
+	return d.d.Serve(ctx)
+}
 
 // Submit queues req; cb gets its Result once, from another goroutine. It
 // blocks while MaxQueued requests wait, and fails only when ctx ends or
 // the dispatcher is closed.
 func (d *Dispatcher) Submit(ctx context.Context, req *Request, cb func(Result)) error {
-	return d.d.Submit(ctx, req, cb)
+	return d.d.Submit(ctx, req, func(r Result) { cb(d.scrub(r)) })
 }
 
 // Do sends req and waits for its Result.
-func (d *Dispatcher) Do(ctx context.Context, req *Request) Result { return d.d.Do(ctx, req) }
+func (d *Dispatcher) Do(ctx context.Context, req *Request) Result { return d.scrub(d.d.Do(ctx, req)) }
+
+// scrub hides any key value an error body carries (an upstream gateway may
+// echo the key it was sent): a Result never holds one.
+func (d *Dispatcher) scrub(r Result) Result {
+	if r.Class != api.ClassOK && len(r.Body) > 0 {
+		r.Body = []byte(d.redact(string(r.Body)))
+	}
+	return r
+}
 
 // Close stops taking requests; those submitted finish. Done is closed once
 // Serve has returned.
@@ -133,7 +160,7 @@ type Stats struct {
 	// and failures (5xx answers, lost connections).
 	RetriesRateLimited, RetriesOverloaded, RetriesFailed int64
 	// Lanes by name: the organization's label and the model pool
-	// ("high-prio/sonnet"), then "@" and the workspace for a lane of a
+	// ("high_prio/sonnet-4"), then "@" and the workspace for a lane of a
 	// workspace with limits of its own.
 	Lanes map[string]LaneStats
 }

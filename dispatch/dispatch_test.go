@@ -2,7 +2,10 @@ package dispatch_test
 
 import (
 	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -95,5 +98,68 @@ func TestSubmitSpreadsOverOrganizations(t *testing.T) {
 	}
 	if len(orgs) != 2 {
 		t.Fatalf("answers by org %v: want both organizations used", orgs)
+	}
+}
+
+// New fails when its context has ended, and when nothing answers at the
+// base URL — not with a dispatcher whose keys were never probed.
+func TestNewFailsWithoutAnAPI(t *testing.T) {
+	cfg, base := serveSim(t)
+	load := func() []*keys.Key {
+		pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{keys.EnvAPIKey: cfg.Orgs[0].Keys[0].Key})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pool.Keys()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := dispatch.New(ctx, dispatch.Config{BaseURL: base, Keys: load()}); err == nil {
+		t.Error("a cancelled context: no error")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close()
+	if _, err := dispatch.New(context.Background(), dispatch.Config{BaseURL: closed, Keys: load()}); err == nil {
+		t.Error("nothing listening at the base URL: no error")
+	}
+}
+
+// An error body that echoes the key (a gateway may) reaches the caller
+// without the key's value.
+func TestResultBodyHidesEchoedKey(t *testing.T) {
+	const secret = "sk-ant-api03-echoed-in-a-body-7777"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("anthropic-organization-id", "org-echo")
+		if strings.HasSuffix(r.URL.Path, "/count_tokens") {
+			io.WriteString(w, `{"input_tokens":5}`)
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		io.WriteString(w, `{"type":"error","error":{"type":"invalid_request_error","message":"key `+r.Header.Get("x-api-key")+`"}}`)
+	}))
+	defer srv.Close()
+	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{keys.EnvAPIKey: secret})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	d, err := dispatch.New(ctx, dispatch.Config{BaseURL: srv.URL, Keys: pool.Keys()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go d.Serve(ctx)
+	res := d.Do(ctx, &dispatch.Request{ID: "q", Model: "claude-haiku-4-5", MaxTokens: 8,
+		Params: []byte(`{"model":"claude-haiku-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}`)})
+	d.Close()
+	<-d.Done()
+	if res.Status != 400 || !strings.Contains(string(res.Body), "invalid_request_error") {
+		t.Fatalf("result %d %s", res.Status, res.Body)
+	}
+	if strings.Contains(string(res.Body), secret[12:]) {
+		t.Fatalf("the body holds the key: %s", res.Body)
 	}
 }

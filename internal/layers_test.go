@@ -67,9 +67,25 @@ func TestGroupsImportDownward(t *testing.T) {
 	}
 }
 
-// Every exported name of a promised package — functions, variables,
-// types, their exported fields and methods — mentions only promised
-// packages of the module.
+// The shipped binary is the product: `sluice` carries no benchmark, test
+// kit or the testing package (cmd/sluice-bench carries the benchmarks).
+func TestShippedBinaryCarriesNoBenchmarkOrTestKit(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", module+"cmd/sluice").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		rest := strings.TrimPrefix(dep, module)
+		if dep == "testing" || strings.HasPrefix(rest, "internal/bench") || strings.HasPrefix(rest, "internal/testkit/") {
+			t.Errorf("cmd/sluice depends on %s", dep)
+		}
+	}
+}
+
+// Every type a caller of a promised package can reach — through exported
+// functions, variables, constants, types, their exported or embedded
+// fields, their methods, and unexported types those lead to — belongs to a
+// promised package (or the standard library, or a dependency).
 func TestPromisedAPINamesNoInternalType(t *testing.T) {
 	if testing.Short() {
 		t.Skip("type-checks ten packages from source")
@@ -80,46 +96,73 @@ func TestPromisedAPINamesNoInternalType(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		check := func(what string, typ types.Type) {
-			bad := ""
-			types.TypeString(typ, func(other *types.Package) string {
-				if p, ok := strings.CutPrefix(other.Path(), module); ok && strings.HasPrefix(p, "internal/") {
-					bad = p
+		seen := map[types.Type]bool{}
+		var visit func(where string, typ types.Type)
+		visit = func(where string, typ types.Type) {
+			typ = types.Unalias(typ)
+			if seen[typ] {
+				return
+			}
+			seen[typ] = true
+			switch tt := typ.(type) {
+			case *types.Named:
+				if p := tt.Obj().Pkg(); p != nil {
+					if rest, ok := strings.CutPrefix(p.Path(), module); ok && strings.HasPrefix(rest, "internal/") {
+						t.Errorf("%s.%s reaches %s.%s", name, where, rest, tt.Obj().Name())
+						return
+					}
+					if !strings.HasPrefix(p.Path(), module) {
+						return // the standard library's or a dependency's
+					}
 				}
-				return other.Name()
-			})
-			if bad != "" {
-				t.Errorf("%s.%s names %s", name, what, bad)
+				for i := range tt.TypeArgs().Len() {
+					visit(where, tt.TypeArgs().At(i))
+				}
+				for m := range types.NewMethodSet(types.NewPointer(tt)).Methods() {
+					if m.Obj().Exported() {
+						visit(where+"."+m.Obj().Name(), m.Type())
+					}
+				}
+				visit(where, tt.Underlying())
+			case *types.Struct:
+				for i := range tt.NumFields() {
+					if f := tt.Field(i); f.Exported() || f.Embedded() {
+						visit(where+"."+f.Name(), f.Type())
+					}
+				}
+			case *types.Interface:
+				for m := range tt.Methods() {
+					if m.Exported() {
+						visit(where+"."+m.Name(), m.Type())
+					}
+				}
+				for e := range tt.EmbeddedTypes() {
+					visit(where, e)
+				}
+			case *types.Signature:
+				for v := range tt.Params().Variables() {
+					visit(where, v.Type())
+				}
+				for v := range tt.Results().Variables() {
+					visit(where, v.Type())
+				}
+			case *types.Pointer:
+				visit(where, tt.Elem())
+			case *types.Slice:
+				visit(where, tt.Elem())
+			case *types.Array:
+				visit(where, tt.Elem())
+			case *types.Map:
+				visit(where, tt.Key())
+				visit(where, tt.Elem())
+			case *types.Chan:
+				visit(where, tt.Elem())
 			}
 		}
 		scope := pkg.Scope()
 		for _, n := range scope.Names() {
-			obj := scope.Lookup(n)
-			if !obj.Exported() {
-				continue
-			}
-			tn, ok := obj.(*types.TypeName)
-			if !ok {
-				check(n, obj.Type())
-				continue
-			}
-			if tn.IsAlias() {
-				check(n, types.Unalias(tn.Type()))
-				continue
-			}
-			if st, ok := tn.Type().Underlying().(*types.Struct); ok {
-				for i := range st.NumFields() {
-					if f := st.Field(i); f.Exported() {
-						check(n+"."+f.Name(), f.Type())
-					}
-				}
-			} else {
-				check(n, tn.Type().Underlying())
-			}
-			for m := range types.NewMethodSet(types.NewPointer(tn.Type())).Methods() {
-				if m.Obj().Exported() {
-					check(n+"."+m.Obj().Name(), m.Type())
-				}
+			if obj := scope.Lookup(n); obj.Exported() {
+				visit(n, obj.Type())
 			}
 		}
 	}

@@ -18,11 +18,14 @@ package job
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"time"
 
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/format/jsonl"
+	"github.com/sluice-dev/sluice/internal/format/results"
 	ijob "github.com/sluice-dev/sluice/internal/front/job"
 )
 
@@ -76,8 +79,9 @@ type Report struct {
 	// done ones driven again, answered by a response cache, and results
 	// written this run (durable; FromCache is part of it).
 	Total, Invalid, AlreadyDone, Redriven, FromCache, Written int
-	// Succeeded counts results this run whose type is succeeded; Final
-	// and Transport the errored ones by class (a final error retrying
+	// Succeeded counts the API's answers this run whose result type is
+	// succeeded (FromCache counts the response cache's); Final and
+	// Transport the errored ones by class (a final error retrying
 	// cannot fix; a transport error a re-run drives again).
 	Succeeded, Final, Transport int64
 	// Answers retried, by class: 429s, 529s, failures (5xx answers, lost
@@ -92,15 +96,79 @@ type Report struct {
 	CostKnown bool
 }
 
+// Errors Run returns, for errors.Is and errors.As.
+var (
+	// ErrInterrupted (wrapped): ctx was cancelled; what was answered is
+	// durable, and running again resumes.
+	ErrInterrupted = ijob.ErrInterrupted
+	// ErrLocked (wrapped): another run is writing the same results file.
+	ErrLocked = results.ErrLocked
+)
+
+// InvalidInputError lists the invalid lines of an input file; nothing was
+// sent (SkipInvalid records them as errored results instead).
+type InvalidInputError struct {
+	File string
+	// Lines are the first invalid lines (50 at most), in file order.
+	Lines []InvalidLine
+	// Total counts every invalid line, listed or not, of Scanned lines.
+	Total, Scanned int
+}
+
+// InvalidLine is why one input line is invalid.
+type InvalidLine struct {
+	Line     int    // 1-based
+	CustomID string // "" when it could not be read
+	Reason   string
+}
+
+func (e *InvalidInputError) Error() string {
+	ie := &ijob.InvalidInputError{File: e.File, Total: e.Total, Scanned: e.Scanned}
+	for _, l := range e.Lines {
+		ie.Errors = append(ie.Errors, jsonl.LineError{Line: l.Line, CustomID: l.CustomID, Reason: l.Reason})
+	}
+	return ie.Error()
+}
+
+// ChangedError lists ids whose request changed since their result was
+// written; nothing was sent (AllowChanged sends them again).
+type ChangedError struct {
+	Output string
+	IDs    []string // the first ones
+	Total  int
+}
+
+func (e *ChangedError) Error() string { return (*ijob.ChangedError)(e).Error() }
+
+// promisedError gives err's internal error types as this package's.
+func promisedError(err error) error {
+	var ie *ijob.InvalidInputError
+	if errors.As(err, &ie) {
+		pe := &InvalidInputError{File: ie.File, Total: ie.Total, Scanned: ie.Scanned}
+		for _, l := range ie.Errors {
+			pe.Lines = append(pe.Lines, InvalidLine{Line: l.Line, CustomID: l.CustomID, Reason: l.Reason})
+		}
+		return pe
+	}
+	var ce *ijob.ChangedError
+	if errors.As(err, &ce) {
+		return (*ChangedError)(ce)
+	}
+	return err
+}
+
 // Run sends the requests of o.Input not yet done in o.Output and writes
 // their results. It returns the report and, if the run could not finish,
-// why (invalid input lines are listed in the error).
+// why: an *InvalidInputError or a *ChangedError before anything is sent,
+// ErrLocked, ErrInterrupted, or what stopped it.
 func Run(ctx context.Context, o Options) (*Report, error) {
-	opts, err := ijob.Basic(o).Options()
+	opts, closeIdle, err := ijob.Basic(o).Options()
 	if err != nil {
 		return nil, err
 	}
+	defer closeIdle()
 	rep, err := ijob.Run(ctx, opts)
+	err = promisedError(err)
 	if rep == nil {
 		return nil, err
 	}

@@ -2,8 +2,13 @@ package job_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -90,8 +95,10 @@ func TestInvalidInput(t *testing.T) {
 	f, _ := os.OpenFile(in, os.O_APPEND|os.O_WRONLY, 0)
 	f.WriteString(`{"custom_id":"bad","params":{"model":"claude-haiku-4-5"}}` + "\n")
 	f.Close()
-	if _, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api}); err == nil {
-		t.Fatal("an invalid line: no error")
+	_, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api})
+	var ie *job.InvalidInputError
+	if !errors.As(err, &ie) || ie.Total != 1 || len(ie.Lines) != 1 || ie.Lines[0].Line != 4 || ie.Lines[0].CustomID != "bad" {
+		t.Fatalf("an invalid line 4: err %v (%+v), want a job.InvalidInputError naming it", err, ie)
 	}
 	rep, err := job.Run(context.Background(), job.Options{Input: in, Output: out, Dispatch: api, SkipInvalid: true})
 	if err != nil {
@@ -122,5 +129,46 @@ func TestRouteAuto(t *testing.T) {
 	}
 	if probes <= 30 {
 		t.Fatalf("the simulator admitted %d Messages calls: want the job's 30 and the planner's probes", probes)
+	}
+}
+
+// An API (or a gateway before it) that echoes the key in its errors: the
+// results file and the report never hold the key's value.
+func TestEchoedKeyNeverWritten(t *testing.T) {
+	const secret = "sk-ant-api03-echoed-by-the-gateway-4242"
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("anthropic-organization-id", "org-echo")
+		w.Header().Set("content-type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/count_tokens") {
+			io.WriteString(w, `{"input_tokens":5}`)
+			return
+		}
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintf(w, `{"type":"error","error":{"type":"invalid_request_error","message":"bad request for key %s"}}`, r.Header.Get("x-api-key"))
+	}))
+	defer srv.Close()
+	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{keys.EnvAPIKey: secret})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "in.jsonl"), filepath.Join(dir, "out.jsonl")
+	os.WriteFile(in, []byte(`{"custom_id":"q","params":{"model":"claude-haiku-4-5","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}}`+"\n"), 0o644)
+	var logs strings.Builder
+	rep, err := job.Run(context.Background(), job.Options{Input: in, Output: out,
+		Dispatch: dispatch.Config{BaseURL: srv.URL, Keys: pool.Keys()},
+		Logger:   slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Final != 1 {
+		t.Fatalf("final %d, want the one 400", rep.Final)
+	}
+	b, _ := os.ReadFile(out)
+	if !strings.Contains(string(b), "bad request for key") {
+		t.Fatalf("the results file lacks the error: %s", b)
+	}
+	if strings.Contains(string(b), secret[12:]) || strings.Contains(logs.String(), secret[12:]) {
+		t.Fatalf("the key's value was written:\nresults: %s\nlog: %s", b, logs.String())
 	}
 }

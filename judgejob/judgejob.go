@@ -97,18 +97,20 @@ func Judge(ctx context.Context, items []judge.Item, cfg Config) (*Result, error)
 	return run(cfg, func(c ijudge.Config) (*ijudge.Result, error) { return ijudge.Judge(ctx, items, c) })
 }
 
-// RunFile judges the items of the JSONL file at path (one
-// {"id", "group", "prompt", "response", ...} object a line) into
+// RunFile judges the items of the JSONL file at path — one judge.Item a
+// line: {"id": …, "groups": […], and the fields the rubric's template
+// names, "question" and "completion" for the default rubric} — into
 // cfg.Output, which is required.
 func RunFile(ctx context.Context, path string, cfg Config) (*Result, error) {
 	return run(cfg, func(c ijudge.Config) (*ijudge.Result, error) { return ijudge.RunFile(ctx, path, c) })
 }
 
 func run(cfg Config, do func(ijudge.Config) (*ijudge.Result, error)) (*Result, error) {
-	opts, err := job.Basic(cfg.Job).Options()
+	opts, closeIdle, err := job.Basic(cfg.Job).Options()
 	if err != nil {
 		return nil, err
 	}
+	defer closeIdle()
 	ic := ijudge.Config{Rubric: cfg.Rubric, Model: cfg.Model, MaxTokens: cfg.MaxTokens, Temperature: cfg.Temperature,
 		Output: cfg.Output, Redrive: cfg.Redrive, KeepRaw: cfg.KeepRaw, Engine: opts}
 	if cfg.CacheFile != "" {

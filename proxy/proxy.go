@@ -13,7 +13,7 @@
 //
 // This package is promised (see the README's Go API); the gateway's
 // implementation is internal. Invariants: one proxy per StateDir (New
-// takes its lock, Close lets it go); a virtual batch's row is sent once,
+// takes its lock, Shutdown lets it go); a virtual batch's row is sent once,
 // and answered once; the upstream keys are never shown to a caller, a log
 // line or a page.
 package proxy
@@ -38,10 +38,12 @@ import (
 type Config struct {
 	// Dispatch says how to reach the API and with which keys.
 	Dispatch dispatch.Config
-	// Token, when set, must be sent by every caller as x-api-key or
-	// Authorization: Bearer. Empty: any credential is accepted — only for
-	// a listener no one else can reach.
+	// Token must be sent by every caller as x-api-key or Authorization:
+	// Bearer (at least 16 characters). Required unless NoAuth.
 	Token string
+	// NoAuth accepts any credential: only for a listener no one else can
+	// reach (loopback on a machine of your own).
+	NoAuth bool
 	// StateDir keeps virtual batches across restarts; empty keeps them in
 	// memory only, and runs every row on the sync lanes.
 	StateDir string
@@ -55,16 +57,29 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// ErrStateInUse (wrapped) is New's error when another proxy holds
+// StateDir.
+var ErrStateInUse = iproxy.ErrStateInUse
+
 // Proxy is the gateway; it runs a dispatcher of its own.
 type Proxy struct {
 	p    *iproxy.Proxy
 	d    *engine.Dispatcher
+	c    interface{ CloseIdle() }
 	stop context.CancelFunc
 }
 
 // New probes cfg's keys for their organizations, starts the dispatcher and
-// builds the gateway (taking StateDir's lock, if set).
+// builds the gateway (taking StateDir's lock, if set: ErrStateInUse when
+// another proxy holds it). It fails as dispatch.New does, and without a
+// Token unless NoAuth.
 func New(ctx context.Context, cfg Config) (*Proxy, error) {
+	switch {
+	case cfg.NoAuth && cfg.Token != "":
+		return nil, errors.New("proxy: Token and NoAuth both set: choose one")
+	case !cfg.NoAuth && len(cfg.Token) < 16:
+		return nil, errors.New("proxy: a Token of at least 16 characters is required (or NoAuth, for a listener no one else can reach)")
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -92,9 +107,10 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		d.Close()
 		stop()
 		<-d.Done()
+		c.CloseIdle()
 		return nil, err
 	}
-	return &Proxy{p: p, d: d, stop: stop}, nil
+	return &Proxy{p: p, d: d, c: c, stop: stop}, nil
 }
 
 // ServeHTTP answers one caller request.
@@ -121,5 +137,6 @@ func (p *Proxy) Shutdown(ctx context.Context) error {
 	}
 	p.stop()
 	p.p.Wait()
+	p.c.CloseIdle()
 	return errors.Join(err, p.p.Close())
 }

@@ -2,6 +2,7 @@ package proxy_test
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -57,18 +58,29 @@ func TestTokenAndStateDir(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("a wrong token: status %d, want 401", resp.StatusCode)
 	}
-	if _, err := proxy.New(ctx, proxy.Config{Dispatch: api, StateDir: dir}); err == nil {
-		t.Fatal("a second proxy on the same StateDir: no error")
+	if _, err := proxy.New(ctx, proxy.Config{Dispatch: api, NoAuth: true, StateDir: dir}); !errors.Is(err, proxy.ErrStateInUse) {
+		t.Fatalf("a second proxy on the same StateDir: err %v, want ErrStateInUse", err)
 	}
 	srv.Close()
 	if err := px.Shutdown(ctx); err != nil {
 		t.Fatal(err)
 	}
-	again, err := proxy.New(ctx, proxy.Config{Dispatch: api, StateDir: dir})
+	again, err := proxy.New(ctx, proxy.Config{Dispatch: api, NoAuth: true, StateDir: dir})
 	if err != nil {
 		t.Fatalf("after Shutdown, the StateDir is still held: %v", err)
 	}
 	if err := again.Shutdown(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A proxy without a token must say so: NoAuth. A short token is refused.
+func TestTokenRequired(t *testing.T) {
+	api := apiConfig(t)
+	for _, cfg := range []proxy.Config{{Dispatch: api}, {Dispatch: api, Token: "short"}, {Dispatch: api, Token: "a-token-of-sixteen-chars", NoAuth: true}} {
+		if px, err := proxy.New(context.Background(), cfg); err == nil {
+			px.Shutdown(context.Background())
+			t.Errorf("token %q, NoAuth %v: no error", cfg.Token, cfg.NoAuth)
+		}
 	}
 }

@@ -19,12 +19,12 @@ import (
 	"golang.org/x/term"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/bench/workload"
 	"github.com/sluice-dev/sluice/internal/decide/plan"
 	"github.com/sluice-dev/sluice/internal/engine/client"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/internal/front/job"
-	"github.com/sluice-dev/sluice/internal/testkit/simtest"
+	"github.com/sluice-dev/sluice/internal/front/workload"
+	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
 
@@ -113,7 +113,7 @@ func runDemoJob(cmd *cobra.Command, srv *sim.Server, cfg sim.Config, base string
 		return err
 	}
 	defer see.stop()
-	pool, err := simtest.Pool(cfg)
+	pool, err := simKeys(cfg)
 	if err != nil {
 		return err
 	}
@@ -310,4 +310,15 @@ func (d *demo) run() error {
 	fmt.Fprintf(d.out, "\n5. GET /_sim/stats: %d distinct requests answered, %d answered more than once\n",
 		st.Bodies.DistinctAnswered, st.Bodies.AnsweredMoreThanOnce)
 	return nil
+}
+
+// simKeys loads the simulator's fake keys as a user's environment would
+// hold them: its first three organizations' first keys as
+// ANTHROPIC_API_KEY, ANTHROPIC_BATCH_KEY and ANTHROPIC_API_KEY_LOW_PRIO.
+func simKeys(cfg sim.Config) (*keys.Pool, error) {
+	env := map[string]string{}
+	for i, name := range []string{keys.EnvAPIKey, keys.EnvBatch, keys.EnvLowPrio}[:min(len(cfg.Orgs), 3)] {
+		env[name] = cfg.Orgs[i].Keys[0].Key
+	}
+	return keys.Load(keys.LoadOptions{Env: keys.EnvMap(env), NoDotEnv: true})
 }

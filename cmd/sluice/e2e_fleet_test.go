@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/bench/workload"
 	"github.com/sluice-dev/sluice/internal/engine/fleet"
+	"github.com/sluice-dev/sluice/internal/front/workload"
 	"github.com/sluice-dev/sluice/internal/testkit/redisproc"
 )
 

@@ -35,7 +35,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/front/workload"
 	"github.com/sluice-dev/sluice/internal/see/view"
 	"github.com/sluice-dev/sluice/internal/testkit/redisproc"
 	"github.com/sluice-dev/sluice/keys"

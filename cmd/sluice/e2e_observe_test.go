@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/bench/workload"
 	"github.com/sluice-dev/sluice/internal/decide/observe"
+	"github.com/sluice-dev/sluice/internal/front/workload"
 )
 
 // TestRunProbesOnceThenObserves: `sluice run --route auto` on organizations

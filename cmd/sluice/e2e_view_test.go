@@ -23,7 +23,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/sluice-dev/sluice/internal/bench/workload"
+	"github.com/sluice-dev/sluice/internal/front/workload"
 	"github.com/sluice-dev/sluice/internal/see/history"
 	"github.com/sluice-dev/sluice/internal/see/view"
 	"github.com/sluice-dev/sluice/internal/see/watch"

@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluice-dev/sluice/internal/bench/workload"
 	"github.com/sluice-dev/sluice/internal/decide/plan"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	"github.com/sluice-dev/sluice/internal/engine/batch"
@@ -22,6 +21,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/internal/format/jsonl"
 	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/internal/front/workload"
 	"github.com/sluice-dev/sluice/sim"
 )
 

@@ -3,6 +3,7 @@ package dispatch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"time"
@@ -61,7 +62,11 @@ func (o Options) Config(c *client.Client) Config {
 
 // Discover names the organization of every key of o that has none yet,
 // with Discover's free probe (DiscoverModel, default
-// DefaultDiscoverModel).
+// DefaultDiscoverModel). Beyond Discover's own errors (no key left alive,
+// a refused workspace), it fails when ctx ended during the probes, and
+// when no probe got an answer at all — the API at BaseURL is not there —
+// where Discover would give every key a provisional organization and let
+// the lanes find out.
 func (o Options) Discover(ctx context.Context, c *client.Client) error {
 	var unknown []*keys.Key
 	for _, k := range o.Keys {
@@ -76,22 +81,49 @@ func (o Options) Discover(ctx context.Context, c *client.Client) error {
 	if model == "" {
 		model = DefaultDiscoverModel
 	}
-	_, err := Discover(ctx, c, unknown, model)
-	return err
+	found, err := Discover(ctx, c, unknown, model)
+	if err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("dispatch: probing the keys: %w", err)
+	}
+	var lost error
+	for _, d := range found {
+		if d.Outcome.Status != 0 {
+			return nil
+		}
+		if lost == nil {
+			lost = d.Outcome.Err
+		}
+	}
+	return fmt.Errorf("dispatch: no key's probe got an answer from the API at %s: %v", c.BaseURL(), lost)
+}
+
+// Redactor is what hides o's key values: from the log (Logger wrapped
+// with keys.RedactingHandler) and from any text a caller is given.
+func (o Options) Redactor() func(string) string {
+	return (*keys.Pool)(nil).Rotated(o.Keys, nil).Redact
 }
 
 // Start discovers o's keys and builds a Dispatcher on a client of its
-// own; the caller runs its Serve.
+// own; the caller runs its Serve and, once it returns, the client's
+// CloseIdle. The Logger is wrapped so no key value is logged.
 func (o Options) Start(ctx context.Context) (*Dispatcher, *client.Client, error) {
 	if len(o.Keys) == 0 {
 		return nil, nil, errors.New("dispatch: no keys")
 	}
+	if o.Logger != nil {
+		o.Logger = slog.New(keys.RedactingHandler(o.Logger.Handler(), o.Redactor()))
+	}
 	c := o.Client()
 	if err := o.Discover(ctx, c); err != nil {
+		c.CloseIdle()
 		return nil, nil, err
 	}
 	d, err := New(o.Config(c))
 	if err != nil {
+		c.CloseIdle()
 		return nil, nil, err
 	}
 	return d, c, nil

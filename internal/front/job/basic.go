@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/decide/plan"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	engine "github.com/sluice-dev/sluice/internal/engine/dispatch"
+	"github.com/sluice-dev/sluice/keys"
 )
 
 // Basic is the shape of the promised job.Options (the package job at the
@@ -34,35 +35,44 @@ type Basic struct {
 	Logger        *slog.Logger
 }
 
-// Options is the run's configuration for b. Its route is b.Route (sync by
-// default); auto and batch ask the planner, whose world is one small probe
-// of each organization (docs/observe.md: a max_tokens-1 call), as `sluice
-// run --observations ”` plans.
-func (b Basic) Options() (Options, error) {
+// Options is the run's configuration for b, and what to call once the run
+// is over (it closes the connections the run kept alive). Its route is
+// b.Route (sync by default); auto and batch ask the planner, whose world is
+// one small probe of each organization (docs/observe.md: a max_tokens-1
+// call), as `sluice run` plans with no observations file. As the command does, it
+// hides the keys' values from the log and from the results file (a gateway
+// may echo a key) and waits up to 10 s for a results file's lock held by a
+// run just killed.
+func (b Basic) Options() (Options, func(), error) {
 	switch b.Route {
 	case "":
 		b.Route = "sync"
 	case "sync", "batch", "auto":
 	default:
-		return Options{}, fmt.Errorf("job: Route must be sync, batch or auto, got %q", b.Route)
+		return Options{}, nil, fmt.Errorf("job: Route must be sync, batch or auto, got %q", b.Route)
 	}
 	if b.Prefer == "" {
 		b.Prefer = "latency"
 	}
 	if _, err := plan.ParsePriority(b.Prefer); err != nil {
-		return Options{}, fmt.Errorf("job: Prefer: %w", err)
+		return Options{}, nil, fmt.Errorf("job: Prefer: %w", err)
 	}
+	eo := engine.Options(b.Dispatch)
+	redact := eo.Redactor()
 	log := b.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	eo := engine.Options(b.Dispatch)
+	log = slog.New(keys.RedactingHandler(log.Handler(), redact))
 	if eo.Logger == nil {
 		eo.Logger = log
+	} else {
+		eo.Logger = slog.New(keys.RedactingHandler(eo.Logger.Handler(), redact))
 	}
 	c := eo.Client()
 	o := Options{Input: b.Input, Output: b.Output, Dispatch: eo.Config(c), SkipInvalid: b.SkipInvalid,
-		AllowChanged: b.AllowChanged, MaxCost: b.MaxCost, Grace: b.Grace, Progress: b.Progress, Logger: log}
+		AllowChanged: b.AllowChanged, MaxCost: b.MaxCost, Grace: b.Grace, Progress: b.Progress, Logger: log,
+		Redact: redact, LockWait: 10 * time.Second}
 	ks := b.Dispatch.Keys
 	o.RoutedBy(route.NewRouter(route.Options{Route: b.Route, Prefer: b.Prefer, Deadline: b.Deadline, Log: log,
 		World: func(j plan.Job) (plan.World, error) {
@@ -70,7 +80,7 @@ func (b Basic) Options() (Options, error) {
 				Model: j.Model, MaxTokens: j.MaxTokens, Log: log})
 			return w, err
 		}}))
-	return o, nil
+	return o, c.CloseIdle, nil
 }
 
 // Brief is the shape of the promised job.Report (which converts from it

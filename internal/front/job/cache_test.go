@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/bench/workload"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/internal/front/workload"
 	"github.com/sluice-dev/sluice/internal/store/cache"
 	"github.com/sluice-dev/sluice/sim"
 )

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/api"
-	"github.com/sluice-dev/sluice/internal/bench/workload"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	"github.com/sluice-dev/sluice/internal/engine/batch"
 	"github.com/sluice-dev/sluice/internal/engine/client"
@@ -24,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/format/jsonl"
 	"github.com/sluice-dev/sluice/internal/format/results"
 	"github.com/sluice-dev/sluice/internal/front/job"
+	"github.com/sluice-dev/sluice/internal/front/workload"
 	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/sim"
 )
