@@ -133,14 +133,29 @@ func (d *Dispatcher) Submit(ctx context.Context, req *Request, cb func(Result)) 
 // Do sends req and waits for its Result.
 func (d *Dispatcher) Do(ctx context.Context, req *Request) Result { return d.scrub(d.d.Do(ctx, req)) }
 
-// scrub hides any key value an error body carries (an upstream gateway may
-// echo the key it was sent): a Result never holds one.
+// scrub hides any key value an error body or an error carries (an upstream
+// gateway may echo the key it was sent): a Result never holds one.
 func (d *Dispatcher) scrub(r Result) Result {
 	if r.Class != api.ClassOK && len(r.Body) > 0 {
 		r.Body = []byte(d.redact(string(r.Body)))
 	}
+	if r.Err != nil {
+		if msg := d.redact(r.Err.Error()); msg != r.Err.Error() {
+			r.Err = &redactedError{msg: msg, err: r.Err}
+		}
+	}
 	return r
 }
+
+// redactedError is an error whose text had a key value redacted; errors.Is
+// and errors.As still see the error it wraps.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
 
 // Close stops taking requests; those submitted finish. Done is closed once
 // Serve has returned.

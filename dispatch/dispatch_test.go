@@ -162,4 +162,7 @@ func TestResultBodyHidesEchoedKey(t *testing.T) {
 	if strings.Contains(string(res.Body), secret[12:]) {
 		t.Fatalf("the body holds the key: %s", res.Body)
 	}
+	if res.Err != nil && strings.Contains(res.Err.Error(), secret[12:]) {
+		t.Fatalf("the error holds the key: %v", res.Err)
+	}
 }

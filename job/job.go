@@ -101,7 +101,9 @@ var (
 	// ErrInterrupted (wrapped): ctx was cancelled; what was answered is
 	// durable, and running again resumes.
 	ErrInterrupted = ijob.ErrInterrupted
-	// ErrLocked (wrapped): another run is writing the same results file.
+	// ErrLocked (wrapped): another run is writing the same results file
+	// (Run waits up to 10 s first, for a run killed a moment ago whose
+	// lock the kernel is still letting go).
 	ErrLocked = results.ErrLocked
 )
 

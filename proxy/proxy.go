@@ -23,7 +23,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/decide/observe"
@@ -39,7 +41,7 @@ type Config struct {
 	// Dispatch says how to reach the API and with which keys.
 	Dispatch dispatch.Config
 	// Token must be sent by every caller as x-api-key or Authorization:
-	// Bearer (at least 16 characters). Required unless NoAuth.
+	// Bearer (at least 16 characters, no space). Required unless NoAuth.
 	Token string
 	// NoAuth accepts any credential: only for a listener no one else can
 	// reach (loopback on a machine of your own).
@@ -77,14 +79,15 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	switch {
 	case cfg.NoAuth && cfg.Token != "":
 		return nil, errors.New("proxy: Token and NoAuth both set: choose one")
-	case !cfg.NoAuth && len(cfg.Token) < 16:
-		return nil, errors.New("proxy: a Token of at least 16 characters is required (or NoAuth, for a listener no one else can reach)")
+	case !cfg.NoAuth && (len(cfg.Token) < 16 || strings.ContainsFunc(cfg.Token, unicode.IsSpace)):
+		return nil, errors.New("proxy: a Token of at least 16 characters, none of them space, is required (or NoAuth, for a listener no one else can reach)")
 	}
+	eo := engine.Options(cfg.Dispatch)
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	eo := engine.Options(cfg.Dispatch)
+	log = slog.New(keys.RedactingHandler(log.Handler(), eo.Redactor()))
 	if eo.Logger == nil {
 		eo.Logger = log
 	}

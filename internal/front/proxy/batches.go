@@ -694,8 +694,9 @@ func rowType(res dispatch.Result) string {
 }
 
 // rowLine renders a finished row as a result line: the message as the API
-// sent it, or its error body.
-func rowLine(customID string, res dispatch.Result) []byte {
+// sent it, or its error body with any key value in its message redacted
+// (an upstream gateway may echo the key it was sent).
+func rowLine(customID string, res dispatch.Result, redact func(string) string) []byte {
 	if res.Class == api.ClassOK {
 		line, err := json.Marshal(struct {
 			CustomID string `json:"custom_id"`
@@ -715,6 +716,7 @@ func rowLine(customID string, res dispatch.Result) []byte {
 	if json.Unmarshal(res.Body, &e) != nil || e.Err.Type == "" {
 		e = api.NewErrorBody(api.ErrAPI, "", "sluice: no usable answer after %d attempts", res.Attempts)
 	}
+	e.Err.Message = redact(e.Err.Message)
 	return lineOf(customID, api.BatchResult{Type: api.ResultErrored, Error: &e})
 }
 

@@ -256,7 +256,7 @@ func (p *Proxy) openRoute(b *vbatch, routing route.Routing, ids []string, rowOf 
 				return
 			}
 			p.metrics.usage(r.Org, api.PoolOf(r.Request.Model), r.Request.Model, r.Usage, true)
-			b.deliver(rowDone{i: i, typ: rowType(r), line: rowLine(ids[i], r)})
+			b.deliver(rowDone{i: i, typ: rowType(r), line: rowLine(ids[i], r, p.pool().Redact)})
 		},
 		Reroute: func(req *dispatch.Request, why string) {
 			i, ok := rowOf()[req.ID]
@@ -329,7 +329,7 @@ func (p *Proxy) submitRow(b *vbatch, i int, id string, params json.RawMessage) {
 			return
 		}
 		p.metrics.usage(res.Org, pool, info.Model, res.Usage, false)
-		b.deliver(rowDone{i: i, typ: rowType(res), line: rowLine(id, res)})
+		b.deliver(rowDone{i: i, typ: rowType(res), line: rowLine(id, res, p.pool().Redact)})
 	})
 	if err != nil {
 		b.deliver(p.aborted(i, id, p.refusal(b, err)))

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -138,8 +139,18 @@ func (p *Proxy) answer(w http.ResponseWriter, r *http.Request, c *call, res disp
 	default:
 		copyHeaders(w.Header(), last.Header)
 		w.WriteHeader(res.Status)
-		w.Write(res.Body)
+		w.Write(p.scrub(res.Status, res.Body))
 	}
+}
+
+// scrub is an answer's body as the caller may see it: an error body with
+// any key value redacted (an upstream gateway may echo the key it was
+// sent); a success unchanged.
+func (p *Proxy) scrub(status int, body []byte) []byte {
+	if status < 300 {
+		return body
+	}
+	return []byte(p.pool().Redact(string(body)))
 }
 
 // waitExpired answers a request whose wait ended (at MaxWait, or after
@@ -159,12 +170,12 @@ func (p *Proxy) waitExpired(w http.ResponseWriter, c *call) {
 		hint, _ := api.ParseRetryAfter(last.Header, p.now())
 		p.setRetryAfter(w, c.pool, hint)
 		w.WriteHeader(last.Status)
-		w.Write(last.Body)
+		w.Write(p.scrub(last.Status, last.Body))
 		return
 	case ok && len(last.Body) > 0 && last.Class == client.ServerError && last.Status >= 500:
 		copyHeaders(w.Header(), last.Header)
 		w.WriteHeader(last.Status)
-		w.Write(last.Body)
+		w.Write(p.scrub(last.Status, last.Body))
 		return
 	case ok && (last.Class == client.Transport || last.Class == client.ServerError):
 		p.fail(w, 500, api.ErrAPI, fmt.Sprintf("sluice: no answer from the API after %d attempts within %s: %v", c.attemptCount(), p.cfg.MaxWait, last.Err))
@@ -397,11 +408,15 @@ func (s *streamSink) Begin(status int, h http.Header) error {
 	return s.write(nil)
 }
 
+// Event passes one event on; an error event with any key value redacted.
 func (s *streamSink) Event(ev []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return errCallerGone
+	}
+	if bytes.HasPrefix(ev, []byte("event: error")) {
+		ev = []byte(s.redact(string(ev)))
 	}
 	return s.write(ev)
 }
