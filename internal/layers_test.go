@@ -118,6 +118,9 @@ func TestPromisedAPINamesNoInternalType(t *testing.T) {
 				for i := range tt.TypeArgs().Len() {
 					visit(where, tt.TypeArgs().At(i))
 				}
+				for i := range tt.TypeParams().Len() {
+					visit(where, tt.TypeParams().At(i).Constraint())
+				}
 				for m := range types.NewMethodSet(types.NewPointer(tt)).Methods() {
 					if m.Obj().Exported() {
 						visit(where+"."+m.Obj().Name(), m.Type())
@@ -140,6 +143,9 @@ func TestPromisedAPINamesNoInternalType(t *testing.T) {
 					visit(where, e)
 				}
 			case *types.Signature:
+				for i := range tt.TypeParams().Len() {
+					visit(where, tt.TypeParams().At(i).Constraint())
+				}
 				for v := range tt.Params().Variables() {
 					visit(where, v.Type())
 				}
