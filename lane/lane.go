@@ -89,10 +89,12 @@ const (
 	// double the limit while its answers are clean and its headers show
 	// room (the planner models the ramp with it): ln 2 ÷ it is added to
 	// the limit per clean answer that finds the lane full, below the
-	// target. Each acceleration signal doubles it for the lane (up to
-	// maxRampLatencies) until the ramp reaches the cap.
+	// target. Each acceleration hold after a rise doubles it for the lane
+	// (up to maxRampLatencies: an acceleration limit's windows are
+	// seconds, which may be tens of latencies) until the ramp reaches the
+	// cap.
 	RampDoublingLatencies = 1.0
-	maxRampLatencies      = 8.0
+	maxRampLatencies      = 64.0
 	// returnShare is the share of the limit before a congestion cut that
 	// slow start returns to (the last good limit).
 	returnShare = 0.9
@@ -101,14 +103,15 @@ const (
 	idleLatencies = 8
 	// An acceleration 429 (start.go) comes within riseLatencies of a rise
 	// of the lane's rate, and after a hold only once the admitted rate rose
-	// accelRise-fold; it holds the limit at the admitted rate (at most
+	// accelRise-fold, or while the lane sends under accelBelow × every
+	// limit's refill; it holds the limit at the admitted rate (at most
 	// accelBack × the limit the refused attempt was sent under) for
-	// holdLatencies, doubling with each signal up to maxHoldLatencies.
-	riseLatencies    = 16
-	accelBack        = 0.9
-	accelRise        = 1.1
-	holdLatencies    = 4
-	maxHoldLatencies = 64
+	// holdLatencies.
+	riseLatencies = 16
+	accelBack     = 0.9
+	accelRise     = 1.1
+	accelBelow    = 0.95
+	holdLatencies = 4
 	// sustainedShare of 529s, or of failures, over the recent answers
 	// cuts the limit; overloadFloor × the last good limit is as low as
 	// such cuts go.
@@ -259,7 +262,6 @@ type Lane struct {
 	ansRate   float64   // clean answers a second, averaged over about a mean latency
 	ansAt     time.Time // the last clean answer
 	lowSeen   float64   // the requests bucket's Lowered at the last answer
-	holds     int       // acceleration holds since the ramp last reached the cap
 	// The start lets go startBurst at startAt and startRate a second
 	// after, until that passes the limit (startRate 0: over).
 	startAt               time.Time
