@@ -259,9 +259,12 @@ type Lane struct {
 	holdUntil time.Time // no growth before then: an acceleration hold
 	lastAccel time.Time // the last acceleration signal that held the limit
 	accelRate float64   // ansRate at the last hold
-	ansRate   float64   // clean answers a second, averaged over about a mean latency
-	ansAt     time.Time // the last clean answer
-	lowSeen   float64   // the requests bucket's Lowered at the last answer
+	// stepAdmitted counts the clean answers of attempts sent before a
+	// hold made before any clean answer (admittedStep).
+	stepAdmitted float64
+	ansRate      float64   // clean answers a second, averaged over about a mean latency
+	ansAt        time.Time // the last clean answer
+	lowSeen      float64   // the requests bucket's Lowered at the last answer
 	// The start lets go startBurst at startAt and startRate a second
 	// after, until that passes the limit (startRate 0: over).
 	startAt               time.Time
@@ -866,6 +869,7 @@ func (l *Lane) clean(now time.Time, t Ticket, r Result) {
 		return
 	}
 	l.good = math.Max(l.good, math.Min(float64(l.cfg.Cap), l.limit))
+	l.admittedStep(t)
 	if l.busyAt.IsZero() || now.Sub(l.busyAt) > l.lat() || now.Before(l.holdUntil) {
 		return
 	}

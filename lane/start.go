@@ -207,6 +207,7 @@ func (l *Lane) acceleration(now time.Time, t Ticket, retryAfter time.Duration) {
 		held = math.Min(held, float64(l.cfg.Start))
 	}
 	l.limit = math.Max(float64(l.cfg.MinLimit), held)
+	l.stepAdmitted = 0
 	// After the pause the held limit comes back at its rate, a request
 	// at a time over a latency, not as one clump of every free slot: a
 	// clump after a pause is a sharp rise over any short window.
@@ -251,4 +252,19 @@ func (l *Lane) underEveryLimit(t Ticket) bool {
 		}
 	}
 	return any
+}
+
+// admittedStep counts, after a hold made before any clean answer (at
+// Config.Start at most: what the server admitted of the refused step was
+// not known), the clean answers of attempts sent before it — what the
+// server admitted of the step, at about one time — and raises the hold to
+// accelBack × their count when that is higher. Requires l.mu.
+func (l *Lane) admittedStep(t Ticket) {
+	if l.lastAccel.IsZero() || l.accelRate != 0 || t.at.After(l.lastAccel) {
+		return
+	}
+	l.stepAdmitted++
+	if a := math.Min(float64(l.cfg.Cap), accelBack*l.stepAdmitted); a > l.limit {
+		l.limit = a
+	}
 }

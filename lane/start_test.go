@@ -397,3 +397,44 @@ func TestAccelerationHoldsDoNotLengthen(t *testing.T) {
 		now = now.Add(holdLatencies * rtt)
 	}
 }
+
+// TestStepAdmittedRaisesTheHold: a hold made before any clean answer is at
+// Config.Start at most; as the answers of the step that the server
+// admitted come in, the hold rises to what they show it admitted: 0.9 ×
+// their count.
+func TestStepAdmittedRaisesTheHold(t *testing.T) {
+	l := newLane(Config{Cap: 100, Start: 12})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, 5*time.Millisecond))
+	var tks []Ticket
+	for {
+		tk, g, _ := l.TryAcquire(now, one, 100)
+		if g != budget.Granted {
+			break
+		}
+		tks = append(tks, tk)
+	}
+	if len(tks) < 60 {
+		t.Fatalf("the start let %d go at once, want 60 or more", len(tks))
+	}
+	at := now.Add(20 * time.Millisecond)
+	for _, tk := range tks[40:] { // 40 admitted, the rest refused at once
+		l.Done(at, tk, Result{Signal: RateLimited, Reached: true, Latency: 20 * time.Millisecond, RetryAfter: 50 * time.Millisecond, Limits: reqHeaders(at, 12000, 11900, time.Second), Date: at})
+	}
+	l.mu.Lock()
+	held := l.limit
+	l.mu.Unlock()
+	if held > 12 {
+		t.Fatalf("held at %g before any clean answer, want at most Start (12)", held)
+	}
+	// The 40 admitted answer over the next latency.
+	for i, tk := range tks[:40] {
+		a := now.Add(rtt + time.Duration(i)*rtt/40)
+		l.Done(a, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(a, 12000, 11900, time.Second), Date: a})
+	}
+	l.mu.Lock()
+	got := l.limit
+	l.mu.Unlock()
+	if got != 36 {
+		t.Fatalf("the step's 40 admitted answers in: limit %g, want 36 (0.9 × 40)", got)
+	}
+}
