@@ -170,6 +170,7 @@ type Ticket struct {
 	est     float64       // the input estimate before correction
 	at      time.Time
 	limit   float64 // the concurrency limit it was admitted under
+	adm     int64   // the lane's admissions, this one included, when it was admitted
 }
 
 // Result is what the lane learns from a finished attempt.
@@ -253,7 +254,8 @@ type Lane struct {
 	named       [budget.NumDims]bool      // paced from a 429's message only
 	lowHeadroom bool
 	// The start and the acceleration hold (start.go).
-	unshared  bool      // no reserve: a cold start into full buckets, within a latency of it and no one else's use seen since
+	unshared  bool      // a cold start into full buckets, no one else's use seen since: the reserve is coldShare of it
+	burst     bool      // and within a latency of it: no reserve (the initial burst)
 	rampLat   float64   // mean latencies per doubling of the ramp now
 	riseAt    time.Time // the lane's rate last rose: its start, a growth of the limit
 	holdUntil time.Time // no growth before then: an acceleration hold
@@ -464,7 +466,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	for i, x := range d {
 		l.largest[i] = math.Max(l.largest[i], x)
 	}
-	return Ticket{charged: d, grant: grant, est: estInput, at: now, limit: float64(limit)}, budget.Granted, 0
+	return Ticket{charged: d, grant: grant, est: estInput, at: now, limit: float64(limit), adm: l.stats.Admitted}, budget.Granted, 0
 }
 
 // restartIfIdle restarts the ramp of a lane that sent and heard nothing

@@ -23,13 +23,25 @@ import (
 // been used by anyone lately.
 const fullShare = 0.9
 
+// coldShare of the reserve is held on a cold start into full buckets,
+// after the initial burst and until anyone else's use shows (shared).
+var coldShare = 2.0 / 3
+
+// signSlack is how many requests an answer's remaining may be under the
+// lane's model, beyond what the headers' age explains, without being a
+// sign of anyone else's use (rounding, a send's timing).
+const signSlack = 2
+
 // reserve is the share of every bucket left for colleagues now. Requires
 // l.mu.
 func (l *Lane) reserve() float64 {
-	if l.unshared {
+	switch {
+	case !l.unshared:
+		return l.cfg.Reserve
+	case l.burst:
 		return 0
 	}
-	return l.cfg.Reserve
+	return coldShare * l.cfg.Reserve
 }
 
 // start sets the limit at the lane's first answer, from the buckets as
@@ -64,6 +76,7 @@ func (l *Lane) start(now time.Time, snap *budget.Snapshot) {
 		return // others use the organization: ramp from Start, the budget pacing the refill
 	}
 	l.unshared = l.cfg.Reserve > 0
+	l.burst = l.unshared
 	lat := l.lat().Seconds()
 	n, burst, rate := float64(l.cfg.Cap), float64(l.cfg.Cap), math.Inf(1)
 	for i, b := range snap.Buckets {
@@ -118,10 +131,14 @@ func (l *Lane) shared(now time.Time, t Ticket, r Result, snap *budget.Snapshot) 
 	}
 	lag := 0.0
 	if !t.at.IsZero() && now.After(t.at) {
-		lag = b.Limit / 60 * now.Sub(t.at).Seconds()
+		lag = math.Max(0, b.Limit/60*now.Sub(t.at).Seconds()-float64(l.stats.Admitted-t.adm))
 	}
-	if r.Signal == RateLimited || lowered > 1+lag || now.Sub(l.startAt) >= l.lat() {
-		l.unshared = false
+	if r.Signal == RateLimited || lowered > signSlack+lag {
+		l.unshared, l.burst = false, false
+		return
+	}
+	if now.Sub(l.startAt) >= l.lat() {
+		l.burst = false
 	}
 }
 

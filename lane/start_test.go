@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -258,8 +259,45 @@ func TestColdStartReserveOnlyForTheInitialBurst(t *testing.T) {
 		t.Fatalf("half a latency after the first answer: reserve %g, want none yet", r)
 	}
 	answer(rtt)
+	if r, want := reserve(), coldShare*0.15; math.Abs(r-want) > 1e-9 {
+		t.Fatalf("a latency and a half after the first answer, headers as the model says: reserve %g, want %g (coldShare of it)", r, want)
+	}
+	// Anyone else's use shows: the whole reserve.
+	tk := tkAt(t, l, now)
+	now = now.Add(10 * time.Millisecond)
+	level := l.State(now).Buckets[budget.Requests].Level
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(now, 1200, int64(level-5), 10*time.Second), Date: now})
 	if r := reserve(); r != 0.15 {
-		t.Fatalf("a latency and a half after the first answer, headers as the model says: reserve %g, want 0.15", r)
+		t.Fatalf("5 requests under the model 10 ms after the send: reserve %g, want 0.15", r)
+	}
+}
+
+// TestColdStartSignNetOfOwnSpending: the headers may be as old as the
+// send, so an answer's remaining may miss the refill since — but the
+// lane's own spending since is missing from it too: 5 under the model a
+// second after the send, the lane having spent the second's refill (20)
+// since, is a sign of someone else's use; with nothing spent since, 15
+// under is not.
+func TestColdStartSignNetOfOwnSpending(t *testing.T) {
+	for _, c := range []struct {
+		spent, under int
+		sign         bool
+	}{{0, 15, false}, {20, 5, true}, {20, 2, false}} {
+		l := newLane(Config{Cap: 100, Start: 12})
+		now := firstAnswer(t, l, reqHeaders(t0.Add(3*time.Second), 1200, 1199, 50*time.Millisecond))
+		tk := tkAt(t, l, now)
+		for range c.spent {
+			tkAt(t, l, now.Add(500*time.Millisecond))
+		}
+		now = now.Add(time.Second)
+		level := l.State(now).Buckets[budget.Requests].Level
+		l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: time.Second, Limits: reqHeaders(now, 1200, int64(math.Ceil(level))-int64(c.under), 10*time.Second), Date: now})
+		l.mu.Lock()
+		sign := !l.unshared
+		l.mu.Unlock()
+		if sign != c.sign {
+			t.Errorf("%d spent since the send, %d under the model: a sign %v, want %v", c.spent, c.under, sign, c.sign)
+		}
 	}
 }
 
