@@ -53,14 +53,19 @@ func TestReadingsAcceleration(t *testing.T) {
 
 // TestReadingsLateColleague: a colleague that arrives after a cold start
 // spent a full minute's bucket (1,200 RPM, 2.8 s latency), sending bursts
-// of 5 to 60 (up to a third of the reserve) at 10 % or 30 % of the limit,
-// gets ≤ 1 % 429s: the reserve held after the initial burst (coldShare of
-// it until anyone else's use shows, then all of it) is there for it. With
-// a third of the reserve held until a sign instead of two thirds it is
-// not (logged; docs/control.md quotes the figures).
+// of 5 to 60 (up to a third of the reserve) at 10 % of the limit, or of 5
+// and 20 at 30 %, gets ≤ 1 % 429s: the reserve held after the initial
+// burst is there for it. Bursts of 40 and 60 at 30 % are beyond what the
+// reserve promises (logged). With -v it also logs what holding two thirds
+// or a third of the reserve until anyone's use shows would give the
+// colleague (docs/control.md quotes the figures).
 func TestReadingsLateColleague(t *testing.T) {
+	shares := []float64{coldShare}
+	if testing.Verbose() {
+		shares = append(shares, 2.0/3, 1.0/3)
+	}
 	defer func(s float64) { coldShare = s }(coldShare)
-	for _, share := range []float64{1, coldShare, 1.0 / 3} {
+	for _, share := range shares {
 		coldShare = share
 		for _, c := range []struct {
 			burst, rate float64
@@ -77,7 +82,7 @@ func TestReadingsLateColleague(t *testing.T) {
 			o := w.run(t, Config{Cap: 400})
 			t.Logf("%.2f of the reserve until a sign; bursts of %2.0f at %2.0f %% from %v: colleague 429s %.1f %%, the lane at %.3f of the rest",
 				share, c.burst, 100*c.rate/20, c.start, 100*o.colleague429(), o.eff())
-			if share != 1.0/3 && !c.beyond && o.colleague429() > 0.01 {
+			if share == 1 && !c.beyond && o.colleague429() > 0.01 {
 				t.Errorf("bursts of %.0f at %.0f %% from %v: the colleague got %.1f %% 429s, want ≤ 1 %%", c.burst, 100*c.rate/20, c.start, 100*o.colleague429())
 			}
 		}

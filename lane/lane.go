@@ -254,7 +254,7 @@ type Lane struct {
 	named       [budget.NumDims]bool      // paced from a 429's message only
 	lowHeadroom bool
 	// The start and the acceleration hold (start.go).
-	unshared  bool      // a cold start into full buckets, no one else's use seen since: the reserve is coldShare of it
+	unshared  bool      // a cold start into full buckets, no one else's use seen since: the reserve is coldShare of it after the burst
 	burst     bool      // and within a latency of it: no reserve (the initial burst)
 	rampLat   float64   // mean latencies per doubling of the ramp now
 	riseAt    time.Time // the lane's rate last rose: its start, a growth of the limit
