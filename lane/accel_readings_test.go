@@ -24,7 +24,7 @@ func TestReadingsAcceleration(t *testing.T) {
 		{"window 3 s, ×2 over 4 windows, floor 50 a second, drained", accelRule{3 * time.Second, 4, 2, 50}, false, 0.85},
 		{"window 0.3 s, ×1.5 over 10 windows, floor 150 a second, drained", accelRule{300 * time.Millisecond, 10, 1.5, 150}, false, 0.90},
 		{"window 1 s, ×4 over 6 windows, floor 100 a second, drained", accelRule{time.Second, 6, 4, 100}, false, 0.90},
-		{"window 0.3 s, ×1.5 over 10 windows, floor 150 a second, full", accelRule{300 * time.Millisecond, 10, 1.5, 150}, true, 0.75},
+		{"window 0.3 s, ×1.5 over 10 windows, floor 150 a second, full", accelRule{300 * time.Millisecond, 10, 1.5, 150}, true, 0.88},
 		{"window 3 s, ×2 over 4 windows, floor 50 a second, full", accelRule{3 * time.Second, 4, 2, 50}, true, 0.75},
 	} {
 		w := base
