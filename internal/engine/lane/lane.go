@@ -89,10 +89,12 @@ const (
 	// double the limit while its answers are clean and its headers show
 	// room (the planner models the ramp with it): ln 2 ÷ it is added to
 	// the limit per clean answer that finds the lane full, below the
-	// target. Each acceleration signal doubles it for the lane (up to
-	// maxRampLatencies) until the ramp reaches the cap.
+	// target. Each acceleration hold after a rise doubles it for the lane
+	// (up to maxRampLatencies: an acceleration limit's windows are
+	// seconds, which may be tens of latencies) until the ramp reaches the
+	// cap.
 	RampDoublingLatencies = 1.0
-	maxRampLatencies      = 8.0
+	maxRampLatencies      = 64.0
 	// returnShare is the share of the limit before a congestion cut that
 	// slow start returns to (the last good limit).
 	returnShare = 0.9
@@ -101,14 +103,15 @@ const (
 	idleLatencies = 8
 	// An acceleration 429 (start.go) comes within riseLatencies of a rise
 	// of the lane's rate, and after a hold only once the admitted rate rose
-	// accelRise-fold; it holds the limit at the admitted rate (at most
+	// accelRise-fold, or while the lane sends under accelBelow × every
+	// limit's refill; it holds the limit at the admitted rate (at most
 	// accelBack × the limit the refused attempt was sent under) for
-	// holdLatencies, doubling with each signal up to maxHoldLatencies.
-	riseLatencies    = 16
-	accelBack        = 0.9
-	accelRise        = 1.1
-	holdLatencies    = 4
-	maxHoldLatencies = 64
+	// holdLatencies.
+	riseLatencies = 16
+	accelBack     = 0.9
+	accelRise     = 1.1
+	accelBelow    = 0.95
+	holdLatencies = 4
 	// sustainedShare of 529s, or of failures, over the recent answers
 	// cuts the limit; overloadFloor × the last good limit is as low as
 	// such cuts go.
@@ -167,6 +170,7 @@ type Ticket struct {
 	est     float64       // the input estimate before correction
 	at      time.Time
 	limit   float64 // the concurrency limit it was admitted under
+	adm     int64   // the lane's admissions, this one included, when it was admitted
 }
 
 // Result is what the lane learns from a finished attempt.
@@ -250,16 +254,19 @@ type Lane struct {
 	named       [budget.NumDims]bool      // paced from a 429's message only
 	lowHeadroom bool
 	// The start and the acceleration hold (start.go).
-	unshared  bool      // no reserve: a cold start into full buckets, within a latency of it and no one else's use seen since
+	unshared  bool      // a cold start into full buckets, no one else's use seen since: the reserve is coldShare of it after the burst
+	burst     bool      // and within a latency of it: no reserve (the initial burst)
 	rampLat   float64   // mean latencies per doubling of the ramp now
 	riseAt    time.Time // the lane's rate last rose: its start, a growth of the limit
 	holdUntil time.Time // no growth before then: an acceleration hold
 	lastAccel time.Time // the last acceleration signal that held the limit
 	accelRate float64   // ansRate at the last hold
-	ansRate   float64   // clean answers a second, averaged over about a mean latency
-	ansAt     time.Time // the last clean answer
-	lowSeen   float64   // the requests bucket's Lowered at the last answer
-	holds     int       // acceleration holds since the ramp last reached the cap
+	// stepAdmitted counts the clean answers of attempts sent before a
+	// hold made before any clean answer (admittedStep).
+	stepAdmitted float64
+	ansRate      float64   // clean answers a second, averaged over about a mean latency
+	ansAt        time.Time // the last clean answer
+	lowSeen      float64   // the requests bucket's Lowered at the last answer
 	// The start lets go startBurst at startAt and startRate a second
 	// after, until that passes the limit (startRate 0: over).
 	startAt               time.Time
@@ -459,7 +466,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 	for i, x := range d {
 		l.largest[i] = math.Max(l.largest[i], x)
 	}
-	return Ticket{charged: d, grant: grant, est: estInput, at: now, limit: float64(limit)}, budget.Granted, 0
+	return Ticket{charged: d, grant: grant, est: estInput, at: now, limit: float64(limit), adm: l.stats.Admitted}, budget.Granted, 0
 }
 
 // restartIfIdle restarts the ramp of a lane that sent and heard nothing
@@ -864,6 +871,7 @@ func (l *Lane) clean(now time.Time, t Ticket, r Result) {
 		return
 	}
 	l.good = math.Max(l.good, math.Min(float64(l.cfg.Cap), l.limit))
+	l.admittedStep(t)
 	if l.busyAt.IsZero() || now.Sub(l.busyAt) > l.lat() || now.Before(l.holdUntil) {
 		return
 	}

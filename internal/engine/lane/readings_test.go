@@ -61,6 +61,25 @@ type world struct { // one reading of the API
 	staleLimits bool
 	// latSpread > 0: an answer's latency is lat + uniform[0, latSpread).
 	latSpread time.Duration
+	// accel, when its window is set, refuses a rise of the admitted rate
+	// (an acceleration limit; the docs publish no rule, so it is a knob).
+	accel accelRule
+	// colStart delays the colleague's first arrival.
+	colStart time.Duration
+	// trace, if set, sees the lane every 500 ms.
+	trace func(now time.Time, l *Lane, admitted int)
+	// n > 0: a finite job of n requests (the backlog ends; outcome.done
+	// is when the last answer came).
+	n int
+}
+
+// accelRule is an acceleration limit: the admitted rate over window
+// (a decayed count, as sim.Acceleration) may not exceed factor × the
+// rate over long × window, once above floor (per second).
+type accelRule struct {
+	window       time.Duration
+	long, factor float64
+	floor        float64
 }
 
 type outcome struct {
@@ -68,6 +87,8 @@ type outcome struct {
 	colAdmitted, colLimited int
 	rate                    float64 // admitted per second over the last half
 	binding                 float64
+	accelLimited            int
+	done                    time.Duration // a finite job's last answer, from t0
 	st                      State
 }
 
@@ -147,10 +168,34 @@ func (w world) run(t *testing.T, cfg Config) outcome {
 	var out outcome
 	nextCol := t0
 	if w.colleague > 0 {
-		nextCol = t0.Add(time.Duration(rng.ExpFloat64() / w.colleague * float64(time.Second)))
+		nextCol = t0.Add(w.colStart + time.Duration(rng.ExpFloat64()/w.colleague*float64(time.Second)))
 	}
 	half := t0.Add(w.dur / 2)
 	admittedHalf := 0
+	var accFast, accSlow float64
+	accLast := t0
+	accelRefuses := func(now time.Time) (time.Duration, bool) {
+		if w.accel.window <= 0 {
+			return 0, false
+		}
+		tf := w.accel.window.Seconds()
+		ts := w.accel.long * tf
+		if dt := now.Sub(accLast).Seconds(); dt > 0 {
+			accFast *= math.Exp(-dt / tf)
+			accSlow *= math.Exp(-dt / ts)
+			accLast = now
+		}
+		allowed := math.Max(w.accel.floor, w.accel.factor*accSlow/ts)
+		if (accFast+1)/tf <= allowed {
+			return 0, false
+		}
+		wait := tf
+		if target := allowed*tf - 1; target > 0 {
+			wait = tf * math.Log(accFast/target)
+		}
+		return time.Duration(wait * float64(time.Second)), true
+	}
+	sent, answered, refusing := 0, 0, 0 // refusing: refused attempts not yet answered
 	d := budget.Demand{1, 100, 100, 200}
 	unit := 1.0
 	if w.tokens > 0 {
@@ -158,6 +203,9 @@ func (w world) run(t *testing.T, cfg Config) outcome {
 		d = budget.Demand{1, w.tokens, 100, w.tokens + 100}
 	}
 	for now := t0; now.Before(t0.Add(w.dur)); now = now.Add(time.Millisecond) {
+		if w.trace != nil && now.Sub(t0)%(500*time.Millisecond) == 0 {
+			w.trace(now, l, sent)
+		}
 		// colleague arrivals
 		for w.colleague > 0 && !nextCol.After(now) {
 			adv(nextCol)
@@ -186,6 +234,10 @@ func (w world) run(t *testing.T, cfg Config) outcome {
 			r := Result{Reached: true, Latency: e.at.Sub(e.sent), Limits: h, Date: date}
 			if e.ok {
 				r.Signal = Clean
+				answered++
+				if w.n > 0 && answered == w.n {
+					out.done = now.Sub(t0)
+				}
 			} else {
 				r.Signal = RateLimited
 				r.RetryAfter = e.ra
@@ -193,13 +245,14 @@ func (w world) run(t *testing.T, cfg Config) outcome {
 					r.Limits, r.Date = api.RateLimitHeaders{}, time.Time{}
 				}
 				retries = append(retries, now.Add(e.ra))
+				refusing--
 			}
 			l.Done(now, e.tk, r)
 		}
 		evs = keep
 		// admissions: the queue is never empty (a backlog); retries due go
 		// first but the lane decides either way.
-		for {
+		for w.n == 0 || sent+refusing < w.n {
 			tk, g, _ := l.TryAcquire(now, d, d[1])
 			if g != budget.Granted {
 				break
@@ -212,7 +265,20 @@ func (w world) run(t *testing.T, cfg Config) outcome {
 				}
 			}
 			adv(now)
+			accW, accRefused := time.Duration(0), false
 			if level >= unit && (w.hidden == 0 || hl >= 1) {
+				accW, accRefused = accelRefuses(now)
+			}
+			if accRefused {
+				out.limited++
+				out.accelLimited++
+				refusing++
+				h, date := headers(now)
+				evs = append(evs, ev{at: now.Add(w.lat429), tk: tk, ok: false, sent: now, ra: accW, h: h, date: date})
+			} else if level >= unit && (w.hidden == 0 || hl >= 1) {
+				accFast++
+				accSlow++
+				sent++
 				level -= unit
 				hl--
 				out.admitted++
@@ -227,6 +293,7 @@ func (w world) run(t *testing.T, cfg Config) outcome {
 				evs = append(evs, ev{at: now.Add(lat), tk: tk, ok: true, sent: now, h: h, date: date})
 			} else {
 				out.limited++
+				refusing++
 				ra := time.Duration((unit - math.Min(level, hl)) / rate * float64(time.Second))
 				if w.hidden == 0 {
 					ra = time.Duration((unit - level) / rate * float64(time.Second))

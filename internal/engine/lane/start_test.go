@@ -1,6 +1,7 @@
 package lane
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -103,7 +104,10 @@ func TestAccelerationHoldsTheRate(t *testing.T) {
 	r = room(now)
 	r.Signal = RateLimited
 	l.Done(now, tk, r)
-	held := l.Limit(now)
+	if got := l.Limit(now); got != 1 {
+		t.Fatalf("at the 429 the limit lets %d go, want 1: the held limit comes back over a latency", got)
+	}
+	held := l.Limit(now.Add(rtt))
 	// The last latency's answers came at 200 a round trip: what the server
 	// admitted, under 0.9 × the limit the refused attempt was sent under.
 	if want := min(int(0.9*float64(grown)), 200); held != want {
@@ -121,8 +125,9 @@ func TestAccelerationHoldsTheRate(t *testing.T) {
 	if got := l.Limit(now); got != held {
 		t.Fatalf("during the hold the limit moved to %d from %d", got, held)
 	}
-	// A 429 at the held rate: not acceleration; the shorter interval's
-	// rule halves the depth.
+	// A 429 at the held rate, 1,000 a second where the headers' limit
+	// refills 200: not acceleration; the shorter interval's rule halves
+	// the depth.
 	tk = tkAt(t, l, now)
 	now = now.Add(rtt)
 	r = room(now)
@@ -158,24 +163,43 @@ func TestAccelerationHoldsWhatWasAdmitted(t *testing.T) {
 	}
 	limited(now)
 	now = now.Add(rtt)
-	if got := l.Limit(now); got != 10 {
+	if got := l.Limit(now.Add(rtt)); got != 10 {
 		t.Fatalf("held at %d, want 10 (50 answers/s × 0.2 s)", got)
 	}
-	// At the held limit, after the hold: the shorter interval's rule.
+	// At the held limit, after the hold, 50 a second where the limit
+	// refills 2,000: no bucket of that limit a second deep refuses it, so
+	// it is acceleration still — held lower, and the ramp not slowed
+	// again (the rate did not rise since the last hold).
+	l.mu.Lock()
+	rl := l.rampLat
+	l.mu.Unlock()
 	now = now.Add(holdLatencies * rtt)
 	limited(now)
 	now = now.Add(rtt)
-	if st := l.State(now).Stats; st.Acceleration != 1 {
-		t.Fatalf("a 429 at the held limit read as acceleration (%d)", st.Acceleration)
+	if st := l.State(now).Stats; st.Acceleration != 2 {
+		t.Fatalf("a 429 at the held limit, far under the headers' limit: acceleration %d, want 2", st.Acceleration)
 	}
-	// The admitted rate rose a fifth: acceleration again.
 	l.mu.Lock()
-	l.limit, l.riseAt, l.pausedUntil, l.ansRate = 30, now, time.Time{}, 60
+	lim, rl2 := l.limit, l.rampLat
+	l.mu.Unlock()
+	if lim != 9 || rl2 != rl {
+		t.Fatalf("after the second hold: limit %g (want 0.9 × 10), %g latencies a doubling (want %g: no rise since)", lim, rl2, rl)
+	}
+	// The admitted rate rose a fifth: acceleration again, and the ramp
+	// after it half as fast.
+	l.mu.Lock()
+	l.limit, l.riseAt, l.pausedUntil, l.ansRate, l.startRate = 30, now.Add(time.Millisecond), time.Time{}, 60, 0
 	l.mu.Unlock()
 	now = now.Add(rtt)
 	limited(now)
-	if st := l.State(now.Add(rtt)).Stats; st.Acceleration != 2 {
-		t.Fatalf("a 429 after a rise above the held limit: acceleration %d, want 2", st.Acceleration)
+	if st := l.State(now.Add(rtt)).Stats; st.Acceleration != 3 {
+		t.Fatalf("a 429 after a rise above the held limit: acceleration %d, want 3", st.Acceleration)
+	}
+	l.mu.Lock()
+	rl2 = l.rampLat
+	l.mu.Unlock()
+	if rl2 != 2*rl {
+		t.Fatalf("after a hold that followed a rise: %g latencies a doubling, want %g", rl2, 2*rl)
 	}
 }
 
@@ -235,8 +259,45 @@ func TestColdStartReserveOnlyForTheInitialBurst(t *testing.T) {
 		t.Fatalf("half a latency after the first answer: reserve %g, want none yet", r)
 	}
 	answer(rtt)
+	if r, want := reserve(), coldShare*0.15; math.Abs(r-want) > 1e-9 {
+		t.Fatalf("a latency and a half after the first answer, headers as the model says: reserve %g, want %g (coldShare of it)", r, want)
+	}
+	// Anyone else's use shows: the whole reserve.
+	tk := tkAt(t, l, now)
+	now = now.Add(10 * time.Millisecond)
+	level := l.State(now).Buckets[budget.Requests].Level
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(now, 1200, int64(level-5), 10*time.Second), Date: now})
 	if r := reserve(); r != 0.15 {
-		t.Fatalf("a latency and a half after the first answer, headers as the model says: reserve %g, want 0.15", r)
+		t.Fatalf("5 requests under the model 10 ms after the send: reserve %g, want 0.15", r)
+	}
+}
+
+// TestColdStartSignNetOfOwnSpending: the headers may be as old as the
+// send, so an answer's remaining may miss the refill since — but the
+// lane's own spending since is missing from it too: 5 under the model a
+// second after the send, the lane having spent the second's refill (20)
+// since, is a sign of someone else's use; with nothing spent since, 15
+// under is not.
+func TestColdStartSignNetOfOwnSpending(t *testing.T) {
+	for _, c := range []struct {
+		spent, under int
+		sign         bool
+	}{{0, 15, false}, {20, 5, true}, {20, 2, false}} {
+		l := newLane(Config{Cap: 100, Start: 12})
+		now := firstAnswer(t, l, reqHeaders(t0.Add(3*time.Second), 1200, 1199, 50*time.Millisecond))
+		tk := tkAt(t, l, now)
+		for range c.spent {
+			tkAt(t, l, now.Add(500*time.Millisecond))
+		}
+		now = now.Add(time.Second)
+		level := l.State(now).Buckets[budget.Requests].Level
+		l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: time.Second, Limits: reqHeaders(now, 1200, int64(math.Ceil(level))-int64(c.under), 10*time.Second), Date: now})
+		l.mu.Lock()
+		sign := !l.unshared
+		l.mu.Unlock()
+		if sign != c.sign {
+			t.Errorf("%d spent since the send, %d under the model: a sign %v, want %v", c.spent, c.under, sign, c.sign)
+		}
 	}
 }
 
@@ -272,7 +333,7 @@ func TestStepRefusedBeforeAnyAnswer(t *testing.T) {
 	}
 	// A 429 of an attempt sent during the hold, before any clean answer:
 	// the same acceleration, not a shorter interval.
-	at = at.Add(100 * time.Millisecond)
+	at = at.Add(100*time.Millisecond + rtt) // past the pause and the held limit's return
 	late := tkAt(t, l, at)
 	refuse(at.Add(20*time.Millisecond), []Ticket{late})
 	st := l.State(at)
@@ -307,5 +368,111 @@ func TestAccelerationEpisodeOutlivesTheHold(t *testing.T) {
 	st := l.State(now)
 	if st.Stats.Acceleration != 2 || st.Buckets[budget.Requests].Depth < depth {
 		t.Fatalf("a 429 of an attempt sent before the hold: acceleration %d (want 2), depth %g → %g (want kept)", st.Stats.Acceleration, depth, st.Buckets[budget.Requests].Depth)
+	}
+}
+
+// TestAccelerationUnderEveryLimit: a 429 with room in every bucket, long
+// after the lane's last rise, while it sends far under the headers'
+// limit (50 a second where the limit refills 2,000, 10 in flight where a
+// second of it is 2,000): no bucket of that limit enforced over a second
+// or more refuses it, so it is read as acceleration — the limit held
+// lower, no depth halved; the same 429 while the lane sends above the
+// limit's refill is a shorter interval's (the depth halved).
+func TestAccelerationUnderEveryLimit(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		rpm       int64
+		wantAccel bool
+	}{
+		{"50 a second under a limit of 2,000 a second", 120000, true},
+		{"50 a second over a limit of 40 a second", 2400, false},
+	} {
+		l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+		now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), c.rpm, c.rpm-1, time.Millisecond))
+		now = now.Add(time.Minute) // long after the start: no rise lately
+		l.mu.Lock()
+		l.limit, l.startRate, l.ansRate, l.latency = 10, 0, 50, rtt.Seconds()
+		l.mu.Unlock()
+		depth := l.State(now).Buckets[budget.Requests].Depth
+		tk := tkAt(t, l, now)
+		now = now.Add(rtt)
+		l.Done(now, tk, Result{Signal: RateLimited, Reached: true, Latency: rtt, Limits: reqHeaders(now, c.rpm, c.rpm/2, 30*time.Second), Date: now})
+		st := l.State(now)
+		gotAccel := st.Stats.Acceleration == 1
+		halved := st.Buckets[budget.Requests].Depth < depth*0.6
+		if gotAccel != c.wantAccel || halved == c.wantAccel {
+			t.Errorf("%s: acceleration %d, depth %g → %g; want acceleration %v", c.name, st.Stats.Acceleration, depth, st.Buckets[budget.Requests].Depth, c.wantAccel)
+		}
+	}
+}
+
+// TestAccelerationHoldsDoNotLengthen: every acceleration hold lasts
+// holdLatencies mean latencies — the second as the first — and each hold
+// that follows a rise of the rate halves the ramp's speed, below the old
+// floor of a doubling per 8 latencies: an acceleration limit's windows
+// are seconds, not latencies, and a ramp too fast for them is refused
+// again and again.
+func TestAccelerationHoldsDoNotLengthen(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 120000, 119999, time.Millisecond))
+	for i := range 6 {
+		l.mu.Lock()
+		l.limit, l.startRate, l.ansRate, l.latency, l.riseAt, l.pausedUntil = 10, 0, 50, rtt.Seconds(), now, time.Time{}
+		l.mu.Unlock()
+		now = now.Add(time.Millisecond)
+		tk := tkAt(t, l, now)
+		now = now.Add(rtt)
+		l.Done(now, tk, Result{Signal: RateLimited, Reached: true, Latency: rtt, Limits: reqHeaders(now, 120000, 110000, 5*time.Second), Date: now})
+		l.mu.Lock()
+		hold, rl := l.holdUntil.Sub(now), l.rampLat
+		l.mu.Unlock()
+		if want := time.Duration(holdLatencies) * rtt; hold != want {
+			t.Fatalf("hold %d lasts %v, want %v", i+1, hold, want)
+		}
+		if want := RampDoublingLatencies * float64(int(2)<<i); rl != want {
+			t.Fatalf("after hold %d: %g latencies a doubling, want %g", i+1, rl, want)
+		}
+		now = now.Add(holdLatencies * rtt)
+	}
+}
+
+// TestStepAdmittedRaisesTheHold: a hold made before any clean answer is at
+// Config.Start at most; as the answers of the step that the server
+// admitted come in, the hold rises to what they show it admitted: 0.9 ×
+// their count.
+func TestStepAdmittedRaisesTheHold(t *testing.T) {
+	l := newLane(Config{Cap: 100, Start: 12})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, 5*time.Millisecond))
+	var tks []Ticket
+	for {
+		tk, g, _ := l.TryAcquire(now, one, 100)
+		if g != budget.Granted {
+			break
+		}
+		tks = append(tks, tk)
+	}
+	if len(tks) < 60 {
+		t.Fatalf("the start let %d go at once, want 60 or more", len(tks))
+	}
+	at := now.Add(20 * time.Millisecond)
+	for _, tk := range tks[40:] { // 40 admitted, the rest refused at once
+		l.Done(at, tk, Result{Signal: RateLimited, Reached: true, Latency: 20 * time.Millisecond, RetryAfter: 50 * time.Millisecond, Limits: reqHeaders(at, 12000, 11900, time.Second), Date: at})
+	}
+	l.mu.Lock()
+	held := l.limit
+	l.mu.Unlock()
+	if held > 12 {
+		t.Fatalf("held at %g before any clean answer, want at most Start (12)", held)
+	}
+	// The 40 admitted answer over the next latency.
+	for i, tk := range tks[:40] {
+		a := now.Add(rtt + time.Duration(i)*rtt/40)
+		l.Done(a, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(a, 12000, 11900, time.Second), Date: a})
+	}
+	l.mu.Lock()
+	got := l.limit
+	l.mu.Unlock()
+	if got != 36 {
+		t.Fatalf("the step's 40 admitted answers in: limit %g, want 36 (0.9 × 40)", got)
 	}
 }
