@@ -12,7 +12,9 @@ import (
 // whole job within reach of the ideal (the binding rate, the full bucket's
 // burst at the cap counted, plus a latency) and few 429s. Before the
 // acceleration rules of issue 40's second pass: 0.825, 0.887, 0.976, 0.839
-// and 0.721 of the ideal.
+// and 0.721 of the ideal; after them 0.883, 0.976, 0.976, 0.896 and 0.771,
+// and 0.745 for the last once a held rate refused again lowers the level
+// (the price of never resending as fast as 429s come back).
 func TestReadingsAcceleration(t *testing.T) {
 	base := world{rpm: 12000, depth: 1200, lat: 150 * time.Millisecond, latSpread: 280 * time.Millisecond, lat429: 20 * time.Millisecond, dur: 60 * time.Second, n: 8000}
 	for _, c := range []struct {
@@ -25,7 +27,7 @@ func TestReadingsAcceleration(t *testing.T) {
 		{"window 0.3 s, ×1.5 over 10 windows, floor 150 a second, drained", accelRule{300 * time.Millisecond, 10, 1.5, 150}, false, 0.90},
 		{"window 1 s, ×4 over 6 windows, floor 100 a second, drained", accelRule{time.Second, 6, 4, 100}, false, 0.90},
 		{"window 0.3 s, ×1.5 over 10 windows, floor 150 a second, full", accelRule{300 * time.Millisecond, 10, 1.5, 150}, true, 0.88},
-		{"window 3 s, ×2 over 4 windows, floor 50 a second, full", accelRule{3 * time.Second, 4, 2, 50}, true, 0.75},
+		{"window 3 s, ×2 over 4 windows, floor 50 a second, full", accelRule{3 * time.Second, 4, 2, 50}, true, 0.73},
 	} {
 		w := base
 		w.accel, w.startEmpty = c.a, !c.full
@@ -86,5 +88,26 @@ func TestReadingsLateColleague(t *testing.T) {
 				t.Errorf("bursts of %.0f at %.0f %% from %v: the colleague got %.1f %% 429s, want ≤ 1 %%", c.burst, 100*c.rate/20, c.start, 100*o.colleague429())
 			}
 		}
+	}
+}
+
+// TestReadingsSubSecondWindow: a limit enforced over a fifth of a second
+// behind headers that describe the minute (100 a second, a hidden bucket
+// of 20), 429s back in 20 ms with a retry-after of milliseconds. A 429
+// sent under every shown limit reads as acceleration here (the docs' own
+// example of a shorter interval is a second); what keeps the lane from
+// resending as fast as the 429s come back is the level lowered to the
+// reserve when the held rate is refused again. Before that rule: 2.29 %
+// 429s, 327 of them read as acceleration.
+func TestReadingsSubSecondWindow(t *testing.T) {
+	w := world{rpm: 6000, depth: 6000, hidden: 20, lat: time.Second, latSpread: 500 * time.Millisecond,
+		lat429: 20 * time.Millisecond, dur: 180 * time.Second, startEmpty: true}
+	o := w.run(t, Config{Cap: 400})
+	o.report(t, "100 a second, hidden 0.2 s bucket, 1 s latency")
+	if s := o.share429(); s > 0.01 {
+		t.Errorf("%.2f %% 429s, want ≤ 1 %%", 100*s)
+	}
+	if e := o.eff(); e < 0.95 {
+		t.Errorf("second half at %.3f of the limit, want ≥ 0.95", e)
 	}
 }

@@ -746,6 +746,17 @@ func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 		shown = shown || (s.Present && s.Limit > 0)
 	}
 	if shown && l.accelerationRead(now, t) {
+		if !l.lastAccel.IsZero() && t.at.After(l.lastAccel) && t.at.Before(l.holdUntil) && r.RetryAfter < l.lat() {
+			// Sent at the held rate and refused again, with a retry-after
+			// shorter than a latency: whatever limit this is, the lane
+			// must not resend as fast as 429s come back, and the pause
+			// does not stop it. The requests bucket's level goes down to
+			// the reserve (no depth halved), so the next send waits for a
+			// request's refill.
+			if dv := &v[budget.Requests]; states[budget.Requests].Present && dv.Known && dv.Depth > 0 {
+				dv.Remaining = math.Min(dv.Remaining, l.reserve()*dv.Depth)
+			}
+		}
 		l.acceleration(now, t, r.RetryAfter)
 		return
 	}

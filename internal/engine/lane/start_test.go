@@ -476,3 +476,49 @@ func TestStepAdmittedRaisesTheHold(t *testing.T) {
 		t.Fatalf("the step's 40 admitted answers in: limit %g, want 36 (0.9 × 40)", got)
 	}
 }
+
+// TestAccelerationRefusedAgainWhileHeld: an attempt sent at the held rate
+// and refused again, with a retry-after shorter than a latency, lowers the
+// requests bucket's level to the reserve, so the lane waits for a
+// request's refill instead of resending as fast as 429s come back (a limit
+// enforced over less than a second reads this way too); its depth is not
+// halved. With a retry-after of a latency or more the pause paces the lane
+// and the level stays.
+func TestAccelerationRefusedAgainWhileHeld(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		retryAfter time.Duration
+		wantLow    bool
+	}{
+		{"retry-after 20 ms", 20 * time.Millisecond, true},
+		{"retry-after of two latencies", 2 * rtt, false},
+	} {
+		l := newLane(Config{Cap: 1000, Start: 12, Reserve: 0.15})
+		now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 120000, 119999, time.Millisecond))
+		l.mu.Lock()
+		l.limit, l.startRate, l.ansRate, l.latency, l.riseAt, l.pausedUntil = 10, 0, 50, rtt.Seconds(), now, time.Time{}
+		l.unshared, l.burst = false, false
+		l.mu.Unlock()
+		// The first refusal: a rise refused, a hold.
+		now = now.Add(time.Millisecond)
+		tk := tkAt(t, l, now)
+		now = now.Add(rtt)
+		l.Done(now, tk, Result{Signal: RateLimited, Reached: true, Latency: rtt, RetryAfter: c.retryAfter, Limits: reqHeaders(now, 120000, 110000, 5*time.Second), Date: now})
+		if l.State(now).Stats.Acceleration != 1 {
+			t.Fatalf("%s: the first refusal is not read as acceleration", c.name)
+		}
+		// An attempt sent during the hold, refused again.
+		now = now.Add(max(c.retryAfter, time.Millisecond))
+		tk = tkAt(t, l, now)
+		now = now.Add(20 * time.Millisecond)
+		before := l.State(now).Buckets[budget.Requests]
+		l.Done(now, tk, Result{Signal: RateLimited, Reached: true, Latency: 20 * time.Millisecond, RetryAfter: c.retryAfter,
+			Limits: reqHeaders(now, 120000, 109000, 5*time.Second), Date: now})
+		after := l.State(now).Buckets[budget.Requests]
+		low := after.Level <= 0.15*after.Depth+1
+		if low != c.wantLow || after.Depth < before.Depth*0.9 {
+			t.Errorf("%s: level %.0f of depth %.0f (was %.0f of %.0f): want lowered to the reserve %v, depth kept",
+				c.name, after.Level, after.Depth, before.Level, before.Depth, c.wantLow)
+		}
+	}
+}
