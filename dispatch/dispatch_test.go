@@ -10,26 +10,15 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
 )
 
 func serveSim(t *testing.T) (sim.Config, string) {
 	t.Helper()
-	cfg := sim.Default()
-	cfg.Faults = sim.Faults{}
-	cfg.TimeScale = 20
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Close() })
-	return cfg, "http://" + ln.Addr().String()
+	s, base := simtest.Loopback(t, func(c *sim.Config) { c.Faults, c.TimeScale = sim.Faults{}, 20 })
+	return s.Config(), base
 }
 
 func TestNewNeedsKeys(t *testing.T) {

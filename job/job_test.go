@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/job"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/sim"
@@ -24,21 +24,8 @@ import (
 // the API's configuration and the files.
 func world(t *testing.T, n int) (*sim.Server, dispatch.Config, string, string) {
 	t.Helper()
-	cfg := sim.Default()
-	cfg.Faults = sim.Faults{}
-	cfg.TimeScale = 50
-	s, err := sim.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Close() })
-	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{
-		keys.EnvAPIKey: cfg.Orgs[0].Keys[0].Key, keys.EnvBatch: cfg.Orgs[1].Keys[0].Key})})
+	s, base := simtest.Loopback(t, func(c *sim.Config) { c.Faults, c.TimeScale = sim.Faults{}, 50 })
+	pool, err := simtest.Pool(s.Config())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +38,7 @@ func world(t *testing.T, n int) (*sim.Server, dispatch.Config, string, string) {
 	if err := os.WriteFile(in, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	return s, dispatch.Config{BaseURL: "http://" + ln.Addr().String(), Keys: pool.Keys()}, in, filepath.Join(dir, "results.jsonl")
+	return s, dispatch.Config{BaseURL: base, Keys: pool.Keys()}, in, filepath.Join(dir, "results.jsonl")
 }
 
 // Route batch sends through Message Batches: the simulator sees batches,

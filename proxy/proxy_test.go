@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/dispatch"
+	"github.com/sluice-dev/sluice/internal/testkit/simtest"
 	"github.com/sluice-dev/sluice/keys"
 	"github.com/sluice-dev/sluice/proxy"
 	"github.com/sluice-dev/sluice/sim"
@@ -18,24 +18,12 @@ import (
 
 func apiConfig(t *testing.T) dispatch.Config {
 	t.Helper()
-	cfg := sim.Default()
-	cfg.Faults = sim.Faults{}
-	cfg.TimeScale = 50
-	s, err := sim.New(cfg)
+	s, base := simtest.Loopback(t, func(c *sim.Config) { c.Faults, c.TimeScale, c.Verdicts.Enabled = sim.Faults{}, 50, true })
+	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{keys.EnvAPIKey: s.Config().Orgs[0].Keys[0].Key})})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	t.Cleanup(func() { s.Close() })
-	pool, err := keys.Load(keys.LoadOptions{NoDotEnv: true, Env: keys.EnvMap(map[string]string{keys.EnvAPIKey: cfg.Orgs[0].Keys[0].Key})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dispatch.Config{BaseURL: "http://" + ln.Addr().String(), Keys: pool.Keys()}
+	return dispatch.Config{BaseURL: base, Keys: pool.Keys()}
 }
 
 // A caller without the token is refused; one StateDir has one proxy, and
