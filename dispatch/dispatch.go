@@ -27,6 +27,7 @@ import (
 
 	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/call"
+	"github.com/sluice-dev/sluice/internal/engine/client"
 	engine "github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/keys"
 )
@@ -97,7 +98,7 @@ var (
 // Dispatcher sends requests over every organization's lanes.
 type Dispatcher struct {
 	d      *engine.Dispatcher
-	c      interface{ CloseIdle() }
+	c      *client.Client
 	redact func(string) string
 }
 

@@ -29,11 +29,10 @@ import (
 
 	"github.com/sluice-dev/sluice/dispatch"
 	"github.com/sluice-dev/sluice/internal/decide/observe"
-	"github.com/sluice-dev/sluice/internal/decide/plan"
 	"github.com/sluice-dev/sluice/internal/decide/route"
+	"github.com/sluice-dev/sluice/internal/engine/client"
 	engine "github.com/sluice-dev/sluice/internal/engine/dispatch"
 	iproxy "github.com/sluice-dev/sluice/internal/front/proxy"
-	"github.com/sluice-dev/sluice/keys"
 )
 
 // Config configures a Proxy. Dispatch.Keys is required.
@@ -67,7 +66,7 @@ var ErrStateInUse = iproxy.ErrStateInUse
 type Proxy struct {
 	p    *iproxy.Proxy
 	d    *engine.Dispatcher
-	c    interface{ CloseIdle() }
+	c    *client.Client
 	stop context.CancelFunc
 }
 
@@ -83,13 +82,9 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		return nil, errors.New("proxy: a Token of at least 16 characters, none of them space, is required (or NoAuth, for a listener no one else can reach)")
 	}
 	eo := engine.Options(cfg.Dispatch)
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log = slog.New(keys.RedactingHandler(log.Handler(), eo.Redactor()))
+	log := eo.RedactLog(cfg.Logger)
 	if eo.Logger == nil {
-		eo.Logger = log
+		eo.Logger = cfg.Logger // Start redacts it
 	}
 	d, c, err := eo.Start(ctx)
 	if err != nil {
@@ -97,13 +92,8 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	serveCtx, stop := context.WithCancel(context.Background())
 	go d.Serve(serveCtx)
-	ks := cfg.Dispatch.Keys
-	world := func(j plan.Job) (plan.World, error) {
-		w, _, err := observe.ForKeys(context.Background(), observe.WorldOptions{Off: true, Keys: ks, Client: c,
-			Model: j.Model, MaxTokens: j.MaxTokens, Log: log})
-		return w, err
-	}
-	p, err := iproxy.New(iproxy.Config{Dispatcher: d, Client: c, Pool: (*keys.Pool)(nil).Rotated(ks, nil),
+	world := observe.Probed(cfg.Dispatch.Keys, c, log)
+	p, err := iproxy.New(iproxy.Config{Dispatcher: d, Client: c, Pool: eo.Pool(),
 		Token: cfg.Token, StateDir: cfg.StateDir, MaxWait: cfg.MaxWait, MaxAttempts: cfg.MaxAttempts, Logger: log,
 		Plan: route.Planner(route.Options{Route: "auto", Prefer: "cost", Log: log, World: world})})
 	if err != nil {

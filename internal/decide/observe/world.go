@@ -152,3 +152,13 @@ func ForKeys(ctx context.Context, o WorldOptions) (plan.World, Provenance, error
 	}
 	return w, append(prov, notes...), nil
 }
+
+// Probed is the planner's world for ks as the library's front doors plan:
+// one limits probe of each organization (sent with c), no observations
+// file read or written.
+func Probed(ks []*keys.Key, c *client.Client, log *slog.Logger) func(plan.Job) (plan.World, error) {
+	return func(j plan.Job) (plan.World, error) {
+		w, _, err := ForKeys(context.Background(), WorldOptions{Off: true, Keys: ks, Client: c, Model: j.Model, MaxTokens: j.MaxTokens, Log: log})
+		return w, err
+	}
+}

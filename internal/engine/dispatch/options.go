@@ -100,10 +100,20 @@ func (o Options) Discover(ctx context.Context, c *client.Client) error {
 	return fmt.Errorf("dispatch: no key's probe got an answer from the API at %s: %v", c.BaseURL(), lost)
 }
 
-// Redactor is what hides o's key values: from the log (Logger wrapped
-// with keys.RedactingHandler) and from any text a caller is given.
-func (o Options) Redactor() func(string) string {
-	return (*keys.Pool)(nil).Rotated(o.Keys, nil).Redact
+// Pool is o's keys as a keys.Pool (a nil Pool rotated to hold them): what
+// the proxy reads live keys from, and whose Redact hides their values.
+func (o Options) Pool() *keys.Pool { return (*keys.Pool)(nil).Rotated(o.Keys, nil) }
+
+// Redactor is what hides o's key values from any text a caller is given.
+func (o Options) Redactor() func(string) string { return o.Pool().Redact }
+
+// RedactLog is l (nil: a logger that discards) with o's key values
+// redacted from every line: the one wrapping the front doors log through.
+func (o Options) RedactLog(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	return slog.New(keys.RedactingHandler(l.Handler(), o.Redactor()))
 }
 
 // Start discovers o's keys and builds a Dispatcher on a client of its
@@ -113,9 +123,7 @@ func (o Options) Start(ctx context.Context) (*Dispatcher, *client.Client, error)
 	if len(o.Keys) == 0 {
 		return nil, nil, errors.New("dispatch: no keys")
 	}
-	if o.Logger != nil {
-		o.Logger = slog.New(keys.RedactingHandler(o.Logger.Handler(), o.Redactor()))
-	}
+	o.Logger = o.RedactLog(o.Logger)
 	c := o.Client()
 	if err := o.Discover(ctx, c); err != nil {
 		c.CloseIdle()

@@ -1,7 +1,6 @@
 package job
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,7 +11,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/decide/plan"
 	"github.com/sluice-dev/sluice/internal/decide/route"
 	engine "github.com/sluice-dev/sluice/internal/engine/dispatch"
-	"github.com/sluice-dev/sluice/keys"
 )
 
 // Basic is the shape of the promised job.Options (the package job at the
@@ -58,28 +56,18 @@ func (b Basic) Options() (Options, func(), error) {
 		return Options{}, nil, fmt.Errorf("job: Prefer: %w", err)
 	}
 	eo := engine.Options(b.Dispatch)
-	redact := eo.Redactor()
-	log := b.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-	log = slog.New(keys.RedactingHandler(log.Handler(), redact))
+	log := eo.RedactLog(b.Logger)
 	if eo.Logger == nil {
 		eo.Logger = log
 	} else {
-		eo.Logger = slog.New(keys.RedactingHandler(eo.Logger.Handler(), redact))
+		eo.Logger = eo.RedactLog(eo.Logger)
 	}
 	c := eo.Client()
 	o := Options{Input: b.Input, Output: b.Output, Dispatch: eo.Config(c), SkipInvalid: b.SkipInvalid,
 		AllowChanged: b.AllowChanged, MaxCost: b.MaxCost, Grace: b.Grace, Progress: b.Progress, Logger: log,
-		Redact: redact, LockWait: 10 * time.Second}
-	ks := b.Dispatch.Keys
+		Redact: eo.Redactor(), LockWait: 10 * time.Second}
 	o.RoutedBy(route.NewRouter(route.Options{Route: b.Route, Prefer: b.Prefer, Deadline: b.Deadline, Log: log,
-		World: func(j plan.Job) (plan.World, error) {
-			w, _, err := observe.ForKeys(context.Background(), observe.WorldOptions{Off: true, Keys: ks, Client: c,
-				Model: j.Model, MaxTokens: j.MaxTokens, Log: log})
-			return w, err
-		}}))
+		World: observe.Probed(b.Dispatch.Keys, c, log)}))
 	return o, c.CloseIdle, nil
 }
 
