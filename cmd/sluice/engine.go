@@ -133,11 +133,7 @@ func (f *engineFlags) client(maxConns int) (*client.Client, error) {
 
 // dispatchConfig builds the engine configuration for pool p.
 func (f *engineFlags) dispatchConfig(c *client.Client, p *keys.Pool, log *slog.Logger) dispatch.Config {
-	caps := map[api.Family]int{}
-	for fam, v := range f.caps {
-		caps[fam] = *v
-	}
-	caps[api.FamilyFable] = caps[api.FamilyUnknown]
+	caps := f.capsByFamily()
 	cfg := dispatch.Config{
 		Client: c, Keys: p.Keys(), Caps: caps, Seed: f.seed, Logger: log,
 		Lane: lane.Config{Reserve: reserveFlag(f.reserve)}, MaxRetryAfter: f.maxRetryWait,
@@ -154,12 +150,17 @@ func reserveFlag(r float64) float64 {
 	return r
 }
 
-func (f *engineFlags) totalConns(nKeys int) int {
-	m := 0
-	for _, v := range f.caps {
-		m = max(m, *v)
+func (f *engineFlags) totalConns(nKeys int) int { return dispatch.ConnsFor(f.capsByFamily(), nKeys) }
+
+// capsByFamily is the --cap flags as the engine takes them (the fable
+// family, which has no flag of its own, takes the other models' cap).
+func (f *engineFlags) capsByFamily() map[api.Family]int {
+	caps := map[api.Family]int{}
+	for fam, v := range f.caps {
+		caps[fam] = *v
 	}
-	return max(64, m*nKeys+16)
+	caps[api.FamilyFable] = caps[api.FamilyUnknown]
+	return caps
 }
 
 // logRedact is the loaded key pool's Redact, once there is one: every

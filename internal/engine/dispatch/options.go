@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"time"
 
@@ -43,15 +44,21 @@ const DefaultDiscoverModel = "claude-sonnet-4-5"
 // request in flight at every key's largest cap (HTTP/1.1), or HTTP/2 when
 // asked.
 func (o Options) Client() *client.Client {
-	most := 0
-	for _, v := range DefaultCaps {
-		most = max(most, v)
-	}
-	for _, v := range o.Caps {
-		most = max(most, v)
-	}
+	caps := maps.Clone(DefaultCaps)
+	maps.Copy(caps, o.Caps)
 	return client.New(client.Config{BaseURL: o.BaseURL, Version: o.Version, Auth: o.Auth,
-		MaxConns: max(64, most*len(o.Keys)+16), HTTP2: o.HTTP2, Transport: o.Transport})
+		MaxConns: ConnsFor(caps, len(o.Keys)), HTTP2: o.HTTP2, Transport: o.Transport})
+}
+
+// ConnsFor is how many connections nKeys keys' lanes need at caps (the
+// largest cap a key, and some to spare): HTTP/1.1 carries one request in
+// flight a connection, and a pool smaller than that churns connections.
+func ConnsFor(caps map[api.Family]int, nKeys int) int {
+	most := 0
+	for _, v := range caps {
+		most = max(most, v)
+	}
+	return max(64, most*nKeys+16)
 }
 
 // Config is the engine's configuration for o, sending with c.
