@@ -136,6 +136,16 @@ const (
 	// enforced as 1 request per second").
 	minDepthSeconds = 1.0
 
+	// A capped depth (capDepth) is probed: doubled after probeLatencies
+	// mean latencies without a halving, a wait that doubles with each
+	// halving up to maxProbeLatencies. A 429 with room in every bucket,
+	// sent above a limit's refill, may be a shorter interval's or an
+	// acceleration limit's; read as the first, a bucket the headers show
+	// full would be left unspent for good, and no passive sign tells the
+	// two apart (docs/control.md, "A capped depth is probed").
+	probeLatencies    = 32.0
+	maxProbeLatencies = 1024.0
+
 	// tokenRounding is the error of a token remaining header (rounded to
 	// the nearest thousand).
 	tokenRounding = 500
@@ -244,14 +254,17 @@ type Lane struct {
 	seenLo     [budget.NumDims]float64 // the most remaining surely seen (less rounding)
 	// depthCap caps a dimension's depth after 429s its headers said had
 	// room (a limit enforced over a shorter interval than the headers
-	// describe). It does not grow back until the limit changes: a depth
-	// governs only the burst and the reserve, never the steady rate, and
-	// probing it again would cost a 429 each time.
+	// describe, or an acceleration limit's that looks the same); while it
+	// holds, the headers do not raise the level. It is probed (doubled,
+	// the headers heard again) after probeLat mean latencies without a
+	// halving, a wait that doubles with each halving (probeDepth).
 	depthCap    [budget.NumDims]float64
-	lastCap     [budget.NumDims]time.Time // each cap was last halved
-	largest     [budget.NumDims]float64   // the largest charge of a request
-	visible     [budget.NumDims]bool      // headers seen
-	named       [budget.NumDims]bool      // paced from a 429's message only
+	lastCap     [budget.NumDims]time.Time // each cap was last halved or probed
+	probeLat    [budget.NumDims]float64
+	probing     [budget.NumDims]bool    // probed since the last halving
+	largest     [budget.NumDims]float64 // the largest charge of a request
+	visible     [budget.NumDims]bool    // headers seen
+	named       [budget.NumDims]bool    // paced from a 429's message only
 	lowHeadroom bool
 	// The start and the acceleration hold (start.go).
 	unshared  bool      // a cold start into full buckets, no one else's use seen since: the reserve is coldShare of it after the burst
@@ -266,7 +279,12 @@ type Lane struct {
 	stepAdmitted float64
 	ansRate      float64   // clean answers a second, averaged over about a mean latency
 	ansAt        time.Time // the last clean answer
-	lowSeen      float64   // the requests bucket's Lowered at the last answer
+	// admRate is the lane's sends a second the server admitted, averaged
+	// over about a mean latency: a send counts when granted and is taken
+	// back when its 429 comes (admitted).
+	admRate float64
+	admAt   time.Time
+	lowSeen float64 // the requests bucket's Lowered at the last answer
 	// The start lets go startBurst at startAt and startRate a second
 	// after, until that passes the limit (startRate 0: over).
 	startAt               time.Time
@@ -457,6 +475,7 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 		return Ticket{}, r, wait
 	}
 	l.endWait(now)
+	l.admitted(now, 1, now)
 	l.stats.Admitted++
 	l.inFlight++
 	l.lastActive = now
@@ -553,6 +572,7 @@ func (l *Lane) Done(now time.Time, t Ticket, r Result) {
 	}
 	v := l.learn(now, t.at, r)
 	if r.Signal == RateLimited {
+		l.admitted(now, -1, t.at)
 		l.rateLimited(now, t, r, &v)
 	}
 	if v.Any() {
@@ -654,11 +674,12 @@ func (l *Lane) learn(now, sent time.Time, r Result) budget.View {
 		sample := remLo + math.Max(0, fullAfter)*limit/60
 		l.depth[i] = math.Max(sample, l.depth[i]*(1-depthDecay))
 		d := math.Max(math.Max(l.depth[i], l.seenLo[i]), math.Max(l.largest[i], minDepthSeconds*limit/60))
+		l.probeDepth(now, budget.Dim(i), d)
 		if c := l.depthCap[i]; c > 0 {
 			d = math.Min(d, c)
 		}
 		v[i] = budget.DimView{Known: true, Limit: limit, Depth: math.Min(limit, d), Remaining: float64(s.Remaining), Slack: slack,
-			NoRaise: l.depthCap[i] > 0}
+			NoRaise: l.depthCap[i] > 0 && !l.probing[i]}
 	}
 	return v
 }
@@ -832,7 +853,8 @@ func (l *Lane) capDepth(now time.Time, t Ticket, d budget.Dim, v *budget.View) b
 	if t.at.After(l.lastCap[d]) && now.Sub(l.lastCap[d]) >= l.cutSpacing() {
 		l.depthCap[d] = math.Max(floor, cur/2)
 		dv.Depth = math.Min(dv.Depth, l.depthCap[d])
-		l.lastCap[d] = now
+		l.lastCap[d], l.probing[d] = now, false
+		l.probeLat[d] = math.Min(maxProbeLatencies, math.Max(probeLatencies, 2*l.probeLat[d]))
 	}
 	return false
 }

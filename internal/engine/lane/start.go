@@ -212,6 +212,12 @@ func (l *Lane) acceleration(now time.Time, t Ticket, retryAfter time.Duration) {
 	l.stats.Acceleration++
 	l.pause(now, retryAfter)
 	if !t.at.After(l.lastAccel) || now.Sub(l.lastAccel) < l.cutSpacing() {
+		// The same episode: each of its refusals lowers the hold to what
+		// the server admitted (a hold before any clean answer is
+		// admittedStep's).
+		if !l.lastAccel.IsZero() && l.accelRate > 0 {
+			l.limit = math.Min(l.limit, math.Max(float64(l.cfg.MinLimit), l.admRate*l.lat().Seconds()))
+		}
 		return
 	}
 	rose := l.lastAccel.IsZero() || l.riseAt.After(l.lastAccel)
@@ -280,6 +286,19 @@ func (l *Lane) underEveryLimit(t Ticket) bool {
 	return any
 }
 
+// admitted adds n sends made at sent to admRate at now (n = -1: a send
+// refused, taken back). Requires l.mu.
+func (l *Lane) admitted(now time.Time, n float64, sent time.Time) {
+	tau := l.lat().Seconds()
+	if now.After(l.admAt) {
+		if !l.admAt.IsZero() {
+			l.admRate *= math.Exp(-now.Sub(l.admAt).Seconds() / tau)
+		}
+		l.admAt = now
+	}
+	l.admRate = math.Max(0, l.admRate+n/tau*math.Exp(-math.Max(0, now.Sub(sent).Seconds())/tau))
+}
+
 // admittedStep counts, after a hold made before any clean answer (at
 // Config.Start at most: what the server admitted of the refused step was
 // not known), the clean answers of attempts sent before it — what the
@@ -293,4 +312,21 @@ func (l *Lane) admittedStep(t Ticket) {
 	if a := math.Min(float64(l.cfg.Cap), accelBack*l.stepAdmitted); a > l.limit {
 		l.limit = a
 	}
+}
+
+// probeDepth doubles dimension d's depth cap (up to shown, the depth
+// the headers bound) once it has gone probeLat[d] mean latencies without
+// a halving, and lets the headers raise the level again until the next
+// halving: the cap is a reading that only a burst can test, and what it
+// left unspent shows only in the headers. Requires l.mu.
+func (l *Lane) probeDepth(now time.Time, d budget.Dim, shown float64) {
+	c := l.depthCap[d]
+	if c <= 0 || c >= shown || now.Sub(l.lastCap[d]).Seconds() < l.probeLat[d]*l.lat().Seconds() {
+		return
+	}
+	l.lastCap[d], l.probing[d] = now, true
+	l.depthCap[d] = math.Min(shown, 2*c)
+	// What the deeper bucket lets go comes at the ramp's pace from the
+	// rate the cap held the lane to, not as one step to the limit.
+	l.limit = math.Min(l.limit, math.Max(float64(l.cfg.MinLimit), float64(l.inFlight+1)))
 }

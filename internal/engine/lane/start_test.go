@@ -522,3 +522,112 @@ func TestAccelerationRefusedAgainWhileHeld(t *testing.T) {
 		}
 	}
 }
+
+// TestDepthCapProbed: a depth halved by a 429 that no bucket the headers
+// show explains (a shorter interval's reading; an acceleration limit's
+// looks the same) is a reading only a burst can test: after
+// probeLatencies mean latencies without a halving the cap doubles, the
+// headers may raise the level again (what the cap left unspent shows only
+// there) and the limit restarts from what is in flight; a halving of the
+// probe halves it back and doubles the wait for the next.
+func TestDepthCapProbed(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	room := func(now time.Time, sig Signal) Result {
+		return Result{Signal: sig, Reached: true, Latency: rtt, Limits: reqHeaders(now, 600, 590, time.Second), Date: now}
+	}
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 600, 599, 100*time.Millisecond)) // 10 a second, a full minute deep
+	l.mu.Lock()
+	l.limit, l.startRate, l.riseAt = 50, 0, time.Time{} // no rise of the lane's rate explains a 429
+	l.mu.Unlock()
+	tk := tkAt(t, l, now)
+	now = now.Add(rtt)
+	l.Done(now, tk, room(now, RateLimited))
+	b := l.State(now).Buckets[budget.Requests]
+	if b.Depth > 301 || b.Level > 1 {
+		t.Fatalf("after a 429 with room: depth %g, level %g; want halved to 300 and empty", b.Depth, b.Level)
+	}
+	capped := now
+	answer := func(at time.Time) budget.BucketState {
+		t.Helper()
+		tk := tkAt(t, l, at)
+		l.Done(at.Add(rtt), tk, room(at.Add(rtt), Clean))
+		return l.State(at.Add(rtt)).Buckets[budget.Requests]
+	}
+	// Before the probe: the headers' 590 do not raise the level.
+	for i := range budget.RaiseAfter + 5 {
+		at := capped.Add(time.Duration(i+1) * rtt / 2) // at the refill's pace
+		if b = answer(at); b.Depth > 301 || b.Level > 50 {
+			t.Fatalf("before the probe, at %v: depth %g, level %g; want the cap and the refill alone", at.Sub(capped), b.Depth, b.Level)
+		}
+	}
+	// The probe: probeLatencies latencies on, the cap doubles (to the
+	// 600 the headers bound), the limit restarts from what is in flight,
+	// and calm answers raise the level to what the headers show.
+	probeAt := capped.Add(time.Duration(probeLatencies * 1.01 * float64(rtt)))
+	tk = tkAt(t, l, probeAt)
+	l.Done(probeAt, tk, room(probeAt, Clean))
+	if got := l.Limit(probeAt); got != 1 {
+		t.Fatalf("at the probe the limit is %d, want 1: what was in flight (none) and one more", got)
+	}
+	for i := range budget.RaiseAfter + 5 {
+		b = answer(probeAt.Add(time.Duration(i+1) * rtt / 2))
+	}
+	if b.Depth < 590 || b.Level < 500 {
+		t.Fatalf("after the probe: depth %g, level %g; want the headers' 600 and their remaining", b.Depth, b.Level)
+	}
+	// A 429 with room during the probe, no rise to explain it: back to
+	// 300, the next probe twice as far.
+	now = probeAt.Add(10 * rtt)
+	l.mu.Lock()
+	l.riseAt = time.Time{}
+	l.mu.Unlock()
+	tk = tkAt(t, l, now)
+	now = now.Add(rtt)
+	l.Done(now, tk, room(now, RateLimited))
+	l.mu.Lock()
+	c, wait, probing := l.depthCap[budget.Requests], l.probeLat[budget.Requests], l.probing[budget.Requests]
+	l.mu.Unlock()
+	if c < 290 || c > 300 || wait != 2*probeLatencies || probing {
+		t.Fatalf("after the probe's 429: cap %g, next probe after %g latencies, probing %v; want ≈ 300, %g, false", c, wait, probing, 2*probeLatencies)
+	}
+}
+
+// TestAccelerationEpisodeLowersTheHold: the refusals of a held episode
+// that come after its first (attempts sent before the hold) lower the
+// held limit to what the server admitted of the lane's sends — each takes
+// back a send — never under MinLimit; the first sets the hold, the rest
+// only lower it.
+func TestAccelerationEpisodeLowersTheHold(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 120000, 119999, time.Millisecond))
+	l.mu.Lock()
+	l.limit, l.startRate, l.ansRate, l.latency = 200, 0, 200, rtt.Seconds() // answers at 200 a second: 40 in flight's worth
+	l.mu.Unlock()
+	var tks []Ticket
+	for range 40 {
+		tks = append(tks, tkAt(t, l, now))
+	}
+	refuse := func(at time.Time, tk Ticket) {
+		l.Done(at, tk, Result{Signal: RateLimited, Reached: true, Latency: 20 * time.Millisecond, Limits: reqHeaders(at, 120000, 110000, 5*time.Second), Date: at})
+	}
+	at := now.Add(20 * time.Millisecond)
+	refuse(at, tks[0])
+	l.mu.Lock()
+	first := l.limit
+	l.mu.Unlock()
+	if first < 30 || first > 40 {
+		t.Fatalf("held at %g after the first refusal, want 0.9 × 40 or the answers' 40", first)
+	}
+	for _, tk := range tks[1:30] { // 30 of the 40 refused
+		refuse(at, tk)
+	}
+	l.mu.Lock()
+	lowered, adm := l.limit, l.admRate*l.lat().Seconds()
+	l.mu.Unlock()
+	if lowered > 11 || lowered < 1 || math.Abs(lowered-math.Max(1, adm)) > 1e-9 {
+		t.Fatalf("held at %g after 30 of 40 refused (admitted %g a latency), want what was admitted, ≈ 10", lowered, adm)
+	}
+	if st := l.State(at); st.Stats.Acceleration != 30 {
+		t.Fatalf("acceleration %d, want 30: one episode", st.Stats.Acceleration)
+	}
+}
