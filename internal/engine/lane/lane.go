@@ -262,6 +262,7 @@ type Lane struct {
 	lastCap     [budget.NumDims]time.Time // each cap was last halved or probed
 	probeLat    [budget.NumDims]float64
 	probing     [budget.NumDims]bool    // probed since the last halving
+	bucketAt    time.Time               // a bucket last held work back (TryAcquire)
 	largest     [budget.NumDims]float64 // the largest charge of a request
 	visible     [budget.NumDims]bool    // headers seen
 	named       [budget.NumDims]bool    // paced from a 429's message only
@@ -462,12 +463,16 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 			}
 		case budget.ByRequests:
 			why = WaitRequests
+			l.bucketAt = now
 		case budget.ByInputTokens:
 			why = WaitInputTokens
+			l.bucketAt = now
 		case budget.ByOutputTokens:
 			why = WaitOutputTokens
+			l.bucketAt = now
 		case budget.ByTokens:
 			why = WaitTokens
+			l.bucketAt = now
 		default:
 			panic(fmt.Sprintf("lane: refusal %d has no wait kind", r))
 		}
@@ -667,6 +672,7 @@ func (l *Lane) learn(now, sent time.Time, r Result) budget.View {
 		}
 		if l.depthFor[i] != s.Limit {
 			l.depth[i], l.seenLo[i], l.depthCap[i], l.depthFor[i] = 0, 0, 0, s.Limit
+			l.probeLat[i], l.probing[i] = 0, false
 		}
 		remLo := math.Max(0, float64(s.Remaining)-slack)
 		l.seenLo[i] = math.Max(l.seenLo[i], remLo)
@@ -674,7 +680,7 @@ func (l *Lane) learn(now, sent time.Time, r Result) budget.View {
 		sample := remLo + math.Max(0, fullAfter)*limit/60
 		l.depth[i] = math.Max(sample, l.depth[i]*(1-depthDecay))
 		d := math.Max(math.Max(l.depth[i], l.seenLo[i]), math.Max(l.largest[i], minDepthSeconds*limit/60))
-		l.probeDepth(now, budget.Dim(i), d)
+		l.probeDepth(now, budget.Dim(i), d, limit)
 		if c := l.depthCap[i]; c > 0 {
 			d = math.Min(d, c)
 		}
@@ -850,7 +856,8 @@ func (l *Lane) capDepth(now time.Time, t Ticket, d budget.Dim, v *budget.View) b
 	if cur <= floor*1.001 {
 		return true
 	}
-	if t.at.After(l.lastCap[d]) && now.Sub(l.lastCap[d]) >= l.cutSpacing() {
+	probeRefused := l.probing[d] && !t.at.Before(l.lastCap[d]) // a 429 of the probe's: no episode spacing
+	if probeRefused || (t.at.After(l.lastCap[d]) && now.Sub(l.lastCap[d]) >= l.cutSpacing()) {
 		l.depthCap[d] = math.Max(floor, cur/2)
 		dv.Depth = math.Min(dv.Depth, l.depthCap[d])
 		l.lastCap[d], l.probing[d] = now, false

@@ -457,10 +457,8 @@ func TestReadingsBeyondThePromise(t *testing.T) {
 // (60 RPM: 1.07 % 429s, 600 RPM: 0.76 % at 0.92 of the limit; with
 // Config.Start as the floor 60 RPM drew 23.8 %, the review measured), so
 // the bounds are looser than TestReadings' goals, which these readings do
-// not meet yet. Probing a capped depth (probeDepth: a halved depth doubled
-// again after 32 latencies, then 64, 128 …) costs the 60 RPM world's ~300
-// requests a 429 or two a probe: 2.17 % where it drew 1.06 %; its
-// bound is 2.5 % for that.
+// not meet yet. Probing a capped depth (probeDepth) costs the 60 RPM
+// world's ~300 requests a 429 or two a probe: 1.81 % where it drew 1.06 %.
 func TestReadingsHiddenSecondFromFull(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -474,8 +472,8 @@ func TestReadingsHiddenSecondFromFull(t *testing.T) {
 		if e := o.eff(); e < 0.9 {
 			t.Errorf("%s: efficiency %.3f < 0.9", c.name, e)
 		}
-		if s := o.share429(); s > 0.025 {
-			t.Errorf("%s: %.2f %% of the lane's requests answered 429, want ≤ 2.5 %%", c.name, 100*s)
+		if s := o.share429(); s > 0.02 {
+			t.Errorf("%s: %.2f %% of the lane's requests answered 429, want ≤ 2 %%", c.name, 100*s)
 		}
 	}
 }

@@ -176,6 +176,9 @@ func (l *Lane) accelerationRead(now time.Time, t Ticket) bool {
 	if l.underEveryLimit(t) {
 		return true // no bucket of the limits shown, a second deep or more, refuses this rate
 	}
+	if l.probed(t) {
+		return false // a probe's answer (probeDepth): the shorter interval's rule reads it
+	}
 	if !l.lastAccel.IsZero() && (!l.riseAt.After(l.lastAccel) || l.ansRate < accelRise*l.accelRate) {
 		return false // the rate held, or refused again at about the rate refused last time
 	}
@@ -316,12 +319,20 @@ func (l *Lane) admittedStep(t Ticket) {
 
 // probeDepth doubles dimension d's depth cap (up to shown, the depth
 // the headers bound) once it has gone probeLat[d] mean latencies without
-// a halving, and lets the headers raise the level again until the next
-// halving: the cap is a reading that only a burst can test, and what it
-// left unspent shows only in the headers. Requires l.mu.
-func (l *Lane) probeDepth(now time.Time, d budget.Dim, shown float64) {
+// a halving — and as long as the limit (per minute) takes to refill
+// probeLat[d] of the largest request, so a small limit is not probed
+// more often than every probeLat of its requests — while a bucket held
+// work back within the last latency, and lets the headers raise the
+// level again until the next halving: the cap is a reading that only a
+// burst can test, and what it left unspent shows only in the headers.
+// Requires l.mu.
+func (l *Lane) probeDepth(now time.Time, d budget.Dim, shown, limit float64) {
 	c := l.depthCap[d]
-	if c <= 0 || c >= shown || now.Sub(l.lastCap[d]).Seconds() < l.probeLat[d]*l.lat().Seconds() {
+	if c <= 0 || c >= shown || limit <= 0 || l.bucketAt.IsZero() || now.Sub(l.bucketAt) > l.lat() {
+		return // nothing capped, or no work held back by a bucket lately (a lull: nothing to test it with)
+	}
+	wait := math.Max(l.lat().Seconds(), math.Max(1, l.largest[d])/(limit/60))
+	if now.Sub(l.lastCap[d]).Seconds() < l.probeLat[d]*wait {
 		return
 	}
 	l.lastCap[d], l.probing[d] = now, true
@@ -329,4 +340,17 @@ func (l *Lane) probeDepth(now time.Time, d budget.Dim, shown float64) {
 	// What the deeper bucket lets go comes at the ramp's pace from the
 	// rate the cap held the lane to, not as one step to the limit.
 	l.limit = math.Min(l.limit, math.Max(float64(l.cfg.MinLimit), float64(l.inFlight+1)))
+}
+
+// probed reports whether attempt t was sent after a probe of a depth cap
+// still standing: its 429 is the probe's answer, which capDepth reads,
+// not a rise of the lane's rate (the limit's regrowth after the probe is
+// not one). Requires l.mu.
+func (l *Lane) probed(t Ticket) bool {
+	for d := range l.probing {
+		if l.probing[d] && !t.at.Before(l.lastCap[d]) {
+			return true
+		}
+	}
+	return false
 }

@@ -553,42 +553,75 @@ func TestDepthCapProbed(t *testing.T) {
 		l.Done(at.Add(rtt), tk, room(at.Add(rtt), Clean))
 		return l.State(at.Add(rtt)).Buckets[budget.Requests]
 	}
-	// Before the probe: the headers' 590 do not raise the level.
-	for i := range budget.RaiseAfter + 5 {
-		at := capped.Add(time.Duration(i+1) * rtt / 2) // at the refill's pace
+	// Before the probe (and after its time, while no bucket held work
+	// back: a lull), the headers' 590 do not raise the level.
+	probeAt := capped.Add(time.Duration(probeLatencies * 1.01 * float64(rtt)))
+	for at := capped.Add(rtt / 2); at.Before(probeAt.Add(5 * rtt)); at = at.Add(rtt / 2) { // at the refill's pace
 		if b = answer(at); b.Depth > 301 || b.Level > 50 {
 			t.Fatalf("before the probe, at %v: depth %g, level %g; want the cap and the refill alone", at.Sub(capped), b.Depth, b.Level)
 		}
 	}
-	// The probe: probeLatencies latencies on, the cap doubles (to the
+	// The probe: work held back by the bucket, the cap doubles (to the
 	// 600 the headers bound), the limit restarts from what is in flight,
-	// and calm answers raise the level to what the headers show.
-	probeAt := capped.Add(time.Duration(probeLatencies * 1.01 * float64(rtt)))
-	tk = tkAt(t, l, probeAt)
-	l.Done(probeAt, tk, room(probeAt, Clean))
-	if got := l.Limit(probeAt); got != 1 {
-		t.Fatalf("at the probe the limit is %d, want 1: what was in flight (none) and one more", got)
+	// and the headers raise the level to what they show.
+	probeAt = probeAt.Add(5 * rtt)
+	var held []Ticket
+	for {
+		tk, g, _ := l.TryAcquire(probeAt, one, 100)
+		if g != budget.Granted {
+			if g != budget.ByRequests {
+				t.Fatalf("at the probe: refused by %v after %d, want the requests bucket", g, len(held))
+			}
+			break
+		}
+		held = append(held, tk)
 	}
-	for i := range budget.RaiseAfter + 5 {
-		b = answer(probeAt.Add(time.Duration(i+1) * rtt / 2))
+	if len(held) == 0 {
+		t.Fatalf("at the probe: nothing let go, want what a request's refill pays for")
 	}
-	if b.Depth < 590 || b.Level < 500 {
+	l.Done(probeAt.Add(rtt/10), held[0], room(probeAt.Add(rtt/10), Clean))
+	if got, want := l.Limit(probeAt), len(held); got != want {
+		t.Fatalf("at the probe the limit is %d, want %d: what was in flight and one more", got, want)
+	}
+	for _, tk := range held[1:] {
+		l.Done(probeAt.Add(rtt/10), tk, room(probeAt.Add(rtt/10), Clean))
+	}
+	// The answers before the probe were calm: the level rises at once.
+	if b = l.State(probeAt.Add(rtt / 10)).Buckets[budget.Requests]; b.Depth < 590 || b.Level < 500 {
 		t.Fatalf("after the probe: depth %g, level %g; want the headers' 600 and their remaining", b.Depth, b.Level)
 	}
-	// A 429 with room during the probe, no rise to explain it: back to
-	// 300, the next probe twice as far.
-	now = probeAt.Add(10 * rtt)
+	// A 429 with room of an attempt sent during the probe, within a
+	// latency of it and after the limit regrew (the ramp's rise from what
+	// was in flight, which is not acceleration): back to 300 at once, the
+	// next probe twice as far.
+	now = probeAt.Add(rtt / 5)
 	l.mu.Lock()
-	l.riseAt = time.Time{}
+	l.riseAt = now // the limit's regrowth since the probe
 	l.mu.Unlock()
 	tk = tkAt(t, l, now)
-	now = now.Add(rtt)
+	accel := l.State(now).Stats.Acceleration
+	now = now.Add(20 * time.Millisecond)
 	l.Done(now, tk, room(now, RateLimited))
+	if got := l.State(now).Stats.Acceleration; got != accel {
+		t.Fatalf("the probe's 429 read as acceleration (%d → %d)", accel, got)
+	}
 	l.mu.Lock()
 	c, wait, probing := l.depthCap[budget.Requests], l.probeLat[budget.Requests], l.probing[budget.Requests]
 	l.mu.Unlock()
 	if c < 290 || c > 300 || wait != 2*probeLatencies || probing {
 		t.Fatalf("after the probe's 429: cap %g, next probe after %g latencies, probing %v; want ≈ 300, %g, false", c, wait, probing, 2*probeLatencies)
+	}
+	// A new limit (a tier change): its bucket starts with no cap and no
+	// wait of the old one's.
+	now = now.Add(time.Second) // a request's refill
+	tk = tkAt(t, l, now)
+	now = now.Add(rtt)
+	l.Done(now, tk, Result{Signal: Clean, Reached: true, Latency: rtt, Limits: reqHeaders(now, 6000, 5900, time.Second), Date: now})
+	l.mu.Lock()
+	c, wait = l.depthCap[budget.Requests], l.probeLat[budget.Requests]
+	l.mu.Unlock()
+	if c != 0 || wait != 0 {
+		t.Fatalf("after a new limit: cap %g, probe wait %g; want none", c, wait)
 	}
 }
 
