@@ -18,7 +18,7 @@ import (
 // the acceleration floor (the last case: only a full bucket's drain meets
 // the floor, and its 429s read as a shorter interval's) left most of its
 // bucket unspent for good, 0.924; with a capped depth probed (probeDepth)
-// 0.981, and the others 0.934, 0.976, 0.976, 0.896 and 0.817.
+// 0.982, and the others 0.934, 0.976, 0.976, 0.896 and 0.817.
 func TestReadingsAcceleration(t *testing.T) {
 	base := world{rpm: 12000, depth: 1200, lat: 150 * time.Millisecond, latSpread: 280 * time.Millisecond, lat429: 20 * time.Millisecond, dur: 60 * time.Second, n: 8000}
 	for _, c := range []struct {

@@ -458,7 +458,8 @@ func TestReadingsBeyondThePromise(t *testing.T) {
 // Config.Start as the floor 60 RPM drew 23.8 %, the review measured), so
 // the bounds are looser than TestReadings' goals, which these readings do
 // not meet yet. Probing a capped depth (probeDepth) costs the 60 RPM
-// world's ~300 requests a 429 or two a probe: 1.81 % where it drew 1.06 %.
+// world's ~300 requests 3–4 429s more: 2.17 % where it drew 1.06 %, so
+// its bound is 2.5 % (docs/control.md, "A capped depth is probed").
 func TestReadingsHiddenSecondFromFull(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -472,8 +473,8 @@ func TestReadingsHiddenSecondFromFull(t *testing.T) {
 		if e := o.eff(); e < 0.9 {
 			t.Errorf("%s: efficiency %.3f < 0.9", c.name, e)
 		}
-		if s := o.share429(); s > 0.02 {
-			t.Errorf("%s: %.2f %% of the lane's requests answered 429, want ≤ 2 %%", c.name, 100*s)
+		if s := o.share429(); s > 0.025 {
+			t.Errorf("%s: %.2f %% of the lane's requests answered 429, want ≤ 2.5 %%", c.name, 100*s)
 		}
 	}
 }

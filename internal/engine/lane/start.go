@@ -176,9 +176,6 @@ func (l *Lane) accelerationRead(now time.Time, t Ticket) bool {
 	if l.underEveryLimit(t) {
 		return true // no bucket of the limits shown, a second deep or more, refuses this rate
 	}
-	if l.probed(t) {
-		return false // a probe's answer (probeDepth): the shorter interval's rule reads it
-	}
 	if !l.lastAccel.IsZero() && (!l.riseAt.After(l.lastAccel) || l.ansRate < accelRise*l.accelRate) {
 		return false // the rate held, or refused again at about the rate refused last time
 	}
@@ -340,17 +337,4 @@ func (l *Lane) probeDepth(now time.Time, d budget.Dim, shown, limit float64) {
 	// What the deeper bucket lets go comes at the ramp's pace from the
 	// rate the cap held the lane to, not as one step to the limit.
 	l.limit = math.Min(l.limit, math.Max(float64(l.cfg.MinLimit), float64(l.inFlight+1)))
-}
-
-// probed reports whether attempt t was sent after a probe of a depth cap
-// still standing: its 429 is the probe's answer, which capDepth reads,
-// not a rise of the lane's rate (the limit's regrowth after the probe is
-// not one). Requires l.mu.
-func (l *Lane) probed(t Ticket) bool {
-	for d := range l.probing {
-		if l.probing[d] && !t.at.Before(l.lastCap[d]) {
-			return true
-		}
-	}
-	return false
 }
