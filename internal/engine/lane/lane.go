@@ -261,11 +261,11 @@ type Lane struct {
 	depthCap    [budget.NumDims]float64
 	lastCap     [budget.NumDims]time.Time // each cap was last halved or probed
 	probeLat    [budget.NumDims]float64
-	probing     [budget.NumDims]bool    // probed since the last halving
-	bucketAt    time.Time               // a bucket last held work back (TryAcquire)
-	largest     [budget.NumDims]float64 // the largest charge of a request
-	visible     [budget.NumDims]bool    // headers seen
-	named       [budget.NumDims]bool    // paced from a 429's message only
+	probing     [budget.NumDims]bool      // probed since the last halving
+	bucketAt    [budget.NumDims]time.Time // each bucket last held work back (TryAcquire)
+	largest     [budget.NumDims]float64   // the largest charge of a request
+	visible     [budget.NumDims]bool      // headers seen
+	named       [budget.NumDims]bool      // paced from a 429's message only
 	lowHeadroom bool
 	// The start and the acceleration hold (start.go).
 	unshared  bool      // a cold start into full buckets, no one else's use seen since: the reserve is coldShare of it after the burst
@@ -463,16 +463,16 @@ func (l *Lane) TryAcquire(now time.Time, d budget.Demand, estInput float64) (Tic
 			}
 		case budget.ByRequests:
 			why = WaitRequests
-			l.bucketAt = now
+			l.bucketAt[budget.Requests] = now
 		case budget.ByInputTokens:
 			why = WaitInputTokens
-			l.bucketAt = now
+			l.bucketAt[budget.InputTokens] = now
 		case budget.ByOutputTokens:
 			why = WaitOutputTokens
-			l.bucketAt = now
+			l.bucketAt[budget.OutputTokens] = now
 		case budget.ByTokens:
 			why = WaitTokens
-			l.bucketAt = now
+			l.bucketAt[budget.Tokens] = now
 		default:
 			panic(fmt.Sprintf("lane: refusal %d has no wait kind", r))
 		}
@@ -680,7 +680,9 @@ func (l *Lane) learn(now, sent time.Time, r Result) budget.View {
 		sample := remLo + math.Max(0, fullAfter)*limit/60
 		l.depth[i] = math.Max(sample, l.depth[i]*(1-depthDecay))
 		d := math.Max(math.Max(l.depth[i], l.seenLo[i]), math.Max(l.largest[i], minDepthSeconds*limit/60))
-		l.probeDepth(now, budget.Dim(i), d, limit)
+		if r.Signal == Clean {
+			l.probeDepth(now, budget.Dim(i), d, limit) // a 429 is read first (rateLimited), never a probe's trigger
+		}
 		if c := l.depthCap[i]; c > 0 {
 			d = math.Min(d, c)
 		}
@@ -787,9 +789,12 @@ func (l *Lane) rateLimited(now time.Time, t Ticket, r Result, v *budget.View) {
 		l.acceleration(now, t, r.RetryAfter)
 		return
 	}
-	atFloor := true
+	atFloor, probe := true, l.probed(t)
 	for i, s := range states {
 		if s.Present && s.Limit > 0 {
+			if probe && !l.probedDim(t, budget.Dim(i)) {
+				continue // a probe's answer: the probed depth's, not the others'
+			}
 			if !l.capDepth(now, t, budget.Dim(i), v) {
 				atFloor = false
 			}
@@ -856,7 +861,7 @@ func (l *Lane) capDepth(now time.Time, t Ticket, d budget.Dim, v *budget.View) b
 	if cur <= floor*1.001 {
 		return true
 	}
-	probeRefused := l.probing[d] && !t.at.Before(l.lastCap[d]) // a 429 of the probe's: no episode spacing
+	probeRefused := l.probedDim(t, d) // a 429 of the probe's: no episode spacing
 	if probeRefused || (t.at.After(l.lastCap[d]) && now.Sub(l.lastCap[d]) >= l.cutSpacing()) {
 		l.depthCap[d] = math.Max(floor, cur/2)
 		dv.Depth = math.Min(dv.Depth, l.depthCap[d])

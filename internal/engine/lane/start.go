@@ -325,8 +325,8 @@ func (l *Lane) admittedStep(t Ticket) {
 // Requires l.mu.
 func (l *Lane) probeDepth(now time.Time, d budget.Dim, shown, limit float64) {
 	c := l.depthCap[d]
-	if c <= 0 || c >= shown || limit <= 0 || l.bucketAt.IsZero() || now.Sub(l.bucketAt) > l.lat() {
-		return // nothing capped, or no work held back by a bucket lately (a lull: nothing to test it with)
+	if c <= 0 || c >= shown || limit <= 0 || l.bucketAt[d].IsZero() || now.Sub(l.bucketAt[d]) > l.lat() {
+		return // nothing capped, or no work held back by this bucket lately (a lull: nothing to test it with)
 	}
 	wait := math.Max(l.lat().Seconds(), math.Max(1, l.largest[d])/(limit/60))
 	if now.Sub(l.lastCap[d]).Seconds() < l.probeLat[d]*wait {
@@ -337,4 +337,22 @@ func (l *Lane) probeDepth(now time.Time, d budget.Dim, shown, limit float64) {
 	// What the deeper bucket lets go comes at the ramp's pace from the
 	// rate the cap held the lane to, not as one step to the limit.
 	l.limit = math.Min(l.limit, math.Max(float64(l.cfg.MinLimit), float64(l.inFlight+1)))
+}
+
+// probedDim reports whether attempt t was sent after a probe of
+// dimension d's depth cap, the probe standing: its 429 is the probe's
+// answer. Requires l.mu.
+func (l *Lane) probedDim(t Ticket, d budget.Dim) bool {
+	return l.probing[d] && !t.at.Before(l.lastCap[d])
+}
+
+// probed reports whether attempt t was sent after a standing probe of any
+// dimension. Requires l.mu.
+func (l *Lane) probed(t Ticket) bool {
+	for d := range l.probing {
+		if l.probedDim(t, budget.Dim(d)) {
+			return true
+		}
+	}
+	return false
 }

@@ -553,10 +553,26 @@ func TestDepthCapProbed(t *testing.T) {
 		l.Done(at.Add(rtt), tk, room(at.Add(rtt), Clean))
 		return l.State(at.Add(rtt)).Buckets[budget.Requests]
 	}
+	// Work held back by the bucket before the probe's time: no probe.
+	early := capped.Add(2 * rtt)
+	var first []Ticket
+	for {
+		tk, g, _ := l.TryAcquire(early, one, 100)
+		if g != budget.Granted {
+			break
+		}
+		first = append(first, tk)
+	}
+	for _, tk := range first {
+		l.Done(early.Add(rtt/10), tk, room(early.Add(rtt/10), Clean))
+	}
+	if b = l.State(early.Add(rtt / 10)).Buckets[budget.Requests]; b.Depth > 301 || b.Level > 50 {
+		t.Fatalf("work held back %v after the halving: depth %g, level %g; want no probe before %g latencies", early.Sub(capped), b.Depth, b.Level, probeLatencies)
+	}
 	// Before the probe (and after its time, while no bucket held work
 	// back: a lull), the headers' 590 do not raise the level.
 	probeAt := capped.Add(time.Duration(probeLatencies * 1.01 * float64(rtt)))
-	for at := capped.Add(rtt / 2); at.Before(probeAt.Add(5 * rtt)); at = at.Add(rtt / 2) { // at the refill's pace
+	for at := early.Add(rtt / 2); at.Before(probeAt.Add(5 * rtt)); at = at.Add(rtt / 2) { // at the refill's pace
 		if b = answer(at); b.Depth > 301 || b.Level > 50 {
 			t.Fatalf("before the probe, at %v: depth %g, level %g; want the cap and the refill alone", at.Sub(capped), b.Depth, b.Level)
 		}
@@ -655,5 +671,28 @@ func TestAccelerationEpisodeLowersTheHold(t *testing.T) {
 	}
 	if st := l.State(at); st.Stats.Acceleration != 30 {
 		t.Fatalf("acceleration %d, want 30: one episode", st.Stats.Acceleration)
+	}
+}
+
+// TestProbeNotTriggeredByA429: a 429 that comes when a probe is due is
+// read as what it is — it halves the cap — and never first doubles it
+// (which would also shield it and the rest of its burst from the halving).
+func TestProbeNotTriggeredByA429(t *testing.T) {
+	l := newLane(Config{Cap: 1000, Start: 12, Reserve: -1})
+	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 600, 599, 100*time.Millisecond))
+	tk := tkAt(t, l, now.Add(time.Minute-rtt)) // sent after the last halving
+	now = now.Add(time.Minute)
+	l.mu.Lock()
+	l.limit, l.startRate, l.riseAt = 50, 0, time.Time{} // no rise explains a 429
+	l.depthCap[budget.Requests], l.probeLat[budget.Requests] = 300, probeLatencies
+	l.lastCap[budget.Requests] = now.Add(-time.Duration(2 * probeLatencies * float64(rtt)))
+	l.bucketAt[budget.Requests] = now // work held back: a probe is due
+	l.mu.Unlock()
+	l.Done(now, tk, Result{Signal: RateLimited, Reached: true, Latency: rtt, Limits: reqHeaders(now, 600, 590, time.Second), Date: now})
+	l.mu.Lock()
+	c, probing := l.depthCap[budget.Requests], l.probing[budget.Requests]
+	l.mu.Unlock()
+	if c != 150 || probing {
+		t.Fatalf("a 429 when a probe was due: cap %g, probing %v; want halved to 150, no probe", c, probing)
 	}
 }
