@@ -33,14 +33,7 @@ const rtt = 200 * time.Millisecond
 // time of the answers.
 func round(t *testing.T, l *Lane, now time.Time, r Result) time.Time {
 	t.Helper()
-	var tks []Ticket
-	for {
-		tk, g, _ := l.TryAcquire(now, one, 100)
-		if g != budget.Granted {
-			break
-		}
-		tks = append(tks, tk)
-	}
+	tks, _ := acquireAll(l, now)
 	if len(tks) == 0 {
 		t.Fatalf("round at %v: nothing admitted", now.Sub(t0))
 	}
@@ -50,6 +43,19 @@ func round(t *testing.T, l *Lane, now time.Time, r Result) time.Time {
 		l.Done(end, tk, r)
 	}
 	return end
+}
+
+// acquireAll takes every request of one the lane lets go at now and says
+// what refused the next.
+func acquireAll(l *Lane, now time.Time) ([]Ticket, budget.Refusal) {
+	var tks []Ticket
+	for {
+		tk, g, _ := l.TryAcquire(now, one, 100)
+		if g != budget.Granted {
+			return tks, g
+		}
+		tks = append(tks, tk)
+	}
 }
 
 // TestHeaderProbeFirst: a lane sends one request until an answer comes

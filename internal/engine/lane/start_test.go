@@ -310,14 +310,7 @@ func TestStepRefusedBeforeAnyAnswer(t *testing.T) {
 	l := newLane(Config{Cap: 100, Start: 12})
 	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, 5*time.Millisecond))
 	depth := l.State(now).Buckets[budget.Requests].Depth
-	var tks []Ticket
-	for {
-		tk, g, _ := l.TryAcquire(now, one, 100)
-		if g != budget.Granted {
-			break
-		}
-		tks = append(tks, tk)
-	}
+	tks, _ := acquireAll(l, now)
 	if len(tks) <= 40 {
 		t.Fatalf("the start let %d go at once, want a step above 40", len(tks))
 	}
@@ -443,14 +436,7 @@ func TestAccelerationHoldsDoNotLengthen(t *testing.T) {
 func TestStepAdmittedRaisesTheHold(t *testing.T) {
 	l := newLane(Config{Cap: 100, Start: 12})
 	now := firstAnswer(t, l, reqHeaders(t0.Add(rtt), 12000, 11999, 5*time.Millisecond))
-	var tks []Ticket
-	for {
-		tk, g, _ := l.TryAcquire(now, one, 100)
-		if g != budget.Granted {
-			break
-		}
-		tks = append(tks, tk)
-	}
+	tks, _ := acquireAll(l, now)
 	if len(tks) < 60 {
 		t.Fatalf("the start let %d go at once, want 60 or more", len(tks))
 	}
@@ -555,14 +541,7 @@ func TestDepthCapProbed(t *testing.T) {
 	}
 	// Work held back by the bucket before the probe's time: no probe.
 	early := capped.Add(2 * rtt)
-	var first []Ticket
-	for {
-		tk, g, _ := l.TryAcquire(early, one, 100)
-		if g != budget.Granted {
-			break
-		}
-		first = append(first, tk)
-	}
+	first, _ := acquireAll(l, early)
 	for _, tk := range first {
 		l.Done(early.Add(rtt/10), tk, room(early.Add(rtt/10), Clean))
 	}
@@ -581,16 +560,9 @@ func TestDepthCapProbed(t *testing.T) {
 	// 600 the headers bound), the limit restarts from what is in flight,
 	// and the headers raise the level to what they show.
 	probeAt = probeAt.Add(5 * rtt)
-	var held []Ticket
-	for {
-		tk, g, _ := l.TryAcquire(probeAt, one, 100)
-		if g != budget.Granted {
-			if g != budget.ByRequests {
-				t.Fatalf("at the probe: refused by %v after %d, want the requests bucket", g, len(held))
-			}
-			break
-		}
-		held = append(held, tk)
+	held, g := acquireAll(l, probeAt)
+	if g != budget.ByRequests {
+		t.Fatalf("at the probe: refused by %v after %d, want the requests bucket", g, len(held))
 	}
 	if len(held) == 0 {
 		t.Fatalf("at the probe: nothing let go, want what a request's refill pays for")
