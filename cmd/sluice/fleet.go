@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluice-dev/sluice/api"
 	"github.com/sluice-dev/sluice/internal/engine/dispatch"
 	"github.com/sluice-dev/sluice/internal/engine/fleet"
 )
@@ -57,7 +56,7 @@ func (ff *fleetFlags) register(cmd *cobra.Command, eng *engineFlags) {
 		if len(args) > 0 {
 			label += " " + filepath.Base(args[0])
 		}
-		f, err := fleet.Join(cmd.Context(), fleet.Config{URL: ff.url, Caps: eng.fleetCaps(), Job: ff.job, Label: label, Logger: newLogger()})
+		f, err := fleet.Join(cmd.Context(), fleet.Config{URL: ff.url, Caps: eng.capsByFamily(), Job: ff.job, Label: label, Logger: newLogger()})
 		if err != nil {
 			return err
 		}
@@ -72,16 +71,6 @@ func (ff *fleetFlags) wire(cfg *dispatch.Config) {
 	if ff.joined != nil {
 		cfg.NewBudget = ff.joined.NewBudget
 	}
-}
-
-// fleetCaps are the caps as dispatchConfig passes them to the lanes.
-func (f *engineFlags) fleetCaps() map[api.Family]int {
-	caps := map[api.Family]int{}
-	for fam, v := range f.caps {
-		caps[fam] = *v
-	}
-	caps[api.FamilyFable] = caps[api.FamilyUnknown]
-	return caps
 }
 
 func fleetCmd() *cobra.Command {
